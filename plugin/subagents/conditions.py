@@ -1,0 +1,329 @@
+"""The condition language of ``exit_if`` and ``next: - if:`` (Rasa's pypred-style predicates).
+
+Supported: ``=``/``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``is``, ``is not``, ``contains``,
+``matches`` (regex search), ``and``, ``or``, ``not``, parentheses, string/number/boolean literals,
+``null`` (also ``none``/``undefined``) and references such as ``slots.city`` or ``context.x``.
+Keywords are case-insensitive. ``{{ ... }}`` Jinja expressions are rendered (sandboxed) first.
+
+Evaluation never raises: comparing values of incompatible types (``slots.guests > 1`` while
+``guests`` is unset) is false, not an error; a numeric string compares as a number. The parser is a
+small recursive-descent one; nothing is ever passed to ``eval``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Condition", "ConditionSyntaxError", "parse_condition"]
+
+
+class ConditionSyntaxError(ValueError):
+    """The condition text does not parse."""
+
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
+      | (?P<number>-?\d+(?:\.\d+)?(?![\w.]))
+      | (?P<op>==|!=|<=|>=|=|<|>|\(|\))
+      | (?P<word>[A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*)
+    )""",
+    re.VERBOSE,
+)
+_KEYWORDS = {"and", "or", "not", "is", "contains", "matches"}
+_CONSTANTS: dict[str, Any] = {"true": True, "false": False, "null": None, "none": None,
+                              "undefined": None}
+_COMPARATORS = {"==", "=", "!=", "<", "<=", ">", ">=", "is", "is not", "contains", "matches"}
+
+
+@dataclass(frozen=True)
+class _Tok:
+    kind: str
+    value: Any
+    pos: int
+
+
+def _tokenize(text: str) -> list[_Tok]:
+    tokens: list[_Tok] = []
+    pos = 0
+    while pos < len(text):
+        if text[pos:].strip() == "":
+            break
+        match = _TOKEN.match(text, pos)
+        if not match or match.end() == pos:
+            raise ConditionSyntaxError(f"unexpected character {text[pos:].strip()[:1]!r} "
+                                       f"at position {pos + 1} in {text!r}")
+        kind = match.lastgroup or ""
+        raw = match.group(kind)
+        start = match.start(kind)
+        if kind == "string":
+            tokens.append(_Tok("literal", bytes(raw[1:-1], "utf-8").decode("unicode_escape")
+                               if "\\" in raw else raw[1:-1], start))
+        elif kind == "number":
+            tokens.append(_Tok("literal", float(raw) if "." in raw else int(raw), start))
+        elif kind == "op":
+            tokens.append(_Tok("op", raw, start))
+        else:
+            low = raw.lower()
+            if low in _KEYWORDS:
+                tokens.append(_Tok("kw", low, start))
+            elif low in _CONSTANTS:
+                tokens.append(_Tok("literal", _CONSTANTS[low], start))
+            else:
+                tokens.append(_Tok("ref", raw, start))
+        pos = match.end()
+    return tokens
+
+
+# AST nodes are tuples: ("lit", v) | ("ref", "a.b") | ("not", x) | ("and"/"or", x, y)
+# | ("cmp", op, x, y)
+Node = tuple[Any, ...]
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokenize(text)
+        self.i = 0
+
+    def peek(self) -> _Tok | None:
+        return self.tokens[self.i] if self.i < len(self.tokens) else None
+
+    def take(self) -> _Tok:
+        tok = self.peek()
+        if tok is None:
+            raise ConditionSyntaxError(f"unexpected end of condition {self.text!r}")
+        self.i += 1
+        return tok
+
+    def is_kw(self, word: str) -> bool:
+        tok = self.peek()
+        return tok is not None and tok.kind == "kw" and tok.value == word
+
+    def parse(self) -> Node:
+        if not self.tokens:
+            raise ConditionSyntaxError("empty condition")
+        node = self.parse_or()
+        tok = self.peek()
+        if tok is not None:
+            raise ConditionSyntaxError(f"unexpected {tok.value!r} at position {tok.pos + 1} "
+                                       f"in {self.text!r}")
+        return node
+
+    def parse_or(self) -> Node:
+        node = self.parse_and()
+        while self.is_kw("or"):
+            self.take()
+            node = ("or", node, self.parse_and())
+        return node
+
+    def parse_and(self) -> Node:
+        node = self.parse_not()
+        while self.is_kw("and"):
+            self.take()
+            node = ("and", node, self.parse_not())
+        return node
+
+    def parse_not(self) -> Node:
+        if self.is_kw("not"):
+            self.take()
+            return ("not", self.parse_not())
+        return self.parse_cmp()
+
+    def parse_cmp(self) -> Node:
+        left = self.parse_operand()
+        tok = self.peek()
+        op: str | None = None
+        if tok is not None and (
+                (tok.kind == "op" and tok.value in _COMPARATORS)
+                or (tok.kind == "kw" and tok.value in ("is", "contains", "matches"))):
+            op = tok.value
+        elif tok is not None and tok.kind == "kw" and tok.value == "not":
+            # "x not contains y" / "x not matches y"
+            nxt = self.tokens[self.i + 1] if self.i + 1 < len(self.tokens) else None
+            if nxt is not None and nxt.kind == "kw" and nxt.value in ("contains", "matches"):
+                self.take()
+                self.take()
+                return ("not", ("cmp", nxt.value, left, self.parse_operand()))
+        if op is None:
+            return left
+        self.take()
+        if op == "is" and self.is_kw("not"):
+            self.take()
+            op = "is not"
+        return ("cmp", op, left, self.parse_operand())
+
+    def parse_operand(self) -> Node:
+        tok = self.take()
+        if tok.kind == "op" and tok.value == "(":
+            node = self.parse_or()
+            close = self.take()
+            if close.kind != "op" or close.value != ")":
+                raise ConditionSyntaxError(f"expected ')' at position {close.pos + 1} "
+                                           f"in {self.text!r}")
+            return node
+        if tok.kind == "literal":
+            return ("lit", tok.value)
+        if tok.kind == "ref":
+            return ("ref", tok.value)
+        raise ConditionSyntaxError(f"unexpected {tok.value!r} at position {tok.pos + 1} "
+                                   f"in {self.text!r}")
+
+
+_NUMERIC = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
+
+
+def _as_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str) and _NUMERIC.match(value):
+        return float(value)
+    return None
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, bool) or isinstance(b, bool):
+        def as_bool(v: Any) -> Any:
+            if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+                return v.strip().lower() == "true"
+            return v
+        return bool(as_bool(a) == as_bool(b))
+    na, nb = _as_number(a), _as_number(b)
+    if na is not None and nb is not None:
+        return na == nb
+    return bool(a == b)
+
+
+def _compare(op: str, a: Any, b: Any) -> bool:
+    if op in ("=", "==", "is"):
+        return _equal(a, b)
+    if op in ("!=", "is not"):
+        return not _equal(a, b)
+    if op == "contains":
+        if isinstance(a, str):
+            return b is not None and str(b) in a
+        if isinstance(a, list | tuple | set | dict):
+            return any(_equal(item, b) for item in a)
+        return False
+    if op == "matches":
+        if a is None or b is None:
+            return False
+        try:
+            return re.search(str(b), str(a)) is not None
+        except re.error:
+            return False
+    na, nb = _as_number(a), _as_number(b)
+    if na is None or nb is None:
+        if isinstance(a, str) and isinstance(b, str):
+            na_s, nb_s = a, b
+            return {"<": na_s < nb_s, "<=": na_s <= nb_s, ">": na_s > nb_s,
+                    ">=": na_s >= nb_s}[op]
+        return False
+    return {"<": na < nb, "<=": na <= nb, ">": na > nb, ">=": na >= nb}[op]
+
+
+def _lookup(path: str, context: Mapping[str, Any]) -> Any:
+    current: Any = context
+    for part in path.split("."):
+        if isinstance(current, Mapping) and part in current:
+            current = current[part]
+        else:
+            return None
+    return current
+
+
+def _eval(node: Node, context: Mapping[str, Any]) -> Any:
+    kind = node[0]
+    if kind == "lit":
+        return node[1]
+    if kind == "ref":
+        return _lookup(node[1], context)
+    if kind == "not":
+        return not _truthy(_eval(node[1], context))
+    if kind == "and":
+        return _truthy(_eval(node[1], context)) and _truthy(_eval(node[2], context))
+    if kind == "or":
+        return _truthy(_eval(node[1], context)) or _truthy(_eval(node[2], context))
+    return _compare(node[1], _eval(node[2], context), _eval(node[3], context))
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in ("", "false")
+    return bool(value)
+
+
+def _refs(node: Node) -> list[str]:
+    if node[0] == "ref":
+        return [node[1]]
+    if node[0] == "lit":
+        return []
+    if node[0] == "cmp":
+        return _refs(node[2]) + _refs(node[3])
+    return [ref for child in node[1:] for ref in _refs(child)]
+
+
+_JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+_SLOT_IN_JINJA = re.compile(r"\bslots\.(\w+)")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A parsed predicate; ``evaluate`` never raises."""
+
+    text: str
+    _ast: Node | None
+
+    @property
+    def slot_names(self) -> list[str]:
+        """Slot names referenced as ``slots.<name>``, in order, without duplicates."""
+        found: list[str] = []
+        if self._ast is not None:
+            refs = [r.split(".", 1)[1] for r in _refs(self._ast) if r.startswith("slots.")]
+        else:
+            refs = _SLOT_IN_JINJA.findall(self.text)
+        for name in refs:
+            name = name.split(".")[0]
+            if name not in found:
+                found.append(name)
+        return found
+
+    def evaluate(self, context: Mapping[str, Any]) -> bool:
+        ast = self._ast
+        if ast is None:
+            try:
+                ast = _Parser(_render_jinja(self.text, context)).parse()
+            except ConditionSyntaxError:
+                return False
+        return _truthy(_eval(ast, context))
+
+    def evaluate_slots(self, slots: Mapping[str, Any]) -> bool:
+        return self.evaluate({"slots": dict(slots)})
+
+
+def _render_jinja(text: str, context: Mapping[str, Any]) -> str:
+    from jinja2.sandbox import SandboxedEnvironment
+
+    env = SandboxedEnvironment()
+    try:
+        return env.from_string(text).render(**context)
+    except Exception as exc:
+        raise ConditionSyntaxError(f"cannot render {text!r}: {exc}") from exc
+
+
+def parse_condition(text: str) -> Condition:
+    """Parse ``text``; raise :class:`ConditionSyntaxError` with the position on failure."""
+    if not isinstance(text, str):
+        raise ConditionSyntaxError(f"a condition must be a string, got {type(text).__name__}")
+    if _JINJA.search(text):
+        dummy = _JINJA.sub("placeholder", text)
+        _Parser(dummy).parse()
+        return Condition(text, None)
+    return Condition(text, _Parser(text).parse())

@@ -1,0 +1,152 @@
+"""``endpoints.yml``: model groups, MCP servers, stores, action endpoint."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ._base import StrictModel, check_secret, is_env_ref, looks_secret
+
+
+class ModelConfig(StrictModel):
+    """One model of a group. Keys not listed are sent to the provider as request options."""
+
+    model_config = StrictModel.model_config | {"extra": "allow"}
+
+    provider: str = "openai"
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_retries: int | None = Field(default=None, ge=0)
+    temperature: float | None = None
+    max_completion_tokens: int | None = None
+
+    @field_validator("api_key")
+    @classmethod
+    def _secret(cls, value: str | None) -> str | None:
+        return check_secret(value, "api_key")
+
+    def request_options(self) -> dict[str, Any]:
+        """Extra keys (e.g. ``reasoning_effort``) passed through to the request body."""
+        return dict(self.model_extra or {})
+
+
+class ModelGroup(StrictModel):
+    id: str
+    models: list[ModelConfig] = Field(min_length=1)
+    router: dict[str, Any] | None = None
+
+
+class MetaFromSlot(StrictModel):
+    slot: str
+    param: str
+
+
+class MetaMap(StrictModel):
+    static: dict[str, str] = Field(default_factory=dict)
+    from_slots: list[MetaFromSlot] = Field(default_factory=list)
+
+
+class OAuthConfig(StrictModel):
+    token_url: str
+    client_id: str
+    client_secret: str
+    scope: str | None = None
+    audience: str | None = None
+    timeout: float | None = None
+
+    @field_validator("client_secret")
+    @classmethod
+    def _secret(cls, value: str) -> str:
+        check_secret(value, "oauth.client_secret")
+        return value
+
+
+class McpServerConfig(StrictModel):
+    """An MCP server reachable over streamable HTTP, SSE or stdio (DECISIONS D1, D2)."""
+
+    name: str
+    type: Literal["http", "https", "sse", "stdio"] = "http"
+    url: str | None = None
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    meta_map: MetaMap | None = None
+    pre_call_hook: str | None = None
+    api_key: str | None = None
+    header_name: str = "Authorization"
+    header_format: str = "Bearer {key}"
+    token: str | None = None
+    oauth: OAuthConfig | None = None
+    module: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
+    """Connect / HTTP timeout in seconds."""
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("api_key", "token")
+    @classmethod
+    def _secret(cls, value: str | None) -> str | None:
+        return check_secret(value, "this key")
+
+    @field_validator("headers", "env")
+    @classmethod
+    def _secret_map(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if looks_secret(name) and not is_env_ref(item) and "${" not in str(item):
+                check_secret(item, f"the value of {name!r}")
+        return {k: str(v) for k, v in value.items()}
+
+    @model_validator(mode="after")
+    def _transport(self) -> McpServerConfig:
+        if self.type == "stdio":
+            if not self.command:
+                raise ValueError("a stdio MCP server needs 'command' (and optional args/env/cwd)")
+        elif not self.url:
+            raise ValueError(f"an MCP server of type {self.type!r} needs 'url'")
+        auth = [k for k in ("api_key", "token", "oauth", "module") if getattr(self, k)]
+        if len(auth) > 1:
+            raise ValueError(f"choose one authentication method, not {', '.join(auth)}")
+        return self
+
+    @property
+    def address(self) -> str:
+        if self.type == "stdio":
+            return " ".join([self.command or "", *self.args]).strip()
+        return self.url or ""
+
+
+class StoreConfig(StrictModel):
+    model_config = StrictModel.model_config | {"extra": "allow"}
+    type: str = "sql"
+
+
+class ActionEndpoint(StrictModel):
+    model_config = StrictModel.model_config | {"extra": "allow"}
+    url: str | None = None
+    actions_module: str | None = None
+
+
+class EndpointsConfig(StrictModel):
+    """Everything in ``endpoints.yml`` that subagents reads; other Rasa keys are accepted."""
+
+    model_config = StrictModel.model_config | {"extra": "allow"}
+
+    model_groups: list[ModelGroup] = Field(default_factory=list)
+    mcp_servers: list[McpServerConfig] | None = None
+    tracker_store: StoreConfig | None = None
+    lock_store: StoreConfig | None = None
+    action_endpoint: ActionEndpoint | None = None
+
+    def model_group(self, group_id: str) -> ModelGroup | None:
+        return next((g for g in self.model_groups if g.id == group_id), None)
+
+    def mcp_server(self, name: str) -> McpServerConfig | None:
+        return next((s for s in self.mcp_servers or [] if s.name == name), None)

@@ -1,0 +1,148 @@
+"""``sub_agents/<dir>/config.yml``: one sub agent's configuration."""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from ._base import StrictModel
+
+
+class Protocol(StrEnum):
+    RASA = "RASA"
+    A2A = "A2A"
+
+
+class AgentSection(StrictModel):
+    name: str
+    """Unique agent name, used as the target of a flow's ``call:`` step."""
+    description: str
+    """What the agent does; rendered as ``{{ description }}`` in the prompt."""
+    protocol: Protocol = Protocol.RASA
+    """``RASA`` (MCP agents) or ``A2A``; case-insensitive."""
+
+    @field_validator("protocol", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        if isinstance(value, str) and value.upper() in ("RASA", "A2A"):
+            return value.upper()
+        raise ValueError(f"invalid protocol {value!r}: use RASA or A2A")
+
+    @field_validator("name", "description")
+    @classmethod
+    def _non_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be empty")
+        return value
+
+
+class ToolSettings(StrictModel):
+    """Per-tool settings under ``configuration.tools.<tool_name>``."""
+
+    timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Overrides ``tool_timeout`` for this tool (seconds)."""
+    read_only: bool | None = None
+    """Marks the tool read-only (may run in parallel); overrides the MCP annotation."""
+    requires_approval: bool = False
+    """Ask the user for a yes before running the tool."""
+    inputs_from_state: dict[str, str] = Field(default_factory=dict)
+    """argument -> ``slots.<name>`` or ``metadata.<key>``; hidden from the model."""
+    outputs_to_state: dict[str, str] = Field(default_factory=dict)
+    """slot -> result field (``result`` for the whole text result)."""
+
+
+class ClientToolDef(StrictModel):
+    """A tool executed by the client (DECISIONS A6)."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentConfiguration(StrictModel):
+    llm: dict[str, Any] | None = None
+    """Inline model settings (``provider``, ``model``, ...) or ``{model_group: <id>}``."""
+    prompt_template: str | None = None
+    """Path (relative to the project folder) of a Jinja2 prompt template."""
+    module: str | None = None
+    """``pkg.mod.Class``: a subclass of MCPOpenAgent/MCPTaskAgent to use instead."""
+    timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Whole-run deadline per invocation, in seconds (DECISIONS D5)."""
+    max_retries: int | None = 5
+    """Attempts to connect to the MCP servers at startup (0 or null mean 5)."""
+    include_date_time: bool = True
+    timezone: str | None = "UTC"
+    enable_filler_messages: bool = True
+    tool_timeout: float = Field(default=10.0, gt=0, allow_inf_nan=False)
+    max_agent_steps: int = Field(default=10, ge=1)
+    raise_on_tool_invocation_failure: bool = False
+    max_parallel_tools: int = Field(default=3, ge=1)
+    exit_conditions: list[str] | None = None
+    """Open agents: stop after a ``text`` answer or right after a named tool ran (A1)."""
+    tool_result_budget: int | None = Field(default=None, gt=0)
+    """Results longer than this many characters enter the context as a preview (A4)."""
+    tools: dict[str, ToolSettings] = Field(default_factory=dict)
+    client_tools: list[ClientToolDef] = Field(default_factory=list)
+    # A2A-only keys, accepted so projects written for the reference load; unused here.
+    agent_card: Any = None
+    auth: Any = None
+    max_polling_time: Any = None
+    polling_initial_delay: Any = None
+    push_notification_url: Any = None
+    pre_call_hook: str | None = None
+
+    @field_validator("max_retries")
+    @classmethod
+    def _retries(cls, value: int | None) -> int:
+        return value if value else 5
+
+    @field_validator("tool_timeout")
+    @classmethod
+    def _finite(cls, value: float) -> float:
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError("tool_timeout must be a finite number of seconds greater than 0")
+        return value
+
+
+class McpServerRef(StrictModel):
+    name: str
+    include_tools: list[str] | None = None
+    exclude_tools: list[str] | None = None
+    # filled in from endpoints.yml in the reference; accepted and ignored here
+    url: str | None = None
+    type: str | None = None
+    meta_map: Any = None
+    additional_params: Any = None
+    pre_call_hook: Any = None
+
+    @model_validator(mode="after")
+    def _exclusive(self) -> McpServerRef:
+        if self.include_tools is not None and self.exclude_tools is not None:
+            raise ValueError("agent.validation.mcp.include_exclude_conflict: "
+                             "include_tools and exclude_tools are mutually exclusive")
+        return self
+
+
+class Connections(StrictModel):
+    mcp_servers: list[McpServerRef] | None = None
+
+
+class SubAgentConfig(StrictModel):
+    """The whole ``config.yml`` of one sub agent."""
+
+    agent: AgentSection
+    configuration: AgentConfiguration = Field(default_factory=AgentConfiguration)
+    connections: Connections = Field(default_factory=Connections)
+
+    @property
+    def name(self) -> str:
+        return self.agent.name
+
+    def server_names(self) -> list[str]:
+        return [s.name for s in self.connections.mcp_servers or []]
+
+
+ProtocolType = Literal["mcp_open", "mcp_task"]

@@ -1,0 +1,381 @@
+"""A real HTTP server on 127.0.0.1 that speaks the OpenAI chat completions protocol, scripted.
+
+``async with FakeModelServer({"weather_agent": [...], "command_generator": [...]}) as fake:``
+serves ``POST /<caller>/v1/chat/completions`` (``/v1/...`` is caller ``default``) on a random port;
+point a client at ``fake.base_url(caller)``. Each request pops the caller's next scripted reply
+(format: ``shared/design/E2E_FORMAT.md``). Beyond the fixture format, a reply may carry ``stall``
+(send nothing more, until the client gives up) and ``drop`` (close the connection), both applied
+after the first streamed chunk when streaming.
+
+Strict: a request with no reply left gets HTTP 400 and is recorded as a problem, as are replies
+left unconsumed and failed ``expect`` checks; :meth:`FakeModelServer.problems` lists them and
+:meth:`FakeModelServer.assert_done` raises if there are any. Every request is recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FakeModelServer", "RecordedRequest", "Reply", "normalize_reply"]
+
+
+@dataclass
+class Reply:
+    text: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+    delay_ms: float = 0
+    expect: dict[str, Any] | None = None
+    stall: bool = False
+    drop: bool = False
+
+
+@dataclass
+class RecordedRequest:
+    caller: str
+    index: int
+    """1-based number of this request among the caller's requests."""
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    received_at: float
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return list(self.body.get("messages") or [])
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.get("function", {}).get("name", "") for t in self.body.get("tools") or []]
+
+    @property
+    def system_text(self) -> str:
+        return "\n".join(str(m.get("content") or "") for m in self.messages
+                         if m.get("role") == "system")
+
+
+_REPLY_KEYS = {"text", "tool_calls", "error", "delay_ms", "expect", "stall", "drop"}
+EXPECT_KEYS = {"tools", "tools_include", "tools_exclude", "system_contains",
+               "system_not_contains", "messages_contain", "last_user"}
+
+
+def normalize_reply(raw: Any, counter: list[int] | None = None) -> Reply:
+    """Turn a fixture reply (bare string or mapping) into a :class:`Reply`; raise ValueError."""
+    counter = counter if counter is not None else [0]
+    if isinstance(raw, str):
+        return Reply(text=raw)
+    if not isinstance(raw, dict):
+        raise ValueError(f"a scripted reply must be a string or a mapping, not {raw!r}")
+    unknown = set(raw) - _REPLY_KEYS
+    if unknown:
+        raise ValueError(f"unknown reply key(s) {', '.join(sorted(unknown))}; "
+                         f"use {', '.join(sorted(_REPLY_KEYS))}")
+    calls = []
+    for item in raw.get("tool_calls") or []:
+        if not isinstance(item, dict) or not item:
+            raise ValueError(f"a tool call must be a mapping, not {item!r}")
+        counter[0] += 1
+        if "name" in item and set(item) <= {"name", "arguments", "id"}:
+            calls.append({"id": item.get("id") or f"call_{counter[0]}", "name": item["name"],
+                          "arguments": item.get("arguments", {})})
+        elif len(item) == 1:
+            name, args = next(iter(item.items()))
+            calls.append({"id": f"call_{counter[0]}", "name": name,
+                          "arguments": {} if args is None else args})
+        else:
+            raise ValueError(f"a tool call is {{tool_name: {{args}}}} or {{name, arguments, id}}, "
+                             f"not {item!r}")
+    expect = raw.get("expect")
+    if expect is not None and (not isinstance(expect, dict) or set(expect) - EXPECT_KEYS):
+        raise ValueError(f"expect takes {', '.join(sorted(EXPECT_KEYS))}")
+    error = raw.get("error")
+    if error is not None and (not isinstance(error, dict) or "status" not in error):
+        raise ValueError("error needs {status: <http status>, message: ...}")
+    return Reply(text=raw.get("text"), tool_calls=calls, error=error,
+                 delay_ms=float(raw.get("delay_ms") or 0), expect=expect,
+                 stall=bool(raw.get("stall")), drop=bool(raw.get("drop")))
+
+
+def check_expect(expect: dict[str, Any], request: RecordedRequest) -> list[str]:
+    """Failed ``expect`` checks of ``request``, as readable lines."""
+    return _check_tools(expect, request.tool_names) + _check_texts(expect, request)
+
+
+def _check_tools(expect: dict[str, Any], names: list[str]) -> list[str]:
+    failures: list[str] = []
+    if "tools" in expect and sorted(expect["tools"]) != sorted(names):
+        failures.append(f"tools: expected {sorted(expect['tools'])}, offered {sorted(names)}")
+    for name in expect.get("tools_include") or []:
+        if name not in names:
+            failures.append(f"tools_include: {name!r} not offered (offered {names})")
+    for name in expect.get("tools_exclude") or []:
+        if name in names:
+            failures.append(f"tools_exclude: {name!r} was offered")
+    return failures
+
+
+def _check_texts(expect: dict[str, Any], request: RecordedRequest) -> list[str]:
+    failures: list[str] = []
+    system = request.system_text
+    for text in _as_list(expect.get("system_contains")):
+        if text not in system:
+            failures.append(f"system_contains: {text!r} not in the system prompt")
+    for text in _as_list(expect.get("system_not_contains")):
+        if text in system:
+            failures.append(f"system_not_contains: {text!r} is in the system prompt")
+    others = [str(m.get("content") or "") for m in request.messages if m.get("role") != "system"]
+    for text in _as_list(expect.get("messages_contain")):
+        if not any(text in content for content in others):
+            failures.append(f"messages_contain: {text!r} in no non-system message")
+    if "last_user" in expect:
+        users = [str(m.get("content") or "") for m in request.messages if m.get("role") == "user"]
+        last = users[-1] if users else None
+        if last != expect["last_user"]:
+            failures.append(f"last_user: expected {expect['last_user']!r}, got {last!r}")
+    return failures
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [str(v) for v in value]
+
+
+class FakeModelServer:
+    """Scripted OpenAI-compatible server; see the module docstring."""
+
+    def __init__(self, script: dict[str, list[Any]] | None = None, *, host: str = "127.0.0.1",
+                 chunk_chars: int = 8, model: str = "fake-model") -> None:
+        self.host = host
+        self.port = 0
+        self.chunk_chars = chunk_chars
+        self.model = model
+        self.requests: list[RecordedRequest] = []
+        self._problems: list[str] = []
+        self._queues: dict[str, list[Reply]] = {}
+        self._counts: dict[str, int] = {}
+        self._counter = [0]
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = asyncio.Event()
+        for caller, replies in (script or {}).items():
+            self.add(caller, replies)
+
+    # ------------------------------------------------------------------ scripting
+    def add(self, caller: str, replies: list[Any]) -> None:
+        """Append replies for ``caller`` (fixture format)."""
+        self._queues.setdefault(caller, []).extend(normalize_reply(r, self._counter)
+                                                   for r in replies)
+
+    def base_url(self, caller: str = "default") -> str:
+        prefix = "" if caller == "default" else f"/{caller}"
+        return f"http://{self.host}:{self.port}{prefix}/v1"
+
+    def requests_of(self, caller: str) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.caller == caller]
+
+    def unconsumed(self) -> dict[str, int]:
+        return {c: len(q) for c, q in self._queues.items() if q}
+
+    def problems(self) -> list[str]:
+        left = [f"{n} scripted repl{'y' if n == 1 else 'ies'} for {c} never requested"
+                for c, n in self.unconsumed().items()]
+        return [*self._problems, *left]
+
+    def assert_done(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise AssertionError("fake model server: " + "; ".join(problems))
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> FakeModelServer:
+        self._server = await asyncio.start_server(self._handle, self.host, 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._closing.set()
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    # ------------------------------------------------------------------ HTTP
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            while not self._closing.is_set():
+                request = await _read_request(reader)
+                if request is None:
+                    break
+                keep = await self._respond(request, writer)
+                if not keep:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # the client went away, or the server is shutting down
+        finally:
+            self._tasks.discard(task)
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    async def _respond(self, request: tuple[str, str, dict[str, str], bytes],
+                       writer: asyncio.StreamWriter) -> bool:
+        method, path, headers, raw = request
+        if method != "POST" or not path.endswith("/chat/completions"):
+            await _send_json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
+            return True
+        prefix = path[: -len("/chat/completions")].strip("/")
+        parts = prefix.split("/")
+        caller = "default" if parts in (["v1"], [""]) else parts[0]
+        try:
+            body = json.loads(raw or b"{}")
+        except json.JSONDecodeError:
+            await _send_json(writer, 400, {"error": {"message": "body is not JSON"}})
+            return True
+        self._counts[caller] = self._counts.get(caller, 0) + 1
+        record = RecordedRequest(caller, self._counts[caller], path, headers, body,
+                                 time.monotonic())
+        self.requests.append(record)
+        queue = self._queues.get(caller) or []
+        if not queue:
+            message = f"unexpected model call by {caller}, request {record.index}"
+            self._problems.append(message)
+            await _send_json(writer, 400, {"error": {"message": message,
+                                                     "type": "unexpected_call"}})
+            return True
+        reply = queue.pop(0)
+        if reply.expect:
+            for failure in check_expect(reply.expect, record):
+                self._problems.append(f"expect failed for {caller}, request {record.index}: "
+                                      f"{failure}")
+        if reply.delay_ms:
+            await asyncio.sleep(reply.delay_ms / 1000)
+        if reply.error is not None:
+            status = int(reply.error["status"])
+            await _send_json(writer, status, {"error": {
+                "message": str(reply.error.get("message", f"scripted error {status}")),
+                "type": "scripted_error"}})
+            return True
+        if body.get("stream"):
+            return await self._stream(reply, body, writer)
+        if reply.drop:
+            return False
+        if reply.stall:
+            await self._closing.wait()
+            return False
+        await _send_json(writer, 200, self._completion(reply, body))
+        return True
+
+    def _message(self, reply: Reply) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function",
+                 "function": {"name": c["name"], "arguments": _args_text(c["arguments"])}}
+                for c in reply.tool_calls]
+        return message
+
+    def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
+        prompt = len(json.dumps(body.get("messages", []))) // 4
+        completion = (len(reply.text or "") + sum(len(_args_text(c["arguments"]))
+                                                  for c in reply.tool_calls)) // 4 + 1
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion}
+
+    def _completion(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
+        return {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
+                "created": int(time.time()), "model": body.get("model", self.model),
+                "choices": [{"index": 0, "message": self._message(reply),
+                             "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+                "usage": self._usage(body, reply)}
+
+    async def _stream(self, reply: Reply, body: dict[str, Any],
+                      writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                     b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")
+        base = {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": body.get("model", self.model)}
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        text = reply.text or ""
+        for start in range(0, len(text), self.chunk_chars):
+            deltas.append({"content": text[start:start + self.chunk_chars]})
+        for index, call in enumerate(reply.tool_calls):
+            args = _args_text(call["arguments"])
+            half = len(args) // 2
+            deltas.append({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                           "function": {"name": call["name"], "arguments": ""}}]})
+            for piece in (args[:half], args[half:]):
+                if piece:
+                    deltas.append({"tool_calls": [{"index": index,
+                                                   "function": {"arguments": piece}}]})
+        for number, delta in enumerate(deltas):
+            await _send_chunk(writer, {**base, "choices": [
+                {"index": 0, "delta": delta, "finish_reason": None}]})
+            if number == 1 and reply.drop:
+                return False
+            if number == 1 and reply.stall:
+                await self._closing.wait()
+                return False
+            if reply.delay_ms and number:
+                await asyncio.sleep(reply.delay_ms / 1000)
+        finish = "tool_calls" if reply.tool_calls else "stop"
+        await _send_chunk(writer, {**base, "choices": [
+            {"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await _send_chunk(writer, {**base, "choices": [], "usage": self._usage(body, reply)})
+        await _write_chunk(writer, b"data: [DONE]\n\n")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
+
+
+def _args_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+async def _read_request(reader: asyncio.StreamReader
+                        ) -> tuple[str, str, dict[str, str], bytes] | None:
+    try:
+        head = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+        return None
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = ([*lines[0].split(" "), "", ""])[:3]
+    headers = {}
+    for line in lines[1:]:
+        if ":" in line:
+            name, value = line.split(":", 1)
+            headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length") or 0)
+    body = await reader.readexactly(length) if length else b""
+    return method, path, headers, body
+
+
+async def _send_json(writer: asyncio.StreamWriter, status: int, payload: Any) -> None:
+    data = json.dumps(payload).encode()
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests",
+              500: "Internal Server Error", 503: "Service Unavailable"}.get(status, "Error")
+    writer.write(f"HTTP/1.1 {status} {reason}\r\ncontent-type: application/json\r\n"
+                 f"content-length: {len(data)}\r\n\r\n".encode() + data)
+    await writer.drain()
+
+
+async def _send_chunk(writer: asyncio.StreamWriter, payload: dict[str, Any]) -> None:
+    await _write_chunk(writer, b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+
+async def _write_chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
+    writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+    await writer.drain()

@@ -1,0 +1,171 @@
+"""The LLM client against the fake model server, over real HTTP."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+from subagents.config.endpoints import EndpointsConfig
+from subagents.exceptions import ConfigError, LLMError
+from subagents.llm import LLMClient, ModelSettings, resolve_model_settings
+from subagents.testing import FakeModelServer
+
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+USER = [{"role": "user", "content": "weather in Berlin?"}]
+
+
+def client(fake: FakeModelServer, caller: str = "default", **kw) -> LLMClient:
+    settings = ModelSettings(model="m", api_base=fake.base_url(caller),
+                             timeout=kw.pop("timeout", 5), max_retries=kw.pop("max_retries", 2),
+                             options=kw)
+    return LLMClient(settings)
+
+
+async def test_text_reply_with_usage():
+    async with FakeModelServer({"default": ["Sunny and warm."]}) as fake:
+        llm = client(fake)
+        response = await llm.complete(USER, None)
+        await llm.close()
+        fake.assert_done()
+    assert response.text == "Sunny and warm."
+    assert response.tool_calls == []
+    assert response.usage.prompt_tokens > 0
+    assert response.usage.completion_tokens > 0
+
+
+async def test_streamed_text_arrives_delta_by_delta_in_order():
+    text = "The weather in Berlin is sunny with a light breeze."
+    deltas: list[str] = []
+
+    async def on_text(delta: str) -> None:
+        deltas.append(delta)
+
+    async with FakeModelServer({"default": [text]}) as fake:
+        llm = client(fake)
+        response = await llm.complete(USER, None, stream=True, on_text=on_text)
+        await llm.close()
+    assert len(deltas) > 3
+    assert "".join(deltas) == text == response.text
+    assert response.streamed
+    assert response.time_to_first_token_ms is not None
+    assert response.usage.total_tokens > 0
+
+
+async def test_streamed_tool_calls_split_across_chunks_are_merged_by_index():
+    reply = {"text": "Let me check.", "tool_calls": [
+        {"get_weather": {"city": "Berlin"}},
+        {"name": "get_weather", "arguments": {"city": "Paris, France"}, "id": "call_x"}]}
+    async with FakeModelServer({"default": [reply]}) as fake:
+        llm = client(fake)
+        response = await llm.complete(USER, TOOLS, stream=True)
+        await llm.close()
+    assert response.text == "Let me check."
+    assert [(c.id, c.name, c.arguments) for c in response.tool_calls] == [
+        ("call_1", "get_weather", {"city": "Berlin"}),
+        ("call_x", "get_weather", {"city": "Paris, France"})]
+    assert fake.requests[0].body["stream"] is True
+    assert fake.requests[0].tool_names == ["get_weather"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_malformed_tool_arguments_are_reported_not_raised(stream):
+    reply = {"tool_calls": [{"name": "get_weather", "arguments": "{\"city\": Ber"}]}
+    async with FakeModelServer({"default": [reply]}) as fake:
+        llm = client(fake)
+        response = await llm.complete(USER, TOOLS, stream=stream)
+        await llm.close()
+    call = response.tool_calls[0]
+    assert call.arguments is None
+    assert call.raw_arguments == "{\"city\": Ber"
+    assert call.parse_error
+
+
+@pytest.mark.parametrize("status", [500, 429])
+async def test_retries_after_server_errors(status):
+    async with FakeModelServer({"default": [{"error": {"status": status}}, "recovered"]}) as fake:
+        llm = client(fake, max_retries=2)
+        response = await llm.complete(USER, None)
+        await llm.close()
+        fake.assert_done()
+    assert response.text == "recovered"
+    assert len(fake.requests) == 2
+
+
+async def test_persistent_errors_become_an_llm_error_with_the_status_code():
+    script = [{"error": {"status": 503, "message": "overloaded"}}] * 2
+    async with FakeModelServer({"default": script}) as fake:
+        llm = client(fake, max_retries=1)
+        with pytest.raises(LLMError) as info:
+            await llm.complete(USER, None)
+        await llm.close()
+    assert info.value.code == "llm.http_503"
+    assert "overloaded" in str(info.value)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_stalled_model_times_out(stream):
+    script = {"default": [{"text": "partial answer here", "stall": True}]}
+    async with FakeModelServer(script) as fake:
+        llm = client(fake, timeout=0.5, max_retries=0)
+        with anyio.fail_after(5), pytest.raises(LLMError) as info:
+            await llm.complete(USER, None, stream=stream)
+        await llm.close()
+    assert info.value.code == "llm.timeout"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_dropped_connection_is_a_connection_error(stream):
+    script = {"default": [{"text": "partial answer here", "drop": True}]}
+    async with FakeModelServer(script) as fake:
+        llm = client(fake, max_retries=0)
+        with anyio.fail_after(5), pytest.raises(LLMError) as info:
+            await llm.complete(USER, None, stream=stream)
+        await llm.close()
+    assert info.value.code == "llm.connection"
+
+
+async def test_request_body_carries_model_options_and_tools():
+    async with FakeModelServer({"default": ["ok"]}) as fake:
+        llm = client(fake, temperature=0.2, max_completion_tokens=99)
+        await llm.complete(USER, TOOLS)
+        await llm.close()
+    body = fake.requests[0].body
+    assert body["model"] == "m"
+    assert body["temperature"] == 0.2
+    assert body["max_completion_tokens"] == 99
+    assert body["tools"] == TOOLS
+    assert body["messages"] == USER
+
+
+def test_model_group_resolution_uses_the_first_model():
+    endpoints = EndpointsConfig.model_validate({"model_groups": [{"id": "g", "models": [
+        {"model": "first", "api_base": "http://127.0.0.1:1/v1", "timeout": 3,
+         "reasoning_effort": "low"},
+        {"model": "second"}]}]})
+    settings = resolve_model_settings({"model_group": "g"}, endpoints)
+    assert (settings.model, settings.timeout) == ("first", 3.0)
+    assert settings.options["reasoning_effort"] == "low"
+    with pytest.raises(ConfigError) as info:
+        resolve_model_settings({"model_group": "nope"}, endpoints)
+    assert info.value.code == "agent.validation.llm.unknown_model_group"
+
+
+def test_a_missing_api_key_is_a_config_error(monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigError) as info:
+        _ = LLMClient(ModelSettings(model="m")).client
+    assert info.value.code == "llm.api_key_missing"
+    monkeypatch.delenv("MY_LLM_KEY", raising=False)
+    with pytest.raises(ConfigError) as info:
+        _ = LLMClient(ModelSettings(model="m", api_key="${MY_LLM_KEY}")).client
+    assert info.value.code == "config.env_var_missing"
+    assert "MY_LLM_KEY" in str(info.value)
+
+
+async def test_the_api_key_from_the_environment_is_sent(monkeypatch):
+    monkeypatch.setenv("MY_LLM_KEY", "sk-test-123")
+    async with FakeModelServer({"default": ["ok"]}) as fake:
+        llm = LLMClient(ModelSettings(model="m", api_base=fake.base_url(), api_key="${MY_LLM_KEY}"))
+        await llm.complete(USER, None)
+        await llm.close()
+    assert fake.requests[0].headers["authorization"] == "Bearer sk-test-123"

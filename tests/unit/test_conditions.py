@@ -1,0 +1,60 @@
+"""The exit_if / next-if predicate language."""
+
+from __future__ import annotations
+
+import pytest
+from subagents.conditions import ConditionSyntaxError, parse_condition
+
+SLOTS = {"city": "Berlin", "guests": 3.0, "vip": True, "empty": None, "tags": ["a", "b"],
+         "count_text": "2"}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("slots.city is not null", True),
+    ("slots.empty is null", True),
+    ("slots.empty is not null", False),
+    ("slots.city = 'Berlin'", True),
+    ('slots.city == "Paris"', False),
+    ("slots.city != 'Paris'", True),
+    ("slots.guests > 2", True),
+    ("slots.guests >= 3", True),
+    ("slots.guests < 3", False),
+    ("slots.guests <= 3.0", True),
+    ("slots.count_text > 1", True),  # numeric strings compare as numbers
+    ("slots.empty > 1", False),  # incompatible types are false, never an error
+    ("slots.city > 1", False),
+    ("slots.vip", True),
+    ("slots.vip is true", True),
+    ("slots.vip = 'true'", True),
+    ("not slots.vip", False),
+    ("slots.tags contains 'a'", True),
+    ("slots.city contains 'erl'", True),
+    ("slots.city not contains 'x'", True),
+    ("slots.city matches '^B.*n$'", True),
+    ("slots.city matches '['", False),
+    ("slots.city is 'Berlin' and slots.guests > 1", True),
+    ("slots.city is 'Rome' or slots.guests > 1", True),
+    ("(slots.city is 'Rome' or slots.guests > 10) and slots.vip", False),
+    ("NOT (slots.city IS NULL) AND slots.vip IS TRUE", True),
+    ("slots.unknown is null", True),
+    ("'{{ slots.city }}' = 'Berlin'", True),
+])
+def test_condition_evaluates(text, expected):
+    assert parse_condition(text).evaluate_slots(SLOTS) is expected
+
+
+@pytest.mark.parametrize("text", ["slots.city is", "slots.city ==", "(slots.city is null",
+                                  "slots.city is null)", "", "slots.city $ 3", "and or"])
+def test_malformed_conditions_are_rejected_at_parse_time(text):
+    with pytest.raises(ConditionSyntaxError):
+        parse_condition(text)
+
+
+def test_slot_names_lists_referenced_slots_once_in_order():
+    cond = parse_condition("slots.b is null or slots.a > 1 and slots.b != 'x' or context.c")
+    assert cond.slot_names == ["b", "a"]
+
+
+def test_conditions_are_never_evaluated_with_eval():
+    cond = parse_condition("slots.city == '__import__(\"os\").system(\"false\")'")
+    assert cond.evaluate_slots({"city": "x"}) is False
