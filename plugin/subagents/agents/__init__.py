@@ -1,0 +1,1 @@
+"""The ReAct sub agents: schemas, the loop, open and task agents, the registry."""

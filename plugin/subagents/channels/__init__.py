@@ -1,0 +1,5 @@
+"""Output channels."""
+
+from .base import CollectingOutputChannel, OutputChannel
+
+__all__ = ["CollectingOutputChannel", "OutputChannel"]

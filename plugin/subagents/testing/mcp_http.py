@@ -1,0 +1,54 @@
+"""Serve an ``MCPServer`` over real streamable HTTP or SSE on 127.0.0.1 (a random port)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+
+class _RequireHeader:
+    """ASGI middleware: 401 unless the request carries ``header: value``."""
+
+    def __init__(self, app: ASGIApp, header: str, value: str) -> None:
+        self.app, self.header, self.value = app, header.lower().encode(), value.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(self.header) != self.value:
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"text/plain")]})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await self.app(scope, receive, send)
+
+
+@contextlib.asynccontextmanager
+async def serve_mcp(server: Any, transport: Literal["http", "sse"] = "http", *,
+                    require_header: tuple[str, str] | None = None) -> AsyncIterator[str]:
+    """Yield the server's URL (``.../mcp`` or ``.../sse``) while uvicorn serves it."""
+    import uvicorn
+
+    app: ASGIApp = server.streamable_http_app() if transport == "http" else server.sse_app()
+    if require_header is not None:
+        app = _RequireHeader(app, *require_header)
+    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on")
+    uv = uvicorn.Server(config)
+    task = asyncio.create_task(uv.serve())
+    try:
+        async with asyncio.timeout(10):
+            while not uv.started:
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.01)
+        port = uv.servers[0].sockets[0].getsockname()[1]
+        yield f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
+    finally:
+        uv.should_exit = True
+        try:
+            async with asyncio.timeout(5):
+                await task
+        except (TimeoutError, asyncio.CancelledError):
+            task.cancel()
