@@ -394,15 +394,14 @@ class _Loader:
             self.issues.append(doc.issue("agent.validation.optional.module_not_found",
                                          f"{module!r} is not a dotted path pkg.mod.Class", loc))
             return
-        with project_on_path(self.root):
-            try:
-                mod = importlib.import_module(mod_name)
-            except Exception as exc:  # noqa: BLE001 - any import failure is reported
-                self.issues.append(doc.issue(
-                    "agent.validation.optional.module_not_found",
-                    f"cannot import {mod_name!r}: {exc}", loc,
-                    hint="module paths are relative to the project folder"))
-                return
+        try:
+            mod = import_from_project(self.root, mod_name)
+        except Exception as exc:  # noqa: BLE001 - any import failure is reported
+            self.issues.append(doc.issue(
+                "agent.validation.optional.module_not_found",
+                f"cannot import {mod_name!r}: {exc}", loc,
+                hint="module paths are relative to the project folder"))
+            return
         if not hasattr(mod, cls_name):
             self.issues.append(doc.issue("agent.validation.optional.module_not_found",
                                          f"module {mod_name!r} has no class {cls_name!r}", loc))
@@ -561,11 +560,35 @@ class project_on_path:  # noqa: N801 - used as a context manager
         self.root = str(root.resolve())
 
     def __enter__(self) -> None:
-        if self.root not in sys.path:
-            sys.path.insert(0, self.root)
+        if self.root in sys.path:
+            sys.path.remove(self.root)
+        sys.path.insert(0, self.root)
 
     def __exit__(self, *exc: object) -> None:
         return None
+
+
+def _inside(module: Any, root: str) -> bool:
+    paths = [getattr(module, "__file__", None), *list(getattr(module, "__path__", []) or [])]
+    return any(p and str(Path(p).resolve()).startswith(root) for p in paths)
+
+
+def import_from_project(root: Path, dotted: str) -> Any:
+    """Import ``dotted`` (a module) from the project folder ``root``.
+
+    A package of the same top-level name cached from another project folder (several projects
+    loaded in one process) is dropped first, so the module always comes from ``root``.
+    """
+    resolved = str(root.resolve())
+    top = dotted.split(".")[0]
+    cached = sys.modules.get(top)
+    if cached is not None and not _inside(cached, resolved) and \
+            (Path(resolved) / top).exists():
+        for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+            del sys.modules[name]
+        importlib.invalidate_caches()
+    with project_on_path(root):
+        return importlib.import_module(dotted)
 
 
 def collect_issues(root: Path) -> tuple[Project | None, list[ConfigIssue]]:

@@ -1,0 +1,65 @@
+"""The conversation as chat messages: last N utterances, restart markers, current message."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .schemas import AgentInput
+
+PREVIOUS_RUN_START = "--- Previous run (completed). ---"
+PREVIOUS_RUN_END = "--- End of previous run ---"
+
+
+def _bot_text(event: dict[str, Any]) -> str:
+    text = " ".join(str(event.get("text") or "").split("\n")).strip()
+    buttons = (event.get("data") or {}).get("buttons") or []
+    if buttons:
+        labels = ", ".join(f'button {i}: "{b.get("title", "")}"' for i, b in
+                           enumerate(buttons, 1))
+        text = f"{text} {labels}".strip()
+    return text
+
+
+def previous_run_region(events: list[dict[str, Any]], agent: str) -> tuple[int, int] | None:
+    """Indexes (start, end) of the agent's last completed run in ``events``."""
+    end = next((i for i in range(len(events) - 1, -1, -1)
+                if events[i].get("event") == "agent_completed"
+                and events[i].get("agent_id") == agent), None)
+    if end is None:
+        return None
+    start = None
+    for i in range(end - 1, -1, -1):
+        event = events[i]
+        if event.get("agent_id") != agent:
+            continue
+        if event.get("event") == "agent_completed":
+            break
+        if event.get("event") == "agent_started":
+            start = i
+    return (start, end) if start is not None else None
+
+
+def history_messages(context: AgentInput, agent: str, turns: int) -> list[dict[str, Any]]:
+    events = context.events
+    indexed = [(i, e) for i, e in enumerate(events) if e.get("event") in ("user", "bot")]
+    window = indexed[-turns:] if turns else []
+    region = previous_run_region(events, agent) if context.metadata.get("restarted") else None
+    messages: list[dict[str, Any]] = []
+    in_region: list[int] = []
+    for index, event in window:
+        is_user = event.get("event") == "user"
+        content = str(event.get("text") or "") if is_user else _bot_text(event)
+        if not content.strip():
+            continue
+        if region and region[0] <= index <= region[1]:
+            in_region.append(len(messages))
+        messages.append({"role": "user" if is_user else "assistant", "content": content})
+    if in_region:
+        first, last = in_region[0], in_region[-1]
+        messages[first]["content"] = f"{PREVIOUS_RUN_START}\n{messages[first]['content']}"
+        messages[last]["content"] = f"{messages[last]['content']}\n{PREVIOUS_RUN_END}"
+    last_user = next((e.get("text") for _, e in reversed(window) if e.get("event") == "user"),
+                     None)
+    if context.user_message and last_user != context.user_message:
+        messages.append({"role": "user", "content": context.user_message})
+    return messages

@@ -1,0 +1,79 @@
+"""Protocol type -> agent class, ``configuration.module`` overrides, third-party classes.
+
+Third-party packages add protocol types through the entry point group ``subagents.agents``
+(``name = "pkg.mod:Class"``); a project picks a class per agent with ``configuration.module``.
+The class must subclass the one the call step needs (MCPOpenAgent without ``exit_if``,
+MCPTaskAgent with it).
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config.project import AgentSpec, import_from_project
+from ..exceptions import AgentInitializationError
+from .base import MCPBaseAgent
+from .open_agent import MCPOpenAgent
+from .task_agent import MCPTaskAgent
+
+if TYPE_CHECKING:
+    from ..config.endpoints import EndpointsConfig
+    from ..llm import LLMClient
+    from ..mcp.pool import MCPPool
+
+ENTRY_POINT_GROUP = "subagents.agents"
+BUILTIN: dict[str, type[MCPBaseAgent]] = {"mcp_open": MCPOpenAgent, "mcp_task": MCPTaskAgent}
+
+
+def protocol_type_for(spec: AgentSpec, *, has_exit_if: bool) -> str:
+    """``exit_if`` -> ``mcp_task``; A2A agents -> ``a2a``; otherwise ``mcp_open``."""
+    if has_exit_if:
+        return "mcp_task"
+    return "a2a" if spec.config.agent.protocol.value == "A2A" else "mcp_open"
+
+
+def registered_classes() -> dict[str, type[MCPBaseAgent]]:
+    classes = dict(BUILTIN)
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        loaded = ep.load()
+        if isinstance(loaded, type) and issubclass(loaded, MCPBaseAgent):
+            classes[ep.name] = loaded
+    return classes
+
+
+def agent_class(spec: AgentSpec, protocol_type: str, root: Path) -> type[MCPBaseAgent]:
+    classes = registered_classes()
+    required = classes.get(protocol_type)
+    if required is None:
+        raise AgentInitializationError(
+            f"agent {spec.name!r}: protocol type {protocol_type!r} is not supported "
+            f"(available: {', '.join(sorted(classes))}); A2A agents need a class registered "
+            f"under the {ENTRY_POINT_GROUP!r} entry point group",
+            code="agent.protocol.unsupported")
+    module = spec.config.configuration.module
+    if not module:
+        return required
+    mod_name, _, cls_name = module.rpartition(".")
+    try:
+        cls = getattr(import_from_project(root, mod_name), cls_name)
+    except (ImportError, AttributeError) as exc:
+        raise AgentInitializationError(
+            f"agent {spec.name!r}: cannot load configuration.module {module!r}: {exc}",
+            code="agent.validation.optional.module_not_found") from exc
+    if not isinstance(cls, type) or not issubclass(cls, required):
+        raise AgentInitializationError(
+            f"agent {spec.name!r} ({spec.file}): configuration.module {module!r} is not a "
+            f"subclass of {required.__name__}, which this call step needs "
+            f"({'with' if protocol_type == 'mcp_task' else 'without'} exit_if)",
+            code="agent.module.not_subclass")
+    return cls
+
+
+def create_agent(spec: AgentSpec, protocol_type: str, *, root: Path,
+                 endpoints: EndpointsConfig | None = None, pool: MCPPool | None = None,
+                 llm: LLMClient | None = None) -> MCPBaseAgent:
+    cls = agent_class(spec, protocol_type, root)
+    return cls.from_config(spec.config, endpoints=endpoints, pool=pool, project_root=root,
+                           llm=llm)

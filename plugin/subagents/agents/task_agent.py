@@ -1,0 +1,229 @@
+"""The task-specific agent: fills exit slots through ``set_slot_<slot>`` tools, then completes
+silently once the step's ``exit_if`` conditions hold.
+
+Choices where the reference has quirks (reference §10): values are coerced to the slot type and
+an invalid value is an error tool result naming the allowed values (D9); a text reply that
+arrives when the conditions already hold is recorded (the user saw it); when the step limit is
+reached without the conditions holding, the agent keeps waiting for the user
+(``input_required``) instead of letting the flow move on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from .. import events as ev
+from ..conditions import Condition, ConditionSyntaxError, parse_condition
+from ..tools.base import CallContext, Tool
+from ._plan import AgentRun, Outcome, Plan
+from .base import MCPBaseAgent
+from .schemas import AgentInput, AgentInputSlot, AgentStatus, AgentToolResult, AgentToolSchema
+
+SET_SLOT = re.compile(r"^set_slot_(\w+)$")
+_JSON_TYPES = {"text": "string", "float": "number", "bool": "boolean", "list": "array",
+               "categorical": "string", "strict_categorical": "string"}
+
+
+def _to_bool(slot: AgentInputSlot, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1"):
+        return True
+    if text in ("false", "no", "0"):
+        return False
+    raise ValueError(f"slot {slot.name!r} is a bool: use true or false")
+
+
+def _to_float(slot: AgentInputSlot, value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    try:
+        return float(str(value).strip())
+    except ValueError:
+        raise ValueError(f"slot {slot.name!r} is a number: {value!r} is not one") from None
+
+
+def _to_category(slot: AgentInputSlot, value: Any) -> Any:
+    for allowed in slot.allowed_values or []:
+        if str(allowed).lower() == str(value).strip().lower():
+            return allowed
+    allowed_text = ", ".join(str(a) for a in slot.allowed_values or [])
+    raise ValueError(f"{value!r} is not allowed for slot {slot.name!r}; "
+                     f"allowed values: {allowed_text}")
+
+
+def _to_list(slot: AgentInputSlot, value: Any) -> list[Any]:
+    if isinstance(value, list):
+        return value
+    if isinstance(value, str) and value.strip().startswith("["):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, list):
+            return parsed
+    return [value]
+
+
+def _to_text(slot: AgentInputSlot, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+_COERCERS = {"bool": _to_bool, "float": _to_float, "list": _to_list, "text": _to_text,
+             "categorical": _to_category, "strict_categorical": _to_category}
+
+
+def coerce_slot_value(slot: AgentInputSlot, value: Any) -> Any:
+    """Coerce ``value`` to the slot's type; raise ValueError saying what is allowed (D9)."""
+    coerce = _COERCERS.get(slot.type)
+    if value is None or coerce is None:
+        return value
+    if coerce is _to_category and not slot.allowed_values:
+        return _to_text(slot, value)
+    return coerce(slot, value)
+
+
+class MCPTaskAgent(MCPBaseAgent):
+    PROTOCOL_TYPE = "mcp_task"
+    TEMPLATE_FILE = "task_agent.jinja2"
+
+    # ------------------------------------------------------------------ exit slots + tools
+    @staticmethod
+    def exit_conditions(agent_input: AgentInput) -> list[Condition]:
+        conditions = []
+        for text in agent_input.metadata.get("exit_if") or []:
+            try:
+                conditions.append(parse_condition(str(text)))
+            except ConditionSyntaxError:
+                conditions.append(Condition(str(text), None))
+        return conditions
+
+    @classmethod
+    def exit_slot_names(cls, agent_input: AgentInput) -> list[str]:
+        names: list[str] = []
+        for cond in cls.exit_conditions(agent_input):
+            names += [n for n in cond.slot_names if n not in names]
+        return names
+
+    @classmethod
+    def fillable_slots(cls, agent_input: AgentInput) -> list[AgentInputSlot]:
+        """Exit slots present in the input whose mappings allow the model to fill them."""
+        exit_names = set(cls.exit_slot_names(agent_input))
+        return [s for s in agent_input.slots if s.name in exit_names and _llm_fillable(s)]
+
+    @classmethod
+    def get_slot_specific_set_slot_tool(cls, slot: AgentInputSlot) -> dict[str, Any]:
+        description = f"Set the slot '{slot.name}' (type: {slot.type})."
+        if slot.description:
+            description += f" {slot.description}"
+        if slot.allowed_values:
+            allowed = ", ".join(str(v) for v in slot.allowed_values)
+            description += f" Allowed values: {allowed}."
+        value_schema: dict[str, Any] = {"type": _JSON_TYPES.get(slot.type, "string")}
+        if slot.type in ("float", "bool"):
+            value_schema = {"type": [value_schema["type"], "string"]}
+        elif slot.type == "list":
+            value_schema = {"type": ["array", "string"], "items": {"type": "string"}}
+        elif slot.type == "any":
+            value_schema = {"type": ["string", "number", "boolean", "array", "object"]}
+        value_schema["description"] = "The value to store."
+        return {"type": "function", "function": {
+            "name": f"set_slot_{slot.name}", "description": description, "strict": True,
+            "parameters": {"type": "object", "properties": {"slot_value": value_schema},
+                           "required": ["slot_value"], "additionalProperties": False}}}
+
+    def _build_context_for_prompt(self, context: AgentInput) -> dict[str, Any]:
+        values = super()._build_context_for_prompt(context)
+        values["slot_names"] = [s.name for s in self.fillable_slots(context)]
+        return values
+
+    def get_agent_specific_built_in_tools(self, agent_input: AgentInput) -> list[AgentToolSchema]:
+        return [AgentToolSchema.from_openai_json_format(self.get_slot_specific_set_slot_tool(s))
+                for s in self.fillable_slots(agent_input)]
+
+    def _builtin_tools(self, run: AgentRun) -> list[Tool]:
+        run.slot_values = {s.name: s.value for s in run.input.slots}
+        run.initial_slot_values = dict(run.slot_values)
+        return [self._set_slot_tool(run, schema)
+                for schema in self.get_agent_specific_built_in_tools(run.input)]
+
+    def _set_slot_tool(self, run: AgentRun, schema: AgentToolSchema) -> Tool:
+        match = SET_SLOT.match(schema.name)
+        slot_name = match.group(1) if match else schema.name
+
+        async def set_slot(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+            slot = run.input.slot(slot_name)
+            if slot is None:
+                return AgentToolResult(tool_name=schema.name, is_error=True,
+                                       error_message=f"slot {slot_name!r} is not available")
+            try:
+                value = coerce_slot_value(slot, arguments.get("slot_value"))
+            except ValueError as exc:
+                return AgentToolResult(tool_name=schema.name, is_error=True,
+                                       error_message=str(exc))
+            self._apply_slot(run, slot_name, value)
+            return AgentToolResult(tool_name=schema.name,
+                                   result=f"Slot {slot_name} set to {json.dumps(value)}.")
+
+        return Tool(schema=schema, run=set_slot, source="builtin")
+
+    # ------------------------------------------------------------------ exit check
+    def _exit_met(self, run: AgentRun) -> bool:
+        conditions = self.exit_conditions(run.input)
+        if not conditions or not run.slot_values:
+            return False
+        view = {"slots": dict(run.slot_values)}
+        return all(cond.evaluate(view) for cond in conditions)
+
+    # ------------------------------------------------------------------ step decisions
+    async def _on_text(self, run: AgentRun, plan: Plan) -> Outcome | None:
+        if self._exit_met(run):
+            if plan.text:
+                self._record_text(run, plan.text, plan.response, "final_response")
+            return Outcome(AgentStatus.COMPLETED, "exit_if")
+        self._record_text(run, plan.text, plan.response, "input_required")
+        return Outcome(AgentStatus.INPUT_REQUIRED, "text")
+
+    async def _on_tools(self, run: AgentRun, plan: Plan) -> Outcome | None:
+        if plan.text:
+            self._record_text(run, plan.text, plan.response, "filler_message")
+        outcomes = await self._execute(run, plan)
+        failure = self._tool_failure([o for o in outcomes if o.call.tool is not None
+                                      and o.call.tool.source != "builtin"])
+        if failure is not None:
+            return failure
+        if self._exit_met(run):
+            return Outcome(AgentStatus.COMPLETED, "exit_if")
+        return self._unavailable_outcome(run, plan)
+
+    def _max_steps_message_type(self) -> str:
+        return "input_required"
+
+    def _max_steps_outcome(self, run: AgentRun) -> Outcome:
+        if self._exit_met(run):
+            return Outcome(AgentStatus.COMPLETED, "exit_if")
+        return Outcome(AgentStatus.INPUT_REQUIRED, "max_steps")
+
+    # ------------------------------------------------------------------ output
+    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[dict[str, Any]]:
+        events = list(run.events)
+        exit_names = self.exit_slot_names(run.input)
+        for name in exit_names:
+            if name not in run.slot_values or name in run.slot_set_by_hook:
+                continue
+            value = run.slot_values[name]
+            changed = value != run.initial_slot_values.get(name)
+            if outcome.status == AgentStatus.COMPLETED or changed:
+                events.append(ev.slot_set(name, value))
+        return events
+
+
+def _llm_fillable(slot: AgentInputSlot) -> bool:
+    if not slot.mappings:
+        return True
+    return any(m.get("type") == "from_llm" for m in slot.mappings)

@@ -1,0 +1,103 @@
+"""``@tool``: a typed Python function becomes a custom tool (DECISIONS A8).
+
+The schema comes from the signature (pydantic) and the docstring's first paragraph. A parameter
+annotated ``AgentToolContext`` receives the tool context and is hidden from the model. Decorated
+methods of an agent subclass are picked up by ``get_custom_tool_definitions()``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel, create_model
+
+from ..agents.schemas import AgentToolContext, AgentToolResult
+
+F = TypeVar("F", bound=Callable[..., Any])
+_MARK = "__subagents_tool__"
+
+
+class ToolSpec:
+    def __init__(self, fn: Callable[..., Any], name: str | None, description: str | None,
+                 read_only: bool) -> None:
+        self.fn = fn
+        self.name = name or fn.__name__
+        doc = inspect.getdoc(fn) or ""
+        self.description = description or doc.split("\n\n")[0].replace("\n", " ").strip() or \
+            self.name
+        self.read_only = read_only
+        self.signature = inspect.signature(fn)
+        self.context_param = next((p.name for p in self.signature.parameters.values()
+                                   if p.annotation in (AgentToolContext, "AgentToolContext")),
+                                  None)
+        fields: dict[str, Any] = {}
+        for param in self.signature.parameters.values():
+            if param.name in ("self", self.context_param):
+                continue
+            annotation = Any if param.annotation is inspect.Parameter.empty else param.annotation
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[param.name] = (annotation, default)
+        self.model: type[BaseModel] = create_model(f"{self.name}_arguments", **fields)
+
+    def definition(self, owner: Any = None) -> dict[str, Any]:
+        schema = self.model.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+
+        async def executor(arguments: dict[str, Any], context: AgentToolContext
+                           ) -> AgentToolResult:
+            parsed = self.model.model_validate(arguments)
+            kwargs = {k: getattr(parsed, k) for k in type(parsed).model_fields}
+            if self.context_param:
+                kwargs[self.context_param] = context
+            fn = self.fn.__get__(owner) if owner is not None else self.fn
+            value = fn(**kwargs)
+            if inspect.isawaitable(value):
+                value = await value
+            if isinstance(value, AgentToolResult):
+                return value
+            text = value if isinstance(value, str) else json.dumps(
+                value.model_dump(mode="json") if isinstance(value, BaseModel) else value,
+                ensure_ascii=False, default=str)
+            return AgentToolResult(tool_name=self.name, result=text)
+
+        return {"type": "function", "function": {"name": self.name,
+                                                 "description": self.description,
+                                                 "parameters": schema},
+                "tool_executor": executor, "read_only": self.read_only}
+
+
+@overload
+def tool(fn: F) -> F: ...
+@overload
+def tool(*, name: str | None = None, description: str | None = None,
+         read_only: bool = False) -> Callable[[F], F]: ...
+
+
+def tool(fn: Any = None, *, name: str | None = None, description: str | None = None,
+         read_only: bool = False) -> Any:
+    """Mark a function (or an agent method) as a custom tool."""
+
+    def mark(func: Any) -> Any:
+        setattr(func, _MARK, ToolSpec(func, name, description, read_only))
+        return func
+
+    return mark(fn) if fn is not None else mark
+
+
+def discover_python_tools(agent: Any) -> list[dict[str, Any]]:
+    """Definitions of the agent's ``@tool`` methods and of functions in ``python_tools``."""
+    found: list[dict[str, Any]] = []
+    for attr in dir(type(agent)):
+        member = getattr(type(agent), attr, None)
+        spec = getattr(member, _MARK, None)
+        if isinstance(spec, ToolSpec):
+            found.append(spec.definition(owner=agent))
+    for fn in getattr(agent, "python_tools", []) or []:
+        spec = getattr(fn, _MARK, None) or ToolSpec(fn, None, None, False)
+        found.append(spec.definition())
+    return found

@@ -1,0 +1,83 @@
+"""configuration.module overrides and the protocol registry."""
+
+from __future__ import annotations
+
+import pytest
+from subagents.agents.open_agent import MCPOpenAgent
+from subagents.agents.registry import agent_class, create_agent, protocol_type_for
+from subagents.agents.task_agent import MCPTaskAgent
+from subagents.config import load_project
+from subagents.exceptions import AgentInitializationError
+
+MODULE = '''
+from subagents import MCPOpenAgent, MCPTaskAgent
+
+
+class MyOpen(MCPOpenAgent):
+    pass
+
+
+class MyTask(MCPTaskAgent):
+    pass
+
+
+class NotAnAgent:
+    pass
+'''
+
+
+def project_with_module(make_project, module: str):
+    return make_project({
+        "sub_agents/weather/agent.py": MODULE,
+        "sub_agents/weather/__init__.py": "",
+        "sub_agents/__init__.py": "",
+        "sub_agents/weather/config.yml": f"""
+            agent:
+              name: weather_agent
+              description: d
+            configuration:
+              module: {module}
+            connections:
+              mcp_servers: [{{name: tools}}]
+            """})
+
+
+def test_a_subclass_next_to_its_config_is_loaded_from_the_project_folder(make_project):
+    root = project_with_module(make_project, "sub_agents.weather.agent.MyOpen")
+    project = load_project(root)
+    spec = project.agents["weather_agent"]
+    cls = agent_class(spec, "mcp_open", root)
+    assert cls.__name__ == "MyOpen"
+    assert issubclass(cls, MCPOpenAgent)
+    agent = create_agent(spec, "mcp_open", root=root, endpoints=project.endpoints)
+    assert type(agent).__name__ == "MyOpen"
+    assert agent.protocol_type == "mcp_open"
+
+
+def test_the_class_must_subclass_what_the_call_step_needs(make_project):
+    root = project_with_module(make_project, "sub_agents.weather.agent.MyOpen")
+    spec = load_project(root).agents["weather_agent"]
+    with pytest.raises(AgentInitializationError) as info:
+        agent_class(spec, "mcp_task", root)
+    assert info.value.code == "agent.module.not_subclass"
+    assert "MCPTaskAgent" in str(info.value)
+    assert "with exit_if" in str(info.value)
+
+
+def test_a_class_that_is_no_agent_is_refused(make_project):
+    root = project_with_module(make_project, "sub_agents.weather.agent.NotAnAgent")
+    spec = load_project(root).agents["weather_agent"]
+    with pytest.raises(AgentInitializationError) as info:
+        agent_class(spec, "mcp_open", root)
+    assert info.value.code == "agent.module.not_subclass"
+
+
+def test_protocol_type_follows_the_call_step(make_project):
+    project = load_project(make_project())
+    spec = project.agents["weather_agent"]
+    assert protocol_type_for(spec, has_exit_if=True) == "mcp_task"
+    assert protocol_type_for(spec, has_exit_if=False) == "mcp_open"
+    assert agent_class(spec, "mcp_task", project.root) is MCPTaskAgent
+    with pytest.raises(AgentInitializationError) as info:
+        agent_class(spec, "a2a", project.root)
+    assert info.value.code == "agent.protocol.unsupported"
