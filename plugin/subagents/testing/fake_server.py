@@ -44,6 +44,8 @@ class RecordedRequest:
     headers: dict[str, str]
     body: dict[str, Any]
     received_at: float
+    handled_ms: float = 0.0
+    """Time the server spent on this request (parse to last byte written), for benchmarks."""
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -220,7 +222,11 @@ class FakeModelServer:
                 request = await _read_request(reader)
                 if request is None:
                     break
+                started = time.perf_counter()
+                before = len(self.requests)
                 keep = await self._respond(request, writer)
+                if len(self.requests) > before:
+                    self.requests[-1].handled_ms = (time.perf_counter() - started) * 1000
                 if not keep:
                     break
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):

@@ -1,0 +1,77 @@
+"""ReAct loop overhead: a 5-step run, model at zero latency, trivial in-process tool."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+import tracemalloc
+from typing import Any
+
+from subagents import events as ev
+from subagents.agents.open_agent import MCPOpenAgent
+from subagents.agents.schemas import AgentInput, AgentToolContext, AgentToolResult
+from subagents.channels import CollectingOutputChannel
+from subagents.config.sub_agent import AgentConfiguration
+from subagents.llm import LLMClient, ModelSettings
+from subagents.testing import FakeModelServer
+
+RUNS = 40
+STEPS = 5
+
+
+class Bench(MCPOpenAgent):
+    def get_custom_tool_definitions(self) -> list[dict[str, Any]]:
+        def noop(arguments: dict[str, Any], context: AgentToolContext) -> AgentToolResult:
+            return AgentToolResult(tool_name="noop", result="ok")
+
+        return [{"type": "function", "function": {"name": "noop", "description": "Do nothing.",
+                                                  "parameters": {"type": "object",
+                                                                 "properties": {}}},
+                 "tool_executor": noop, "read_only": True}]
+
+
+def script() -> list[Any]:
+    steps: list[Any] = [{"text": "Working.", "tool_calls": [{"noop": {}}]}
+                        for _ in range(STEPS - 1)]
+    return [*steps, {"text": "Done.", "tool_calls": [{"task_completed": {}}]}]
+
+
+async def _runs(agent: Bench, fake: FakeModelServer, count: int) -> list[float]:
+    history = [ev.user_uttered(f"message {i}") for i in range(10)]
+    per_step = []
+    for _ in range(count):
+        fake.add("bench", script())
+        before = len(fake.requests)
+        inp = AgentInput(id="bench", user_message="go", events=list(history),
+                         recipient_id="u", metadata={"sender_id": "u"})
+        start = time.perf_counter()
+        output = await agent.run(inp, CollectingOutputChannel())
+        wall = (time.perf_counter() - start) * 1000
+        assert output.status.value == "completed", output
+        server = sum(r.handled_ms for r in fake.requests[before:])
+        per_step.append((wall - server) / STEPS)
+    return per_step
+
+
+async def main() -> None:
+    print("== ReAct loop overhead (5 steps, zero-latency model, in-process tool) ==")
+    async with FakeModelServer() as fake:
+        llm = LLMClient(ModelSettings(model="m", api_base=fake.base_url("bench"), max_retries=0))
+        agent = Bench("bench", "benchmark", llm=llm,
+                      configuration=AgentConfiguration(include_date_time=False))
+        await _runs(agent, fake, 3)  # warm-up: imports, connection pool
+        per_step = await _runs(agent, fake, RUNS)
+        tracemalloc.start()
+        await _runs(agent, fake, 5)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        await agent.disconnect()
+        fake.assert_done()
+    print(f"per step (wall minus fake-server time): median {statistics.median(per_step):.2f} ms"
+          f", min {min(per_step):.2f} ms, max {max(per_step):.2f} ms  (n={len(per_step)} runs)")
+    print(f"peak traced Python memory over 5 runs: {peak / 1024 / 1024:.2f} MB")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

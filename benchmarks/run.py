@@ -1,0 +1,32 @@
+"""Run every benchmark and print its figures with the machine it ran on (`make bench`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import bench_import
+import bench_loop
+import bench_mcp
+from _common import machine
+
+
+def main() -> None:
+    logging.disable(logging.INFO)
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    print(f"machine: {machine()}\n")
+    bench_import.main()
+    print()
+    asyncio.run(bench_mcp.main())
+    print()
+    asyncio.run(bench_loop.main())
+
+
+if __name__ == "__main__":
+    main()
