@@ -1,0 +1,1 @@
+"""The dialogue runtime: stack, commands, understanding, flow executor, one turn end to end."""

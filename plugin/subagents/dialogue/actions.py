@@ -1,0 +1,103 @@
+"""Custom actions: rasa-sdk ``Action`` classes in process, or a rasa-sdk action server over HTTP.
+
+In process, the project's ``actions`` package (``actions/`` or ``actions.py`` in the project
+folder; ``action_endpoint.actions_module`` names another) is registered with rasa-sdk's
+``ActionExecutor``. With ``action_endpoint.url`` the standard webhook payload is POSTed there.
+Either way the returned events are applied and the dispatcher's messages are sent.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from ..config.project import Project, import_from_project
+from ..exceptions import SubagentsError
+
+if TYPE_CHECKING:
+    from .turn import Turn
+
+log = structlog.get_logger("subagents.actions")
+
+
+class ActionFailedError(SubagentsError):
+    code = "action.failed"
+
+
+class ActionRunner:
+    def __init__(self, project: Project, *, stubs: dict[str, Any] | None = None) -> None:
+        self.project = project
+        self.root: Path = project.root
+        endpoint = project.endpoints.action_endpoint
+        self.url = endpoint.url if endpoint else None
+        self.module = (endpoint.actions_module if endpoint else None) or "actions"
+        self.stubs = stubs
+        """Name -> {events, responses}: used instead of running actions (e2e stubs)."""
+        self._executor: Any = None
+
+    def tracker_state(self, turn: Turn) -> dict[str, Any]:
+        latest: dict[str, Any] = next((e for e in reversed(turn.events)
+                                       if e.get("event") == "user"), {})
+        action = next((e.get("name") for e in reversed(turn.events)
+                       if e.get("event") == "action"), None)
+        return {"sender_id": turn.sender_id, "slots": dict(turn.slots),
+                "latest_message": {"text": latest.get("text"), "intent": {}, "entities": [],
+                                   "metadata": latest.get("metadata") or {}},
+                "events": list(turn.events), "paused": False, "followup_action": None,
+                "active_loop": {}, "latest_action_name": action,
+                "stack": turn.stack.to_list()}
+
+    def domain_dict(self) -> dict[str, Any]:
+        domain = self.project.domain
+        return {"slots": {k: v.model_dump(exclude_none=True) for k, v in domain.slots.items()},
+                "responses": {k: [r.model_dump(exclude_none=True) for r in v]
+                              for k, v in domain.responses.items()},
+                "actions": list(domain.actions)}
+
+    async def run(self, name: str, turn: Turn, project: Project
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Return (messages to send, events to apply)."""
+        if self.stubs is not None and name in self.stubs:
+            stub = self.stubs[name] or {}
+            return list(stub.get("responses") or []), list(stub.get("events") or [])
+        call = {"next_action": name, "sender_id": turn.sender_id,
+                "tracker": self.tracker_state(turn), "domain": self.domain_dict(),
+                "version": "3.21.0"}
+        try:
+            result = await (self._http(call) if self.url else self._in_process(call))
+        except ActionFailedError:
+            raise
+        except Exception as exc:
+            raise ActionFailedError(f"custom action {name!r} failed: {type(exc).__name__}: "
+                                    f"{exc}") from exc
+        return list(result.get("responses") or []), list(result.get("events") or [])
+
+    async def _in_process(self, call: dict[str, Any]) -> dict[str, Any]:
+        if self._executor is None:
+            from rasa_sdk.executor import ActionExecutor
+
+            executor = ActionExecutor()
+            try:
+                package = import_from_project(self.root, self.module)
+            except ImportError as exc:
+                raise ActionFailedError(
+                    f"custom action {call['next_action']!r}: cannot import the actions "
+                    f"package {self.module!r} from {self.root}: {exc}") from exc
+            executor.register_package(package)
+            self._executor = executor
+        result = await self._executor.run(call)
+        if result is None:
+            return {}
+        return dict(result.model_dump(by_alias=True))
+
+    async def _http(self, call: dict[str, Any]) -> dict[str, Any]:
+        import httpx2
+
+        async with httpx2.AsyncClient(timeout=30) as client:
+            response = await client.post(str(self.url), json=call)
+        if response.status_code != 200:
+            raise ActionFailedError(f"action server answered HTTP {response.status_code} for "
+                                    f"{call['next_action']!r}: {response.text[:200]}")
+        return dict(response.json())

@@ -1,0 +1,166 @@
+"""``Assistant``: loads a project and handles one user turn end to end.
+
+lock(sender) -> load tracker -> user event -> commands -> stack -> flow executor (agents run
+inside call steps) -> save the turn's events and the stack in one transaction -> unlock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from .. import events as ev
+from ..agents.base import MCPBaseAgent
+from ..agents.registry import create_agent
+from ..channels.base import OutputChannel
+from ..config.project import Project, load_project
+from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
+from ..llm import LLMClient, ModelSettings, resolve_model_settings
+from ..mcp.pool import MCPPool
+from ..stores import (
+    InProcessLockStore,
+    LockStore,
+    TrackerStore,
+    create_lock_store,
+    create_tracker_store,
+)
+from .actions import ActionRunner
+from .commands import CannotHandle, Command
+from .flow_executor import FlowExecutor
+from .stack import FlowFrame, Stack
+from .turn import Turn
+from .understanding import CommandGenerator, deterministic
+
+log = structlog.get_logger("subagents.dialogue")
+
+LLMFactory = Callable[[str, ModelSettings], LLMClient]
+COMMAND_GENERATOR = "command_generator"
+
+
+def default_llm_factory(caller: str, settings: ModelSettings) -> LLMClient:
+    return LLMClient(settings, name=caller)
+
+
+class Assistant:
+    """A loaded assistant project. Use ``async with Assistant.load(dir) as assistant:``."""
+
+    def __init__(self, project: Project, *, tracker_store: TrackerStore | None = None,
+                 lock_store: LockStore | None = None, llm_factory: LLMFactory | None = None,
+                 action_stubs: dict[str, Any] | None = None,
+                 retry_delays: tuple[float, ...] = (1.0, 2.0)) -> None:
+        self.project = project
+        self.root = project.root
+        factory = llm_factory or default_llm_factory
+        self.tracker_store = tracker_store or create_tracker_store(
+            project.endpoints.tracker_store, project.root)
+        self.lock_store = lock_store or create_lock_store(project.endpoints.lock_store)
+        self.pool = MCPPool(project.endpoints, root=project.root)
+        self.agents: dict[tuple[str, str], MCPBaseAgent] = {}
+        for _, step in project.agent_call_steps():
+            name = str(step.model.call)
+            protocol = "mcp_task" if step.model.exit_if else "mcp_open"
+            if (name, protocol) in self.agents:
+                continue
+            spec = project.agents[name]
+            settings = resolve_model_settings(spec.config.configuration.llm, project.endpoints,
+                                              where=spec.file)
+            self.agents[(name, protocol)] = create_agent(
+                spec, protocol, root=project.root, endpoints=project.endpoints, pool=self.pool,
+                llm=factory(name, settings))
+        generator_settings = resolve_model_settings(project.pipeline.command_generator_llm(),
+                                                    project.endpoints, where="config.yml")
+        self.command_llm = factory(COMMAND_GENERATOR, generator_settings)
+        self.understanding = CommandGenerator(project, self.command_llm)
+        self.actions = ActionRunner(project, stubs=action_stubs)
+        self.executor = FlowExecutor(project, self.agents, self.actions,
+                                     assistant_id=project.assistant_id,
+                                     model_id=project.assistant_id, retry_delays=retry_delays)
+        self._started = False
+
+    @classmethod
+    def load(cls, project_dir: str | Path, **kwargs: Any) -> Assistant:
+        """Load and check a project (raises ProjectInvalidError listing every problem)."""
+        return cls(load_project(project_dir), **kwargs)
+
+    async def start(self) -> None:
+        """Connect every agent's MCP servers (retries with backoff, then a clear error)."""
+        if self._started:
+            return
+        for agent in self.agents.values():
+            try:
+                await agent.connect()
+            except MCPConnectionError as exc:
+                await self.close()
+                raise AgentInitializationError(str(exc), code="agent.mcp_connection_failed") \
+                    from exc
+        self._started = True
+
+    async def close(self) -> None:
+        for agent in self.agents.values():
+            await agent.disconnect()
+        await self.command_llm.close()
+        await self.pool.close()
+        await self.tracker_store.close()
+        await self.lock_store.close()
+        self._started = False
+
+    async def __aenter__(self) -> Assistant:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ turns
+    async def handle_message(self, sender_id: str, text: str,
+                             metadata: dict[str, Any] | None = None,
+                             output_channel: OutputChannel | None = None) -> list[dict[str, Any]]:
+        """Handle one user message; returns the events of this turn."""
+        if not self._started:
+            await self.start()
+        async with self.lock_store.lock(sender_id):
+            record = await self.tracker_store.load(sender_id)
+            turn = Turn(sender_id, record.events, Stack.from_list(record.stack),
+                        self.project.domain, output_channel, dict(metadata or {}))
+            turn.user_text = text
+            turn.add(ev.user_uttered(text, metadata=dict(metadata or {})))
+            commands = self.executor.clean_commands(turn, await self.understand(turn, text))
+            if not commands and turn.stack.top() is None:
+                commands = [CannotHandle()]
+            log.info("dialogue.turn.commands", sender=sender_id,
+                     commands=[repr(c) for c in commands])
+            self.executor.apply_commands(turn, commands)
+            await self.executor.advance(turn)
+            turn.add(ev.action_executed("action_listen"))
+            await self.tracker_store.save_turn(sender_id, turn.new_events, turn.stack.to_list(),
+                                               turn.previous_count)
+            return turn.new_events
+
+    async def understand(self, turn: Turn, text: str) -> list[Command]:
+        fixed = deterministic(text, set(self.project.flows))
+        if fixed is not None:
+            return fixed
+        try:
+            return await self.understanding.predict(text, turn.stack, turn.slots,
+                                                    turn.events[:-1])
+        except LLMError as exc:
+            log.warning("dialogue.understanding.failed", error=str(exc))
+            return []
+
+    async def tracker(self, sender_id: str) -> list[dict[str, Any]]:
+        return (await self.tracker_store.load(sender_id)).events
+
+    async def state(self, sender_id: str) -> dict[str, Any]:
+        """Events, current slot values and the stack of a conversation."""
+        from .turn import slots_from_events
+
+        record = await self.tracker_store.load(sender_id)
+        return {"sender_id": sender_id, "events": record.events,
+                "slots": slots_from_events(self.project.domain, record.events),
+                "stack": record.stack}
+
+
+__all__ = ["Assistant", "FlowFrame", "InProcessLockStore"]

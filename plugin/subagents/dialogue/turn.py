@@ -1,0 +1,54 @@
+"""The state of one conversation during one turn: events so far, new events, slots, stack."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..channels.base import OutputChannel
+from ..config.domain import Domain
+from .stack import Stack
+
+
+def slots_from_events(domain: Domain, events: list[dict[str, Any]]) -> dict[str, Any]:
+    slots = {name: definition.initial_value for name, definition in domain.slots.items()}
+    for event in events:
+        if event.get("event") == "slot":
+            slots[event["name"]] = event.get("value")
+        elif event.get("event") in ("restart", "reset_slots"):
+            slots = {name: d.initial_value for name, d in domain.slots.items()}
+    return slots
+
+
+class Turn:
+    def __init__(self, sender_id: str, events: list[dict[str, Any]], stack: Stack,
+                 domain: Domain, channel: OutputChannel | None,
+                 metadata: dict[str, Any] | None = None) -> None:
+        self.sender_id = sender_id
+        self.previous_count = len(events)
+        self.events = list(events)
+        self.new_events: list[dict[str, Any]] = []
+        self.stack = stack
+        self.slots = slots_from_events(domain, events)
+        self.channel = channel
+        self.metadata = metadata or {}
+        self.user_text = ""
+        self.stamp: dict[str, Any] = {}
+        """step_id / active_flow stamped on events produced while a step runs."""
+        self.flow_completed = False
+        self.agent_ran = False
+
+    def add(self, event: dict[str, Any]) -> dict[str, Any]:
+        if self.stamp:
+            meta = event.setdefault("metadata", {})
+            if isinstance(meta, dict):
+                for key, value in self.stamp.items():
+                    meta.setdefault(key, value)
+        self.new_events.append(event)
+        self.events.append(event)
+        if event.get("event") == "slot":
+            self.slots[event["name"]] = event.get("value")
+        return event
+
+    def latest_user_text(self) -> str:
+        return next((str(e.get("text") or "") for e in reversed(self.events)
+                     if e.get("event") == "user"), "")

@@ -1,0 +1,20 @@
+"""Tracker stores (memory, SQL) and lock stores (in-process, Redis)."""
+
+from .base import ConversationRecord, TrackerStore
+from .locks import InProcessLockStore, LockStore
+from .memory import InMemoryTrackerStore
+
+__all__ = ["ConversationRecord", "InMemoryTrackerStore", "InProcessLockStore", "LockStore",
+           "TrackerStore", "create_lock_store", "create_tracker_store"]
+
+
+def create_tracker_store(config: object | None, root: object) -> TrackerStore:
+    from .factory import tracker_store_from_config
+
+    return tracker_store_from_config(config, root)
+
+
+def create_lock_store(config: object | None) -> LockStore:
+    from .factory import lock_store_from_config
+
+    return lock_store_from_config(config)

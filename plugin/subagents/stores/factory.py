@@ -1,0 +1,53 @@
+"""Build stores from ``endpoints.yml``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..exceptions import ConfigError, ConfigIssue
+from .base import TrackerStore
+from .locks import InProcessLockStore, LockStore
+from .memory import InMemoryTrackerStore
+
+DEFAULT_DB = ".subagents/tracker.db"
+
+
+def tracker_store_from_config(config: Any, root: Any) -> TrackerStore:
+    root = Path(root)
+    data = config.model_dump() if config is not None else {"type": "sql"}
+    kind = str(data.get("type") or "sql").lower()
+    if kind in ("memory", "in_memory", "inmemory"):
+        return InMemoryTrackerStore()
+    if kind != "sql":
+        raise ConfigError(ConfigIssue("endpoints.tracker_store.unsupported",
+                                      f"tracker_store type {kind!r} is not supported",
+                                      file="endpoints.yml", key="tracker_store.type",
+                                      hint="use sql (SQLite or PostgreSQL) or memory"))
+    from .sql import SQLTrackerStore
+
+    url = data.get("url")
+    if not url:
+        dialect = str(data.get("dialect") or "sqlite")
+        if dialect.startswith("postgres"):
+            user, pw = data.get("username", ""), data.get("password", "")
+            host, port = data.get("host", "localhost"), data.get("port", 5432)
+            db = data.get("db", "subagents")
+            url = f"postgresql+asyncpg://{user}:{pw}@{host}:{port}/{db}"
+        else:
+            url = f"sqlite+aiosqlite:///{root / (data.get('db') or DEFAULT_DB)}"
+    elif url.startswith("sqlite+aiosqlite:///") and not url.startswith("sqlite+aiosqlite:////"):
+        rel = url.split(":///", 1)[1]
+        url = f"sqlite+aiosqlite:///{root / rel}"
+    return SQLTrackerStore(url)
+
+
+def lock_store_from_config(config: Any) -> LockStore:
+    data = config.model_dump() if config is not None else {}
+    kind = str(data.get("type") or "in_memory").lower()
+    if kind == "redis":
+        from .redis_lock import RedisLockStore
+
+        return RedisLockStore(url=data.get("url"), host=data.get("host", "localhost"),
+                              port=int(data.get("port", 6379)), db=int(data.get("db", 0)))
+    return InProcessLockStore()
