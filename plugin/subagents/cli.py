@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 
@@ -25,6 +26,12 @@ def build_parser() -> argparse.ArgumentParser:
     _project_arg(validate)
     demo = sub.add_parser("demo", help="run the example assistant with the scripted model")
     _project_arg(demo)
+    test = sub.add_parser("test", help="run conversation tests (default: tests/e2e/)")
+    test.add_argument("paths", nargs="*", type=Path, help="fixture files or folders")
+    _project_arg(test)
+    test.add_argument("--junit", type=Path, help="write JUnit XML to this file")
+    test.add_argument("-k", dest="pattern", help="only test cases whose name contains this")
+    test.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
     return parser
 
 
@@ -73,6 +80,60 @@ def cmd_demo(project_dir: Path) -> int:
     return 0
 
 
+def cmd_test(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from .testing.e2e import Runner
+    from .testing.fixtures import discover, load_file
+    from .testing.report import Progress, case_line, failure_text, summary, write_junit
+
+    project = args.project.resolve()
+    paths = args.paths or [project / "tests" / "e2e"]
+    files = discover([p if p.is_absolute() else Path.cwd() / p for p in paths])
+    if not files:
+        print(f"no test files found in {', '.join(str(p) for p in paths)}", file=sys.stderr)
+        return 1
+    cases, issues = [], []
+    for path in files:
+        try:
+            shown = str(path.relative_to(project))
+        except ValueError:
+            shown = str(path)
+        loaded = load_file(path, display=shown)
+        cases += loaded.cases
+        issues += loaded.issues
+    if issues:
+        for issue in issues:
+            print(issue.format(), file=sys.stderr)
+        print(f"{len(issues)} error(s) in the test files.", file=sys.stderr)
+        return 1
+    if args.pattern:
+        cases = [c for c in cases if args.pattern in c.name]
+
+    async def run_all() -> list[Any]:
+        results = []
+        progress = Progress(len(cases))
+        async with Runner(project) as runner:
+            for case in cases:
+                result = await runner.run_case(case)
+                results.append(result)
+                progress.tick()
+                print(case_line(result), flush=True)
+                if args.fail_fast and not result.passed:
+                    break
+        progress.close()
+        return results
+
+    results = asyncio.run(run_all())
+    failed = [r for r in results if not r.passed]
+    for result in failed:
+        print("\n" + failure_text(result))
+    if args.junit:
+        write_junit(results, args.junit)
+    print(summary(results))
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .logs import configure_logging
@@ -82,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_validate(args.project)
     if args.command == "demo":
         return cmd_demo(args.project)
+    if args.command == "test":
+        return cmd_test(args)
     raise AssertionError(f"unhandled command {args.command}")
 
 

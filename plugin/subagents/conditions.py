@@ -28,14 +28,22 @@ _TOKEN = re.compile(
     r"""\s*(?:
         (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
       | (?P<number>-?\d+(?:\.\d+)?(?![\w.]))
-      | (?P<op>==|!=|<=|>=|=|<|>|\(|\))
+      | (?P<op>==|!=|<=|>=|=|<|>|\(|\)|\{|\}|,)
       | (?P<word>[A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*)
     )""",
     re.VERBOSE,
 )
 _KEYWORDS = {"and", "or", "not", "is", "contains", "matches"}
+class _Empty:
+    """The ``empty`` constant: equal to None, "", and empty collections."""
+
+    def __repr__(self) -> str:
+        return "empty"
+
+
+EMPTY = _Empty()
 _CONSTANTS: dict[str, Any] = {"true": True, "false": False, "null": None, "none": None,
-                              "undefined": None}
+                              "undefined": None, "empty": EMPTY}
 _COMPARATORS = {"==", "=", "!=", "<", "<=", ">", ">=", "is", "is not", "contains", "matches"}
 
 
@@ -156,6 +164,20 @@ class _Parser:
             op = "is not"
         return ("cmp", op, left, self.parse_operand())
 
+    def parse_set(self) -> tuple[Any, ...]:
+        """``{'a' 'b'}`` or ``{'a', 'b'}``: a set literal (for ``contains``)."""
+        items: list[Any] = []
+        while True:
+            tok = self.take()
+            if tok.kind == "op" and tok.value == "}":
+                return tuple(items)
+            if tok.kind == "op" and tok.value == ",":
+                continue
+            if tok.kind != "literal":
+                raise ConditionSyntaxError(f"a set holds literals, not {tok.value!r} "
+                                           f"(position {tok.pos + 1} in {self.text!r})")
+            items.append(tok.value)
+
     def parse_operand(self) -> Node:
         tok = self.take()
         if tok.kind == "op" and tok.value == "(":
@@ -165,6 +187,8 @@ class _Parser:
                 raise ConditionSyntaxError(f"expected ')' at position {close.pos + 1} "
                                            f"in {self.text!r}")
             return node
+        if tok.kind == "op" and tok.value == "{":
+            return ("lit", self.parse_set())
         if tok.kind == "literal":
             return ("lit", tok.value)
         if tok.kind == "ref":
@@ -187,6 +211,10 @@ def _as_number(value: Any) -> float | None:
 
 
 def _equal(a: Any, b: Any) -> bool:
+    if a is EMPTY or b is EMPTY:
+        other = b if a is EMPTY else a
+        return other is EMPTY or other is None or (isinstance(other, str | list | tuple | dict)
+                                                   and not other)
     if a is None or b is None:
         return a is None and b is None
     if isinstance(a, bool) or isinstance(b, bool):
@@ -216,7 +244,7 @@ def _compare(op: str, a: Any, b: Any) -> bool:
         if a is None or b is None:
             return False
         try:
-            return re.search(str(b), str(a)) is not None
+            return _regex(str(b)).search(str(a)) is not None
         except re.error:
             return False
     na, nb = _as_number(a), _as_number(b)
@@ -227,6 +255,20 @@ def _compare(op: str, a: Any, b: Any) -> bool:
                     ">=": na_s >= nb_s}[op]
         return False
     return {"<": na < nb, "<=": na <= nb, ">": na > nb, ">=": na >= nb}[op]
+
+
+_FLAGS = {"i": re.IGNORECASE, "m": re.MULTILINE, "s": re.DOTALL, "x": re.VERBOSE}
+
+
+def _regex(pattern: str) -> re.Pattern[str]:
+    """A pattern, or ``/pattern/flags`` with flags from ``imsx``."""
+    match = re.fullmatch(r"/(.*)/([imsx]*)", pattern, re.S)
+    if match:
+        flags = 0
+        for flag in match.group(2):
+            flags |= _FLAGS[flag]
+        return re.compile(match.group(1), flags)
+    return re.compile(pattern)
 
 
 def _lookup(path: str, context: Mapping[str, Any]) -> Any:

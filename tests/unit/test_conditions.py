@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from subagents.conditions import ConditionSyntaxError, parse_condition
 
-SLOTS = {"city": "Berlin", "guests": 3.0, "vip": True, "empty": None, "tags": ["a", "b"],
-         "count_text": "2"}
+SLOTS = {"city": "Berlin", "blank": "", "guests": 3.0, "vip": True, "empty": None,
+         "tags": ["a", "b"], "count_text": "2"}
 
 
 @pytest.mark.parametrize(("text", "expected"), [
@@ -37,6 +37,15 @@ SLOTS = {"city": "Berlin", "guests": 3.0, "vip": True, "empty": None, "tags": ["
     ("(slots.city is 'Rome' or slots.guests > 10) and slots.vip", False),
     ("NOT (slots.city IS NULL) AND slots.vip IS TRUE", True),
     ("slots.unknown is null", True),
+    ("{'a' 'z'} contains slots.tags", False),
+    ("{'Berlin' 'Paris'} contains slots.city", True),
+    ("{'Rome', 'Paris'} contains slots.city", False),
+    ("slots.empty is empty", True),
+    ("slots.blank is empty", True),
+    ("slots.city is empty", False),
+    ("slots.city matches '/^berlin$/i'", True),
+    ("slots.city matches '^berlin$'", False),
+    ("slots.city matches '(?i)^berlin$'", True),
     ("'{{ slots.city }}' = 'Berlin'", True),
 ])
 def test_condition_evaluates(text, expected):
@@ -44,6 +53,7 @@ def test_condition_evaluates(text, expected):
 
 
 @pytest.mark.parametrize("text", ["slots.city is", "slots.city ==", "(slots.city is null",
+                                  "{slots.a} contains 'x'", "{'a' 'b' contains slots.x",
                                   "slots.city is null)", "", "slots.city $ 3", "and or"])
 def test_malformed_conditions_are_rejected_at_parse_time(text):
     with pytest.raises(ConditionSyntaxError):

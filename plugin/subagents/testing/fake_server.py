@@ -174,6 +174,14 @@ class FakeModelServer:
         self._queues.setdefault(caller, []).extend(normalize_reply(r, self._counter)
                                                    for r in replies)
 
+    def reset(self) -> None:
+        """Forget scripts, requests and problems (a new test case on the same server)."""
+        self._queues.clear()
+        self._counts.clear()
+        self._problems.clear()
+        self.requests.clear()
+        self._counter[0] = 0
+
     def base_url(self, caller: str = "default") -> str:
         prefix = "" if caller == "default" else f"/{caller}"
         return f"http://{self.host}:{self.port}{prefix}/v1"

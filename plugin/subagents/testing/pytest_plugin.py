@@ -1,0 +1,119 @@
+"""pytest plugin (entry point ``pytest11``): ``tests/e2e/*.yml`` test cases as pytest items.
+
+The project is the folder holding ``tests/`` (or ``--subagents-project``). One runner per
+project lives on a background event loop for the whole session, so MCP servers start once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from .e2e import CaseResult, Runner
+from .fixtures import TestCase, load_file
+from .report import failure_text
+
+T = TypeVar("T")
+_KEY = pytest.StashKey["_Session"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("subagents")
+    group.addoption("--subagents-project", default=None,
+                    help="assistant project for tests/e2e/*.yml (default: the folder "
+                         "holding tests/)")
+
+
+class _Session:
+    """A background event loop with one Runner per project."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
+                                       name="subagents-e2e")
+        self.thread.start()
+        self.runners: dict[Path, Runner] = {}
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 600) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def runner(self, project: Path) -> Runner:
+        if project not in self.runners:
+            self.runners[project] = self.run(Runner(project).__aenter__())
+        return self.runners[project]
+
+    def close(self) -> None:
+        for runner in self.runners.values():
+            self.run(runner.__aexit__(None, None, None))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+        self.loop.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_KEY] = _Session()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session = config.stash.get(_KEY, None)
+    if session is not None:
+        session.close()
+
+
+def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
+    if file_path.suffix in (".yml", ".yaml") and file_path.parent.name == "e2e" and \
+            file_path.parent.parent.name == "tests":
+        return E2EFile.from_parent(parent, path=file_path)
+    return None
+
+
+class E2EFailedError(Exception):
+    def __init__(self, result: CaseResult) -> None:
+        super().__init__(result.case.name)
+        self.result = result
+
+
+class E2EFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        project = self.project()
+        try:
+            shown = str(self.path.relative_to(project))
+        except ValueError:
+            shown = str(self.path)
+        loaded = load_file(self.path, display=shown)
+        if loaded.issues:
+            raise self.CollectError("\n".join(i.format() for i in loaded.issues))
+        for case in loaded.cases:
+            yield E2EItem.from_parent(self, name=case.name, case=case, project=project)
+
+    def project(self) -> Path:
+        option = self.config.getoption("--subagents-project")
+        return Path(option).resolve() if option else self.path.parent.parent.parent.resolve()
+
+
+class E2EItem(pytest.Item):
+    def __init__(self, *, case: TestCase, project: Path, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.case = case
+        self.project = project
+
+    def runtest(self) -> None:
+        session = self.config.stash[_KEY]
+        runner = session.runner(self.project)
+        result = session.run(runner.run_case(self.case))
+        if not result.passed:
+            raise E2EFailedError(result)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
+                     style: Any = None) -> str:
+        if isinstance(excinfo.value, E2EFailedError):
+            return failure_text(excinfo.value.result)
+        return str(super().repr_failure(excinfo))
+
+    def reportinfo(self) -> tuple[Path, int | None, str]:
+        return self.path, (self.case.line or 1) - 1, f"e2e: {self.case.name}"
