@@ -26,6 +26,20 @@ def build_parser() -> argparse.ArgumentParser:
     _project_arg(validate)
     demo = sub.add_parser("demo", help="run the example assistant with the scripted model")
     _project_arg(demo)
+    demo.add_argument("--script", type=Path, help="the recorded conversation to play "
+                      "(default: <project>/demo.yml)")
+    demo.add_argument("--structure", action="store_true",
+                      help="only print the project's flows and agents")
+    shell = sub.add_parser("shell", help="talk to the assistant in the terminal")
+    _project_arg(shell)
+    shell.add_argument("--debug", action="store_true", help="show tool calls and slot changes")
+    serve = sub.add_parser("serve", help="serve the HTTP API (REST and SSE streaming)")
+    _project_arg(serve)
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=5005)
+    serve.add_argument("--token", default=None,
+                       help="bearer token required on every route but /health "
+                            "(default: $SUBAGENTS_TOKEN)")
     test = sub.add_parser("test", help="run conversation tests (default: tests/e2e/)")
     test.add_argument("paths", nargs="*", type=Path, help="fixture files or folders")
     _project_arg(test)
@@ -53,7 +67,7 @@ def cmd_validate(project_dir: Path) -> int:
     return 0
 
 
-def cmd_demo(project_dir: Path) -> int:
+def cmd_structure(project_dir: Path) -> int:
     from .config.project import collect_issues
 
     project, issues = collect_issues(project_dir)
@@ -142,7 +156,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "validate":
         return cmd_validate(args.project)
     if args.command == "demo":
-        return cmd_demo(args.project)
+        if args.structure:
+            return cmd_structure(args.project)
+        from .demo.player import play
+
+        return play(args.project, args.script)
+    if args.command == "shell":
+        from .shell import run_shell
+
+        return run_shell(args.project, debug=args.debug)
+    if args.command == "serve":
+        import os
+
+        from .dialogue.processor import Assistant
+        from .server import serve
+
+        serve(Assistant.load(args.project), host=args.host, port=args.port,
+              token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
+        return 0
     if args.command == "test":
         return cmd_test(args)
     raise AssertionError(f"unhandled command {args.command}")

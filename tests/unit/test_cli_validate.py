@@ -37,6 +37,6 @@ def test_validate_lists_all_errors_and_exits_1(make_project):
 
 
 def test_demo_prints_the_project_structure():
-    result = run("demo", "--project", str(REPO))
+    result = run("demo", "--structure", "--project", str(REPO))
     assert result.returncode == 0, result.stderr
     assert "call: appointment_booker  <- task agent" in result.stdout

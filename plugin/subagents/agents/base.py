@@ -398,7 +398,9 @@ class MCPBaseAgent:
                                        max_parallel=self.configuration.max_parallel_tools)
         answers: dict[str, str] = {}
         for outcome in outcomes:
-            answers[outcome.call.id] = self._record_tool(run, outcome)
+            answers[outcome.call.id], event = self._record_tool(run, outcome)
+            if event is not None and run.channel is not None and run.recipient_id is not None:
+                await run.channel.send_event(run.recipient_id, event)
         for call in plan.unavailable:
             answers[call.id] = self._unavailable_text(call.name, run)
         for call in plan.builtin:
@@ -412,23 +414,27 @@ class MCPBaseAgent:
             await self._apply_hook_events(run, current)
         return outcomes
 
-    def _record_tool(self, run: AgentRun, outcome: ToolOutcome) -> str:
+    def _record_tool(self, run: AgentRun, outcome: ToolOutcome
+                     ) -> tuple[str, dict[str, Any] | None]:
+        """Record the call; return the model's answer and the event (None for built-ins)."""
         call, result = outcome.call, outcome.result
         run.count_tool(call.name)
         source = call.tool.source if call.tool else ""
+        event = None
         if source != "builtin":
-            run.events.append(ev.mcp_tool_executed(
+            event = ev.mcp_tool_executed(
                 call.name, call.arguments, result.result, is_error=result.is_error,
                 error_message=result.error_message, agent_id=self.agent_id,
-                duration_ms=round(outcome.duration_ms, 1)))
+                duration_ms=round(outcome.duration_ms, 1))
+            run.events.append(event)
             if not result.is_error:
                 run.results[call.id] = result
                 run.structured.append({"name": call.name, "result": result.result or ""})
         log.info("agent.tool.finished", agent=self.name, tool=call.name, source=source,
                  is_error=result.is_error, duration_ms=round(outcome.duration_ms, 1))
         if result.is_error:
-            return f"Error: {result.error_message}"
-        return result.result if result.result is not None else ""
+            return f"Error: {result.error_message}", event
+        return (result.result if result.result is not None else ""), event
 
     def _unavailable_text(self, name: str, run: AgentRun) -> str:
         names = sorted(run.tools)

@@ -206,6 +206,7 @@ class FlowExecutor:
                 result = await self.agent_frame_on_top(turn, top)
             else:
                 result = await self.run_step(turn, top)
+            await turn.flush_channel_events()
             if result == WAIT:
                 return
         log.error("dialogue.loop.limit", sender=turn.sender_id)

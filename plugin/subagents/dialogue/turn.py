@@ -35,6 +35,7 @@ class Turn:
         self.stamp: dict[str, Any] = {}
         """step_id / active_flow stamped on events produced while a step runs."""
         self.flow_completed = False
+        self.pending_channel_events: list[dict[str, Any]] = []
         self.agent_ran = False
 
     def add(self, event: dict[str, Any]) -> dict[str, Any]:
@@ -47,7 +48,15 @@ class Turn:
         self.events.append(event)
         if event.get("event") == "slot":
             self.slots[event["name"]] = event.get("value")
+            self.pending_channel_events.append(event)
         return event
+
+    async def flush_channel_events(self) -> None:
+        """Tell the channel about slot changes (debug shell, SSE stream)."""
+        events, self.pending_channel_events = self.pending_channel_events, []
+        if self.channel is not None:
+            for event in events:
+                await self.channel.send_event(self.sender_id, event)
 
     def latest_user_text(self) -> str:
         return next((str(e.get("text") or "") for e in reversed(self.events)

@@ -29,11 +29,18 @@ class _RequireHeader:
 async def serve_mcp(server: Any, transport: Literal["http", "sse"] = "http", *,
                     require_header: tuple[str, str] | None = None) -> AsyncIterator[str]:
     """Yield the server's URL (``.../mcp`` or ``.../sse``) while uvicorn serves it."""
-    import uvicorn
-
     app: ASGIApp = server.streamable_http_app() if transport == "http" else server.sse_app()
     if require_header is not None:
         app = _RequireHeader(app, *require_header)
+    async with serve_app(app) as base:
+        yield f"{base}/{'mcp' if transport == 'http' else 'sse'}"
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: ASGIApp) -> AsyncIterator[str]:
+    """Serve any ASGI app with uvicorn on 127.0.0.1 (random port); yield its base URL."""
+    import uvicorn
+
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on")
     uv = uvicorn.Server(config)
     task = asyncio.create_task(uv.serve())
@@ -44,7 +51,7 @@ async def serve_mcp(server: Any, transport: Literal["http", "sse"] = "http", *,
                     task.result()
                 await asyncio.sleep(0.01)
         port = uv.servers[0].sockets[0].getsockname()[1]
-        yield f"http://127.0.0.1:{port}/{'mcp' if transport == 'http' else 'sse'}"
+        yield f"http://127.0.0.1:{port}"
     finally:
         uv.should_exit = True
         try:

@@ -1,0 +1,63 @@
+"""``subagents demo``: play a recorded conversation against the real assistant.
+
+Everything is real except the model: the project's stdio MCP servers, its SQLite tracker store,
+the flow executor and the agents; the model is the fake server playing the script's
+``llm_script`` replies. The conversation is printed as a user would see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from ..channels.console import ConsoleOutputChannel
+from ..llm import LLMClient, ModelSettings
+from ..testing.fake_server import FakeModelServer
+from ..testing.fixtures import load_file
+
+
+async def _play(project: Path, script: Path) -> int:
+    from ..dialogue.processor import Assistant
+
+    loaded = load_file(script)
+    if loaded.issues or not loaded.cases:
+        for issue in loaded.issues:
+            print(issue.format(), file=sys.stderr)
+        print(f"{script}: no playable conversation", file=sys.stderr)
+        return 1
+    case = loaded.cases[0]
+    started = time.perf_counter()
+    async with FakeModelServer(case.llm_script or {}) as fake:
+        def factory(caller: str, settings: ModelSettings) -> LLMClient:
+            settings.api_base = fake.base_url(caller)
+            settings.api_key = None
+            return LLMClient(settings, name=caller)
+
+        channel = ConsoleOutputChannel(debug=True)
+        sender = f"demo-{uuid.uuid4().hex[:8]}"
+        print(f"Starting the assistant in {project} (stdio MCP servers, SQLite, scripted "
+              "model)...", flush=True)
+        async with Assistant.load(project, llm_factory=factory) as assistant:
+            for step in case.steps:
+                if "user" not in step:
+                    continue
+                print(f"\nyou> {step['user']}", flush=True)
+                await assistant.handle_message(sender, str(step["user"]), None, channel)
+        problems = fake.problems()
+    print(f"\nDemo finished in {time.perf_counter() - started:.1f}s; the conversation is "
+          f"saved as {sender!r} in the project's tracker store.")
+    for problem in problems:
+        print(f"warning: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def play(project: Path, script: Path | None = None) -> int:
+    project = project.resolve()
+    script = script or project / "demo.yml"
+    if not script.exists():
+        print(f"no demo script at {script}; pass --script FILE", file=sys.stderr)
+        return 1
+    return asyncio.run(_play(project, script))
