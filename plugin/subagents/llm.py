@@ -140,11 +140,16 @@ class LLMClient:
     @property
     def client(self) -> AsyncOpenAI:
         if self._client is None:
-            from openai import AsyncOpenAI
+            import httpx2
+            from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
+            # keep as many idle connections as the pool may open: under many concurrent
+            # conversations the SDK default (100) makes the pool churn connections
+            http = DefaultAsyncHttpxClient(limits=httpx2.Limits(
+                max_connections=1000, max_keepalive_connections=1000, keepalive_expiry=30))
             self._client = AsyncOpenAI(api_key=self._api_key(), base_url=self.settings.api_base,
                                        timeout=self.settings.timeout,
-                                       max_retries=self.settings.max_retries)
+                                       max_retries=self.settings.max_retries, http_client=http)
         return self._client
 
     async def close(self) -> None:

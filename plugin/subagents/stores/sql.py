@@ -2,12 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .base import ConversationRecord, TrackerStore
+
+
+@dataclass
+class _PendingTurn:
+    sender_id: str
+    events: list[dict[str, Any]]
+    stack: list[dict[str, Any]]
+    previous_count: int
+    done: asyncio.Future[None]
+
+
+def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.close()
 
 
 class SQLTrackerStore(TrackerStore):
@@ -27,15 +45,20 @@ class SQLTrackerStore(TrackerStore):
             Table,
             Text,
             UniqueConstraint,
+            event,
         )
         from sqlalchemy.ext.asyncio import create_async_engine
 
         self.url = url
-        if url.startswith("sqlite"):
+        self.sqlite = url.startswith("sqlite")
+        if self.sqlite:
             path = url.split(":///", 1)[-1]
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.engine = create_async_engine(url)
+            self.engine = create_async_engine(url, connect_args={"timeout": 30})
+            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+        else:
+            self.engine = create_async_engine(url, pool_size=10, max_overflow=20)
         self.meta = MetaData()
         self.conversations = Table(
             "subagents_conversations", self.meta,
@@ -51,12 +74,18 @@ class SQLTrackerStore(TrackerStore):
             Column("data", Text, nullable=False),
             UniqueConstraint("sender_id", "seq"))
         self._ready = False
+        self._init_lock = asyncio.Lock()
+        self._pending: list[_PendingTurn] = []
+        self._writer: asyncio.Future[None] | None = None
 
     async def _init(self) -> None:
-        if not self._ready:
-            async with self.engine.begin() as conn:
-                await conn.run_sync(self.meta.create_all)
-            self._ready = True
+        if self._ready:
+            return
+        async with self._init_lock:
+            if not self._ready:
+                async with self.engine.begin() as conn:
+                    await conn.run_sync(self.meta.create_all)
+                self._ready = True
 
     async def load(self, sender_id: str) -> ConversationRecord:
         from sqlalchemy import select
@@ -74,29 +103,69 @@ class SQLTrackerStore(TrackerStore):
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
                         stack: list[dict[str, Any]], previous_count: int) -> None:
+        await self._init()
+        item = _PendingTurn(sender_id, new_events, stack, previous_count,
+                            asyncio.get_running_loop().create_future())
+        if not self.sqlite:
+            await self._write([item])
+        else:
+            # group commit: SQLite has one writer, so concurrent turns share a transaction
+            self._pending.append(item)
+            if self._writer is None or self._writer.done():
+                self._writer = asyncio.ensure_future(self._write_pending())
+        await item.done
+
+    async def _write_pending(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            await self._write(batch)
+
+    async def _write(self, batch: list[_PendingTurn]) -> None:
+        """One transaction for the batch; a turn whose conversation changed is refused alone."""
         from sqlalchemy import insert, select, update
 
-        await self._init()
-        count = previous_count + len(new_events)
-        async with self.engine.begin() as conn:
-            existing = (await conn.execute(select(self.conversations.c.event_count).where(
-                self.conversations.c.sender_id == sender_id))).first()
-            stored = existing[0] if existing else 0
-            if stored != previous_count:
-                raise RuntimeError(f"conversation {sender_id!r} changed while a turn ran "
-                                   f"({stored} events stored, {previous_count} expected)")
-            if new_events:
-                await conn.execute(insert(self.events), [
-                    {"sender_id": sender_id, "seq": previous_count + i,
-                     "data": json.dumps(e, default=str)} for i, e in enumerate(new_events)])
-            values = {"stack": json.dumps(stack, default=str), "event_count": count,
-                      "updated_at": time.time()}
-            if existing:
-                await conn.execute(update(self.conversations).where(
-                    self.conversations.c.sender_id == sender_id).values(**values))
-            else:
-                await conn.execute(insert(self.conversations).values(sender_id=sender_id,
-                                                                     **values))
+        accepted: list[_PendingTurn] = []
+        try:
+            async with self.engine.begin() as conn:
+                senders = [item.sender_id for item in batch]
+                rows = await conn.execute(select(
+                    self.conversations.c.sender_id, self.conversations.c.event_count).where(
+                    self.conversations.c.sender_id.in_(senders)))
+                stored = {row[0]: row[1] for row in rows}
+                existing = set(stored)
+                events: list[dict[str, Any]] = []
+                for item in batch:
+                    count = stored.get(item.sender_id, 0)
+                    if count != item.previous_count:
+                        item.done.set_exception(RuntimeError(
+                            f"conversation {item.sender_id!r} changed while a turn ran "
+                            f"({count} events stored, {item.previous_count} expected)"))
+                        continue
+                    accepted.append(item)
+                    stored[item.sender_id] = count + len(item.events)
+                    events += [{"sender_id": item.sender_id, "seq": count + i,
+                                "data": json.dumps(e, default=str)}
+                               for i, e in enumerate(item.events)]
+                    values = {"stack": json.dumps(item.stack, default=str),
+                              "event_count": count + len(item.events),
+                              "updated_at": time.time()}
+                    if item.sender_id in existing:
+                        await conn.execute(update(self.conversations).where(
+                            self.conversations.c.sender_id == item.sender_id).values(**values))
+                    else:
+                        existing.add(item.sender_id)
+                        await conn.execute(insert(self.conversations).values(
+                            sender_id=item.sender_id, **values))
+                if events:
+                    await conn.execute(insert(self.events), events)
+        except Exception as exc:  # noqa: BLE001 - every waiting turn gets the error
+            for item in accepted:
+                if not item.done.done():
+                    item.done.set_exception(exc)
+            return
+        for item in accepted:
+            if not item.done.done():
+                item.done.set_result(None)
 
     async def senders(self) -> list[str]:
         from sqlalchemy import select

@@ -204,7 +204,7 @@ class FakeModelServer:
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> FakeModelServer:
-        self._server = await asyncio.start_server(self._handle, self.host, 0)
+        self._server = await asyncio.start_server(self._handle, self.host, 0, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
