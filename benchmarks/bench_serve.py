@@ -21,7 +21,7 @@ import httpx2
 from subagents.testing import FakeModelServer
 
 MODEL_MS = 200
-LEVELS = (100, 500)
+LEVELS = (100, 500, 1000)
 
 
 def free_port() -> int:
@@ -98,44 +98,61 @@ async def level(client: httpx2.AsyncClient, fake: FakeModelServer, n: int, tag: 
     return time.perf_counter() - start, list(latencies)
 
 
+def raise_fd_limit() -> int:
+    """1000 conversations need ~3000 sockets here (client, fake model); the server inherits."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 65536
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(target, 65536)), hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+async def run_level(root: Path, fake: FakeModelServer, n: int) -> str:
+    """Start a fresh server, warm it up, run n concurrent conversations, stop it."""
+    port = free_port()
+    log_file = (root / f"server-{n}.log").open("wb")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
+        "--port", str(port), stdout=asyncio.subprocess.DEVNULL, stderr=log_file,
+        env={**os.environ})
+    base = f"http://127.0.0.1:{port}"
+    try:
+        await wait_healthy(base)
+        limits = httpx2.Limits(max_connections=n + 100, max_keepalive_connections=n + 100)
+        async with httpx2.AsyncClient(base_url=base, timeout=300, limits=limits) as client:
+            await level(client, fake, 20, f"warmup{n}")
+            server_cpu, own_cpu = cpu_seconds(proc.pid), time.process_time()
+            wall, lat = await level(client, fake, n, f"n{n}")
+            server_cpu = cpu_seconds(proc.pid) - server_cpu
+            own_cpu = time.process_time() - own_cpu
+        lat.sort()
+        rss, hwm = rss_mb(proc.pid)
+        return (f"N={n:5d}: {n / wall:7.1f} turns/s   latency minus model: "
+                f"p50 {statistics.median(lat):8.1f} ms  "
+                f"p99 {lat[min(len(lat) - 1, int(len(lat) * 0.99))]:8.1f} ms   "
+                f"server RSS {rss:6.1f} MB (peak {hwm:6.1f})   CPU ms/turn: server "
+                f"{server_cpu / n * 1000:.1f}, client+fake model {own_cpu / n * 1000:.1f}")
+    finally:
+        proc.terminate()
+        await proc.wait()
+        log_file.close()
+        log = (root / f"server-{n}.log").read_text(errors="replace")
+        if "Traceback" in log:
+            print(log[-3000:])
+
+
 async def main() -> None:
-    print(f"== serve under load (fake model {MODEL_MS} ms per call, SQLite tracker) ==")
+    raise_fd_limit()
+    print(f"== serve under load (fake model {MODEL_MS} ms per call, SQLite tracker; "
+          "the client and the fake model share the machine's 2 cores with the server) ==")
     with tempfile.TemporaryDirectory() as tmp:
         async with FakeModelServer() as fake:
             root = Path(tmp)
             write_project(root, fake)
-            port = free_port()
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
-                "--port", str(port), stdout=asyncio.subprocess.DEVNULL,
-                stderr=open(root / "server.log", "wb"), env={**os.environ})
-            base = f"http://127.0.0.1:{port}"
-            try:
-                await wait_healthy(base)
-                limits = httpx2.Limits(max_connections=1200, max_keepalive_connections=1200)
-                async with httpx2.AsyncClient(base_url=base, timeout=120,
-                                              limits=limits) as client:
-                    await level(client, fake, 20, "warmup")
-                    for n in LEVELS:
-                        server_cpu, own_cpu = cpu_seconds(proc.pid), time.process_time()
-                        wall, lat = await level(client, fake, n, f"n{n}")
-                        server_cpu = cpu_seconds(proc.pid) - server_cpu
-                        own_cpu = time.process_time() - own_cpu
-                        lat.sort()
-                        rss, hwm = rss_mb(proc.pid)
-                        print(f"N={n:5d}: {n / wall:7.1f} turns/s   latency minus model: "
-                              f"p50 {statistics.median(lat):7.1f} ms  "
-                              f"p99 {lat[min(len(lat) - 1, int(len(lat) * 0.99))]:7.1f} ms   "
-                              f"server RSS {rss:6.1f} MB (peak {hwm:6.1f} MB)   CPU ms/turn: "
-                              f"server {server_cpu / n * 1000:.1f}, client+fake model "
-                              f"{own_cpu / n * 1000:.1f}")
-                fake.assert_done()
-            finally:
-                proc.terminate()
-                await proc.wait()
-                log = (root / "server.log").read_text(errors="replace")
-                if "Traceback" in log:
-                    print(log[-3000:])
+            for n in LEVELS:
+                print(await run_level(root, fake, n), flush=True)
+            fake.assert_done()
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ def main() -> None:
     asyncio.run(bench_mcp.main())
     print()
     asyncio.run(bench_loop.main())
+    print()
+    asyncio.run(bench_serve.main())
 
 
 if __name__ == "__main__":

@@ -55,7 +55,8 @@ class SQLTrackerStore(TrackerStore):
             path = url.split(":///", 1)[-1]
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self.engine = create_async_engine(url, connect_args={"timeout": 30})
+            self.engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=20,
+                                              max_overflow=20)
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
         else:
             self.engine = create_async_engine(url, pool_size=10, max_overflow=20)
