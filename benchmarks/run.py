@@ -12,6 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import bench_import
 import bench_loop
 import bench_mcp
+import bench_serve
 from _common import machine
 
 
