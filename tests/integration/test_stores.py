@@ -12,7 +12,6 @@ import uuid
 
 import anyio
 import pytest
-
 from subagents import events as ev
 from subagents.stores import InMemoryTrackerStore
 from subagents.stores.sql import SQLTrackerStore
@@ -115,6 +114,7 @@ async def test_the_redis_lock_serialises_one_senders_turns_across_workers():
 @needs_postgres
 async def test_an_assistant_on_postgres_keeps_its_conversation(tmp_path):
     from subagents.dialogue.processor import Assistant
+
     from tests.dialogue_harness import write_project
 
     project = write_project(tmp_path / "p", "http://127.0.0.1:9/mcp", extra={
