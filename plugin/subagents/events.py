@@ -59,5 +59,10 @@ def flow_event(name: str, flow_id: str, step_id: str | None = None, *,
     return _event(name, metadata, flow_id=flow_id, step_id=step_id)
 
 
+def client_tool_result(tool_call_id: str, result: Any) -> dict[str, Any]:
+    """The client delivered the result of a client-executed tool (DECISIONS A6)."""
+    return _event("client_tool_result", tool_call_id=tool_call_id, result=result)
+
+
 def is_event(value: Any) -> bool:
     return isinstance(value, dict) and isinstance(value.get("event"), str)

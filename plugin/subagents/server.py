@@ -6,8 +6,9 @@
   ``message_chunk`` / ``message_end`` while text is generated (``message`` for whole
   messages), ``tool`` and ``slot`` events, and a final ``done``;
 * ``GET /conversations/{sender}/tracker`` -> events, slots and stack;
-* ``POST /conversations/{sender}/client_tool_results`` -> 501 (client-executed tools are not
-  supported yet);
+* ``POST /conversations/{sender}/client_tool_results`` ``{"id", "result"}`` (or
+  ``{"results": [...]}``) -> delivers client-executed tool results, resumes the agent, answers
+  like the REST webhook;
 * ``GET /health``, ``GET /version``.
 
 With a token (``--token`` or ``SUBAGENTS_TOKEN``) every route but ``/health`` needs
@@ -49,7 +50,7 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-async def _message_body(request: Request, max_body: int) -> tuple[str, str, dict[str, Any]]:
+async def _json_body(request: Request, max_body: int) -> dict[str, Any]:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_body:
         raise BadRequestError(413, f"request body is larger than {max_body} bytes")
@@ -63,7 +64,12 @@ async def _message_body(request: Request, max_body: int) -> tuple[str, str, dict
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise BadRequestError(400, "the body is not valid JSON") from None
     if not isinstance(body, dict):
-        raise BadRequestError(400, 'the body must be a JSON object {"sender", "message"}')
+        raise BadRequestError(400, "the body must be a JSON object")
+    return body
+
+
+async def _message_body(request: Request, max_body: int) -> tuple[str, str, dict[str, Any]]:
+    body = await _json_body(request, max_body)
     sender, message = body.get("sender"), body.get("message")
     if not isinstance(sender, str) or not sender.strip():
         raise BadRequestError(400, "'sender' must be a non-empty string")
@@ -137,7 +143,20 @@ class _Api:
         return JSONResponse(await self.assistant.state(request.path_params["sender"]))
 
     async def client_tool_results(self, request: Request) -> Response:
-        return _error(501, "client-executed tools are not supported by this version")
+        """``{"id", "result"}`` or ``{"results": [{"id", "result"}]}`` -> the bot messages."""
+        body = await _json_body(request, self.max_body)
+        results = body.get("results", [body] if "id" in body else None)
+        if not isinstance(results, list) or not results or not all(
+                isinstance(r, dict) and isinstance(r.get("id"), str) and "result" in r
+                for r in results):
+            raise BadRequestError(400, 'send {"id": "<tool call id>", "result": ...} or '
+                                       '{"results": [...]}')
+        channel = CollectingOutputChannel()
+        task = asyncio.ensure_future(self.assistant.handle_client_tool_results(
+            request.path_params["sender"], results, channel))
+        self.track(task)
+        await asyncio.shield(task)
+        return JSONResponse(channel.messages)
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})

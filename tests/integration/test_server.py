@@ -162,11 +162,12 @@ async def test_bad_bodies_get_clear_errors(server, body, status, message):
             assert message in response.json()["error"]
 
 
-async def test_client_tool_results_is_reserved(server):
+async def test_client_tool_results_need_an_id_and_a_result(server):
     _, _, client = await server({})
     async with client:
         response = await client.post("/conversations/a/client_tool_results", json={})
-    assert response.status_code == 501
+    assert response.status_code == 400
+    assert "tool call id" in response.json()["error"]
 
 
 async def test_concurrent_senders_each_get_their_own_conversation(server):

@@ -42,10 +42,12 @@ class Plan:
     builtin: list[PlannedCall]
     """Calls of built-in tools handled by the agent itself (task_completed)."""
     malformed: list[ToolCall]
+    client: list[PlannedCall] = field(default_factory=list)
+    """Calls of client-executed tools (DECISIONS A6): the run parks until results arrive."""
 
     @property
     def has_tool_calls(self) -> bool:
-        return bool(self.calls or self.unavailable or self.builtin)
+        return bool(self.calls or self.unavailable or self.builtin or self.client)
 
     def called(self, name: str) -> bool:
         return any(c.name == name for c in self.builtin) or any(c.name == name
@@ -72,6 +74,7 @@ class AgentRun:
     initial_slot_values: dict[str, Any] = field(default_factory=dict)
     slot_set_by_hook: set[str] = field(default_factory=set)
     pending_bot_uttered: dict[str, Any] | None = None
+    output_metadata: dict[str, Any] = field(default_factory=dict)
 
     @property
     def recipient_id(self) -> str | None:
@@ -104,7 +107,7 @@ def repair_name(name: str, offered: set[str], taken: set[str]) -> tuple[str, boo
 
 def assistant_message(plan: Plan) -> dict[str, Any]:
     """The assistant turn as the provider must see it again (arguments re-serialised)."""
-    calls = [*plan.calls, *plan.unavailable, *plan.builtin]
+    calls = [*plan.calls, *plan.unavailable, *plan.builtin, *plan.client]
     order = {c.id: i for i, c in enumerate(plan.response.tool_calls)}
     calls.sort(key=lambda c: order.get(c.id, len(order)))
     return {"role": "assistant", "content": plan.text or None, "tool_calls": [

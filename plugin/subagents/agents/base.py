@@ -252,6 +252,9 @@ class MCPBaseAgent:
 
     async def _loop(self, run: AgentRun) -> Outcome:
         await self._prepare(run)
+        parked = await self._resume_client_tools(run)
+        if parked is not None:
+            return parked
         for _ in range(self.configuration.max_agent_steps):
             outcome = await self._run_step(run)
             if outcome is not None:
@@ -263,6 +266,7 @@ class MCPBaseAgent:
         tools = await self.mcp_toolset.tools() if self.mcp_toolset is not None else []
         tools += self._builtin_tools(run)
         tools += [self._custom_tool(c) for c in self._custom_tools]
+        tools += self._client_tools()
         run.tools = {}
         for tool in tools:
             run.tools.setdefault(tool.name, tool)
@@ -380,6 +384,8 @@ class MCPBaseAgent:
                 plan.unavailable.append(planned)
             elif name in self._handled_builtins():
                 plan.builtin.append(planned)
+            elif planned.tool is not None and planned.tool.source == "client":
+                plan.client.append(planned)
             else:
                 plan.calls.append(planned)
         return plan
@@ -435,6 +441,64 @@ class MCPBaseAgent:
         if result.is_error:
             return f"Error: {result.error_message}", event
         return (result.result if result.result is not None else ""), event
+
+    # ------------------------------------------------------------------ client tools (A6)
+    def _client_tools(self) -> list[Tool]:
+        async def never(arguments: dict[str, Any], ctx: Any) -> AgentToolResult:
+            raise AssertionError("client tools are executed by the client")
+
+        tools = []
+        for item in self.configuration.client_tools:
+            schema = AgentToolSchema(name=item.name, description=item.description,
+                                     parameters=item.parameters)
+            tools.append(Tool(schema=schema, run=never, source="client"))
+        return tools
+
+    async def _park_for_client(self, run: AgentRun, plan: Plan) -> Outcome | None:
+        """After the other calls ran: ask the client to run its tools and wait for results."""
+        if not plan.client:
+            return None
+        for call in plan.client:
+            event = ev.agent_event("agent_client_tool_requested", self.name, None,
+                                   tool_call_id=call.id, tool_name=call.name,
+                                   arguments=call.arguments)
+            run.events.append(event)
+            if run.channel is not None and run.recipient_id is not None:
+                await run.channel.send_event(run.recipient_id, event)
+        run.output_metadata["pending_client_tools"] = {
+            "messages": run.tool_messages,
+            "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                      for c in plan.client]}
+        return Outcome(AgentStatus.INPUT_REQUIRED, "client_tool")
+
+    async def _resume_client_tools(self, run: AgentRun) -> Outcome | None:
+        """Restore a parked exchange; answer pending calls with the client's results."""
+        pending = run.input.metadata.get("pending_client_tools")
+        if not pending:
+            return None
+        results: dict[str, Any] = dict(run.input.metadata.get("client_tool_results") or {})
+        run.tool_messages = list(pending.get("messages") or [])
+        waiting = []
+        for call in pending.get("calls") or []:
+            if call["id"] in results:
+                text = results[call["id"]]
+                text = text if isinstance(text, str) else json.dumps(text)
+                run.events.append(ev.mcp_tool_executed(
+                    call["name"], call.get("arguments") or {}, text, is_error=False,
+                    error_message=None, agent_id=self.agent_id))
+                run.tool_messages.append(tool_message(call["id"], text))
+                run.structured.append({"name": call["name"], "result": text})
+            else:
+                waiting.append(call)
+        if waiting and not run.input.user_message.strip():
+            run.output_metadata["pending_client_tools"] = {**pending, "calls": waiting,
+                                                           "messages": run.tool_messages}
+            return Outcome(AgentStatus.INPUT_REQUIRED, "client_tool")
+        for call in waiting:
+            run.tool_messages.append(tool_message(
+                call["id"], "The client has not returned this tool's result yet. Do not call "
+                "it again; continue with the user's message."))
+        return None
 
     def _unavailable_text(self, name: str, run: AgentRun) -> str:
         names = sorted(run.tools)
@@ -531,6 +595,7 @@ class MCPBaseAgent:
             events=events, structured_results=[*previous, list(run.structured)],
             error_message=outcome.error_message, exit_reason=outcome.exit_reason,
             steps=run.steps, tool_calls=dict(run.tool_counts),
+            metadata=dict(run.output_metadata) or None,
             usage={"prompt_tokens": run.usage.prompt_tokens,
                    "completion_tokens": run.usage.completion_tokens,
                    "total_tokens": run.usage.total_tokens})

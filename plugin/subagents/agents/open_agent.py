@@ -96,6 +96,9 @@ class MCPOpenAgent(MCPBaseAgent):
         failure = self._tool_failure(outcomes)
         if failure is not None:
             return failure
+        parked = await self._park_for_client(run, plan)
+        if parked is not None:
+            return parked
         if completing:
             run.count_tool(TASK_COMPLETED)
             run.structured.append({"name": TASK_COMPLETED, "result": "Task completed"})

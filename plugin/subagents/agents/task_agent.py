@@ -199,6 +199,9 @@ class MCPTaskAgent(MCPBaseAgent):
             return failure
         if self._exit_met(run):
             return Outcome(AgentStatus.COMPLETED, "exit_if")
+        parked = await self._park_for_client(run, plan)
+        if parked is not None:
+            return parked
         return self._unavailable_outcome(run, plan)
 
     def _max_steps_message_type(self) -> str:

@@ -502,8 +502,7 @@ class FlowExecutor:
             metadata["exit_if"] = exit_if
         if restarted:
             metadata["restarted"] = True
-        return self.build_input(turn, name, turn.latest_user_text(), exit_slots, metadata,
-                                turn.events)
+        return self.build_input(turn, name, turn.user_text, exit_slots, metadata, turn.events)
 
     def resume_input(self, turn: Turn, agent: MCPBaseAgent, step: Step,
                      frame: AgentFrame) -> AgentInput:

@@ -28,7 +28,7 @@ from ..stores import (
     create_tracker_store,
 )
 from .actions import ActionRunner
-from .commands import CannotHandle, Command
+from .commands import CannotHandle, Command, ContinueAgent
 from .flow_executor import FlowExecutor
 from .stack import FlowFrame, Stack
 from .turn import Turn
@@ -118,26 +118,49 @@ class Assistant:
     async def handle_message(self, sender_id: str, text: str,
                              metadata: dict[str, Any] | None = None,
                              output_channel: OutputChannel | None = None) -> list[dict[str, Any]]:
-        """Handle one user message; returns the events of this turn."""
+        """Handle one user message; returns the events of this turn.
+
+        ``metadata["client_tool_results"]`` (``[{"id", "result"}]``) delivers the results of
+        client-executed tools; with an empty ``text`` the turn only resumes the waiting agent.
+        """
         if not self._started:
             await self.start()
+        metadata = dict(metadata or {})
+        results = _client_results(metadata.pop("client_tool_results", None))
         async with self.lock_store.lock(sender_id):
             record = await self.tracker_store.load(sender_id)
             turn = Turn(sender_id, record.events, Stack.from_list(record.stack),
-                        self.project.domain, output_channel, dict(metadata or {}))
+                        self.project.domain, output_channel, metadata)
             turn.user_text = text
-            turn.add(ev.user_uttered(text, metadata=dict(metadata or {})))
-            commands = self.executor.clean_commands(turn, await self.understand(turn, text))
-            if not commands and turn.stack.top() is None:
+            for call_id, result in results.items():
+                turn.add(ev.client_tool_result(call_id, result))
+            if results:
+                turn.metadata["client_tool_results"] = results
+            if results and not text.strip():
+                commands: list[Command] = [ContinueAgent()]
+            else:
+                turn.add(ev.user_uttered(text, metadata=dict(metadata)))
+                commands = await self.understand(turn, text)
+            commands = self.executor.clean_commands(turn, commands)
+            result_only = bool(results) and not text.strip()
+            if not commands and turn.stack.top() is None and not result_only:
                 commands = [CannotHandle()]
             log.info("dialogue.turn.commands", sender=sender_id,
                      commands=[repr(c) for c in commands])
-            self.executor.apply_commands(turn, commands)
-            await self.executor.advance(turn)
+            if commands or not result_only:  # a late result with no waiting agent: record only
+                self.executor.apply_commands(turn, commands)
+                await self.executor.advance(turn)
             turn.add(ev.action_executed("action_listen"))
             await self.tracker_store.save_turn(sender_id, turn.new_events, turn.stack.to_list(),
                                                turn.previous_count)
             return turn.new_events
+
+    async def handle_client_tool_results(self, sender_id: str, results: list[dict[str, Any]],
+                                         output_channel: OutputChannel | None = None
+                                         ) -> list[dict[str, Any]]:
+        """Deliver client-executed tool results (``[{"id", "result"}]``) and resume the agent."""
+        return await self.handle_message(sender_id, "", {"client_tool_results": results},
+                                         output_channel)
 
     async def understand(self, turn: Turn, text: str) -> list[Command]:
         fixed = deterministic(text, set(self.project.flows))
@@ -161,6 +184,16 @@ class Assistant:
         return {"sender_id": sender_id, "events": record.events,
                 "slots": slots_from_events(self.project.domain, record.events),
                 "stack": record.stack}
+
+
+def _client_results(raw: Any) -> dict[str, Any]:
+    """``[{"id", "result"}]`` or ``{id: result}`` -> ``{id: result}``."""
+    if not raw:
+        return {}
+    if isinstance(raw, dict):
+        return {str(k): v for k, v in raw.items()}
+    return {str(item["id"]): item.get("result") for item in raw
+            if isinstance(item, dict) and "id" in item}
 
 
 __all__ = ["Assistant", "FlowFrame", "InProcessLockStore"]

@@ -177,13 +177,16 @@ class _Conversation:
         metadata = dict(self.case.metadata)
         if step.get("metadata"):
             metadata.update(self.case.metadata_presets.get(step["metadata"], {}))
-        if "client_tool_result" in step:
-            raise _MismatchError("client_tool_result: client-executed tools are not supported by "
-                            "this version of subagents")
-        text = str(step["user"])
         channel = CollectingOutputChannel()
-        self.turn_events = await self.assistant.handle_message(self.sender, text,
-                                                               metadata or None, channel)
+        if "client_tool_result" in step:
+            result = step["client_tool_result"]
+            text = f"[client tool {result['id']} returned]"
+            self.turn_events = await self.assistant.handle_client_tool_results(
+                self.sender, [result], channel)
+        else:
+            text = str(step["user"])
+            self.turn_events = await self.assistant.handle_message(self.sender, text,
+                                                                   metadata or None, channel)
         self.turns += 1
         self.bots = _bot_messages(self.turn_events)
         self.pointer = 0
