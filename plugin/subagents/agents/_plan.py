@@ -44,10 +44,13 @@ class Plan:
     malformed: list[ToolCall]
     client: list[PlannedCall] = field(default_factory=list)
     """Calls of client-executed tools (DECISIONS A6): the run parks until results arrive."""
+    approval: list[PlannedCall] = field(default_factory=list)
+    """Calls of tools that need the user's yes first (A5): the run parks with a question."""
 
     @property
     def has_tool_calls(self) -> bool:
-        return bool(self.calls or self.unavailable or self.builtin or self.client)
+        return bool(self.calls or self.unavailable or self.builtin or self.client
+                    or self.approval)
 
     def called(self, name: str) -> bool:
         return any(c.name == name for c in self.builtin) or any(c.name == name
@@ -75,6 +78,8 @@ class AgentRun:
     slot_set_by_hook: set[str] = field(default_factory=set)
     pending_bot_uttered: dict[str, Any] | None = None
     output_metadata: dict[str, Any] = field(default_factory=dict)
+    full_results: dict[str, str] = field(default_factory=dict)
+    """Results over ``tool_result_budget``, kept whole for ``recall`` (A4)."""
 
     @property
     def recipient_id(self) -> str | None:
@@ -107,7 +112,7 @@ def repair_name(name: str, offered: set[str], taken: set[str]) -> tuple[str, boo
 
 def assistant_message(plan: Plan) -> dict[str, Any]:
     """The assistant turn as the provider must see it again (arguments re-serialised)."""
-    calls = [*plan.calls, *plan.unavailable, *plan.builtin, *plan.client]
+    calls = [*plan.calls, *plan.unavailable, *plan.builtin, *plan.client, *plan.approval]
     order = {c.id: i for i, c in enumerate(plan.response.tool_calls)}
     calls.sort(key=lambda c: order.get(c.id, len(order)))
     return {"role": "assistant", "content": plan.text or None, "tool_calls": [

@@ -39,6 +39,14 @@ from ..tools.base import CallContext, PlannedCall, Tool, ToolOutcome
 from ..tools.executor import execute_calls
 from ..tools.mcp_tools import MCPToolset
 from ._plan import AgentRun, Outcome, Plan, assistant_message, repair_name, tool_message
+from ._tool_features import (
+    RECALL,
+    is_yes,
+    preview,
+    recall_tool,
+    state_outputs,
+    with_state_inputs,
+)
 from .schemas import (
     AgentInput,
     AgentOutput,
@@ -255,6 +263,7 @@ class MCPBaseAgent:
         parked = await self._resume_client_tools(run)
         if parked is not None:
             return parked
+        await self._resume_approval(run)
         for _ in range(self.configuration.max_agent_steps):
             outcome = await self._run_step(run)
             if outcome is not None:
@@ -267,8 +276,13 @@ class MCPBaseAgent:
         tools += self._builtin_tools(run)
         tools += [self._custom_tool(c) for c in self._custom_tools]
         tools += self._client_tools()
+        if self.configuration.tool_result_budget:
+            tools.append(recall_tool(run.full_results))
         run.tools = {}
         for tool in tools:
+            settings = self.configuration.tools.get(tool.name)
+            if settings is not None:
+                tool = with_state_inputs(tool, settings)
             run.tools.setdefault(tool.name, tool)
 
     def _builtin_tools(self, run: AgentRun) -> list[Tool]:
@@ -386,6 +400,8 @@ class MCPBaseAgent:
                 plan.builtin.append(planned)
             elif planned.tool is not None and planned.tool.source == "client":
                 plan.client.append(planned)
+            elif self._needs_approval(name):
+                plan.approval.append(planned)
             else:
                 plan.calls.append(planned)
         return plan
@@ -436,11 +452,31 @@ class MCPBaseAgent:
             if not result.is_error:
                 run.results[call.id] = result
                 run.structured.append({"name": call.name, "result": result.result or ""})
+                self._outputs_to_state(run, call.name, result.result or "")
         log.info("agent.tool.finished", agent=self.name, tool=call.name, source=source,
                  is_error=result.is_error, duration_ms=round(outcome.duration_ms, 1))
         if result.is_error:
             return f"Error: {result.error_message}", event
-        return (result.result if result.result is not None else ""), event
+        text = result.result if result.result is not None else ""
+        budget = self.configuration.tool_result_budget
+        if budget and len(text) > budget and call.name != RECALL:
+            run.full_results[call.id] = text
+            text = preview(call.id, text, budget)
+        return text, event
+
+    def _outputs_to_state(self, run: AgentRun, tool_name: str, result: str) -> None:
+        """A2: copy result fields into slots (list slots are extended)."""
+        settings = self.configuration.tools.get(tool_name)
+        if settings is None or not settings.outputs_to_state:
+            return
+        for slot_name, value in state_outputs(settings, result):
+            slot = run.input.slot(slot_name)
+            if slot is not None and slot.type == "list":
+                current = list(slot.value or [])
+                value = current + (value if isinstance(value, list) else [value])
+            self._apply_slot(run, slot_name, value)
+            run.slot_set_by_hook.add(slot_name)
+            run.events.append(ev.slot_set(slot_name, value))
 
     # ------------------------------------------------------------------ client tools (A6)
     def _client_tools(self) -> list[Tool]:
@@ -453,6 +489,48 @@ class MCPBaseAgent:
                                      parameters=item.parameters)
             tools.append(Tool(schema=schema, run=never, source="client"))
         return tools
+
+    def _needs_approval(self, tool_name: str) -> bool:
+        settings = self.configuration.tools.get(tool_name)
+        return bool(settings and settings.requires_approval)
+
+    async def _park(self, run: AgentRun, plan: Plan) -> Outcome | None:
+        """Client tools, then approvals: the run waits for the client or the user."""
+        parked = await self._park_for_client(run, plan)
+        if parked is not None or not plan.approval:
+            return parked
+        described = "; ".join(f"{c.name}({', '.join(f'{k}={v!r}' for k, v in c.arguments.items())})"
+                              for c in plan.approval)
+        question = f"Before I go ahead: may I run {described}? Please answer yes or no."
+        await self._deliver(run, question)
+        event = self.create_bot_uttered(question, run.input, "input_required")
+        run.events.append(event)
+        run.output_metadata["pending_approval"] = {
+            "messages": run.tool_messages,
+            "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
+                      for c in plan.approval]}
+        return Outcome(AgentStatus.INPUT_REQUIRED, "approval")
+
+    async def _resume_approval(self, run: AgentRun) -> None:
+        """The user answered an approval question: run the calls on a yes, else decline."""
+        pending = run.input.metadata.get("pending_approval")
+        if not pending:
+            return
+        run.tool_messages = list(pending.get("messages") or [])
+        approved = is_yes(run.input.user_message)
+        planned = [PlannedCall(c["id"], c["name"], c.get("arguments") or {},
+                               run.tools.get(c["name"])) for c in pending.get("calls") or []]
+        runnable = [c for c in planned if approved and c.tool is not None]
+        ctx = CallContext(run.input, AgentToolContext(metadata=dict(run.input.metadata)),
+                          timeout=self.configuration.tool_timeout)
+        outcomes = {o.call.id: o for o in await execute_calls(
+            runnable, ctx, max_parallel=self.configuration.max_parallel_tools)}
+        for call in planned:
+            if call.id in outcomes:
+                answer, _ = self._record_tool(run, outcomes[call.id])
+            else:
+                answer = "The user did not approve this call, so it was not run."
+            run.tool_messages.append(tool_message(call.id, answer))
 
     async def _park_for_client(self, run: AgentRun, plan: Plan) -> Outcome | None:
         """After the other calls ran: ask the client to run its tools and wait for results."""

@@ -96,7 +96,7 @@ class MCPOpenAgent(MCPBaseAgent):
         failure = self._tool_failure(outcomes)
         if failure is not None:
             return failure
-        parked = await self._park_for_client(run, plan)
+        parked = await self._park(run, plan)
         if parked is not None:
             return parked
         if completing:

@@ -41,6 +41,8 @@ class AgentInputSlot(BaseModel):
     allowed_values: list[Any] | None = None
     mappings: list[dict[str, Any]] = Field(default_factory=list)
     description: str | None = None
+    verify: bool = False
+    """The model must confirm the value with the user before setting it (A7)."""
 
 
 class AgentInput(BaseModel):

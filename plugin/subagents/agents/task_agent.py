@@ -124,6 +124,9 @@ class MCPTaskAgent(MCPBaseAgent):
         if slot.allowed_values:
             allowed = ", ".join(str(v) for v in slot.allowed_values)
             description += f" Allowed values: {allowed}."
+        if slot.verify:
+            description += (" Before setting it, read the value back to the user and set it "
+                            "only after they confirm it.")
         value_schema: dict[str, Any] = {"type": _JSON_TYPES.get(slot.type, "string")}
         if slot.type in ("float", "bool"):
             value_schema = {"type": [value_schema["type"], "string"]}
@@ -199,7 +202,7 @@ class MCPTaskAgent(MCPBaseAgent):
             return failure
         if self._exit_met(run):
             return Outcome(AgentStatus.COMPLETED, "exit_if")
-        parked = await self._park_for_client(run, plan)
+        parked = await self._park(run, plan)
         if parked is not None:
             return parked
         return self._unavailable_outcome(run, plan)

@@ -547,7 +547,8 @@ class FlowExecutor:
             slots.append(AgentInputSlot(name=slot_name, value=value, type=definition.type,
                                         allowed_values=definition.values,
                                         mappings=definition.mappings or [],
-                                        description=definition.description))
+                                        description=definition.description,
+                                        verify=definition.verify))
         return AgentInput(id=name, user_message=user_message, slots=slots,
                           conversation_history=transcript(events, 20),
                           events=[dict(e) for e in events], metadata=metadata,
