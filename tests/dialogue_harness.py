@@ -10,7 +10,6 @@ from typing import Any
 
 from subagents.channels.base import CollectingOutputChannel
 from subagents.dialogue.processor import Assistant
-from subagents.llm import LLMClient, ModelSettings
 from subagents.stores import InMemoryTrackerStore
 from subagents.testing import FakeModelServer
 
@@ -157,20 +156,10 @@ def write_project(root: Path, tools_url: str,
     return root
 
 
-def fake_factory(fake: FakeModelServer):
-    def factory(caller: str, settings: ModelSettings) -> LLMClient:
-        settings.api_base = fake.base_url(caller)
-        settings.api_key = None
-        settings.max_retries = 0
-        return LLMClient(settings, name=caller)
-
-    return factory
-
-
 @contextlib.asynccontextmanager
 async def assistant_for(root: Path, fake: FakeModelServer, **kw: Any) -> AsyncIterator[Assistant]:
     kw.setdefault("tracker_store", InMemoryTrackerStore())
-    assistant = Assistant.load(root, llm_factory=fake_factory(fake), retry_delays=(0.0,), **kw)
+    assistant = Assistant.load(root, llm_factory=fake.llm_factory(), retry_delays=(0.0,), **kw)
     async with assistant:
         yield assistant
 

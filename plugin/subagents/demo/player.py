@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 
 from ..channels.console import ConsoleOutputChannel
-from ..llm import LLMClient, ModelSettings
 from ..testing.fake_server import FakeModelServer
 from ..testing.fixtures import load_file
 
@@ -31,16 +30,12 @@ async def _play(project: Path, script: Path) -> int:
     case = loaded.cases[0]
     started = time.perf_counter()
     async with FakeModelServer(case.llm_script or {}) as fake:
-        def factory(caller: str, settings: ModelSettings) -> LLMClient:
-            settings.api_base = fake.base_url(caller)
-            settings.api_key = None
-            return LLMClient(settings, name=caller)
-
         channel = ConsoleOutputChannel(debug=True)
         sender = f"demo-{uuid.uuid4().hex[:8]}"
         print(f"Starting the assistant in {project} (stdio MCP servers, SQLite, scripted "
               "model)...", flush=True)
-        async with Assistant.load(project, llm_factory=factory) as assistant:
+        async with Assistant.load(project, llm_factory=fake.llm_factory(max_retries=2)
+                                  ) as assistant:
             for step in case.steps:
                 if "user" not in step:
                     continue

@@ -18,7 +18,6 @@ from typing import Any
 
 from .. import events as ev
 from ..channels.base import CollectingOutputChannel
-from ..llm import LLMClient, ModelSettings
 from ..stores import InMemoryTrackerStore
 from .fake_server import FakeModelServer
 from .fixtures import AGENT_ASSERTIONS, TestCase
@@ -66,17 +65,9 @@ class Runner:
 
         if scripted and self._scripted is None:
             self.fake = await self._stack.enter_async_context(FakeModelServer())
-            fake = self.fake
-
-            def factory(caller: str, settings: ModelSettings) -> LLMClient:
-                settings.api_base = fake.base_url(caller)
-                settings.api_key = None
-                settings.max_retries = 0
-                return LLMClient(settings, name=caller)
-
             self._scripted = await self._stack.enter_async_context(Assistant.load(
-                self.project_dir, tracker_store=InMemoryTrackerStore(), llm_factory=factory,
-                retry_delays=(0.0,)))
+                self.project_dir, tracker_store=InMemoryTrackerStore(),
+                llm_factory=self.fake.llm_factory(), retry_delays=(0.0,)))
         if not scripted and self._real is None:
             self._real = await self._stack.enter_async_context(Assistant.load(
                 self.project_dir, tracker_store=InMemoryTrackerStore()))

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +186,18 @@ class FakeModelServer:
     def base_url(self, caller: str = "default") -> str:
         prefix = "" if caller == "default" else f"/{caller}"
         return f"http://{self.host}:{self.port}{prefix}/v1"
+
+    def llm_factory(self, *, max_retries: int = 0) -> Callable[[str, Any], Any]:
+        """An ``Assistant(llm_factory=...)`` that points every caller at its own path here."""
+        from ..llm import LLMClient
+
+        def factory(caller: str, settings: Any) -> LLMClient:
+            settings.api_base = self.base_url(caller)
+            settings.api_key = None
+            settings.max_retries = max_retries
+            return LLMClient(settings, name=caller)
+
+        return factory
 
     def requests_of(self, caller: str) -> list[RecordedRequest]:
         return [r for r in self.requests if r.caller == caller]
