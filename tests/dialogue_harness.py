@@ -65,6 +65,11 @@ FILES = {
             steps:
               - call: flaky_agent
               - action: utter_after_weather
+          quitting_flow:
+            description: an agent that gives up
+            steps:
+              - call: quitter
+              - action: utter_after_weather
         """,
     "data/domain.yml": """
         slots:
@@ -126,6 +131,16 @@ FILES = {
                     return AgentOutput(id=self.name, status=AgentStatus.RECOVERABLE_ERROR,
                                        error_message="flaky")
                 return AgentOutput(id=self.name, status=AgentStatus.COMPLETED)
+
+
+        class Quitter(MCPOpenAgent):
+            async def send_message(self, agent_input, output_channel=None):
+                return AgentOutput(id=self.name, status=AgentStatus.CANCELLED,
+                                   metadata={"cancellation_reason": "user left"})
+        """,
+    "sub_agents/quitter/config.yml": """
+        agent: {name: quitter, description: Gives up.}
+        configuration: {module: sub_agents.flaky.agent.Quitter}
         """,
     "sub_agents/flaky/config.yml": """
         agent: {name: flaky_agent, description: Fails twice.}

@@ -44,6 +44,7 @@ async def test_a_turn_killed_in_the_middle_is_not_saved(tmp_path):
         "sub_agents/weather/config.yml": None, "sub_agents/booking/config.yml": None,
         "sub_agents/flaky/config.yml": None, "sub_agents/flaky/agent.py": None,
         "sub_agents/flaky/__init__.py": None, "config.yml": None,
+        "sub_agents/quitter/config.yml": None,
         "data/flows.yml": """
             flows:
               ask_name:

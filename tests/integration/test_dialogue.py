@@ -262,3 +262,15 @@ async def test_the_command_generator_sees_flows_agents_and_state(project):
         _, events = await convo.say("hmm")
         fake.assert_done()
     assert "agent_started:weather_agent" in names(events)
+
+
+async def test_a_cancelled_status_ends_the_flow_silently(project):
+    async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant:
+        texts, events = await Conversation(assistant).say("/quitting_flow")
+        fake.assert_done()
+        state = await assistant.state("user-1")
+    n = names(events)
+    assert n.index("agent_cancelled:quitter") < n.index("flow_cancelled:quitting_flow")
+    assert texts == []
+    assert "flow_started:pattern_internal_error" not in n
+    assert state["stack"] == []

@@ -294,3 +294,56 @@ async def test_meta_map_is_sent_as_meta_from_static_values_and_slots():
         finally:
             await pool.close()
     assert result.result == "tenant=acme,uid=u-42"
+
+
+async def test_oauth_client_credentials_fetch_a_token_for_the_server(monkeypatch):
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    from subagents.testing.mcp_http import serve_app
+
+    monkeypatch.setenv("OAUTH_SECRET", "client-secret-1")
+    grants: list[dict] = []
+
+    async def token(request):
+        form = dict(await request.form())
+        grants.append(form)
+        if form.get("client_secret") != "client-secret-1":
+            return JSONResponse({"error": "invalid_client"}, status_code=401)
+        return JSONResponse({"access_token": "issued-token", "expires_in": 3600})
+
+    async with serve_app(Starlette(routes=[Route("/token", token, methods=["POST"])])) as base:
+        oauth = {"token_url": f"{base}/token", "client_id": "agent", "scope": "tools",
+                 "client_secret": "${OAUTH_SECRET}"}
+        with anyio.fail_after(30):
+            async with connected("http", oauth=oauth,
+                                 require=("authorization", "Bearer issued-token")) as conn:
+                who = await conn.call_tool("whoami", {}, timeout=5)
+    assert who.result == "Bearer issued-token|None"
+    assert grants[0]["grant_type"] == "client_credentials"
+    assert grants[0]["scope"] == "tools"
+
+
+@pytest.mark.parametrize("transport", ["http", "sse"])
+async def test_the_demo_servers_run_over_http_and_sse(transport):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    flag = "--http" if transport == "http" else "--sse"
+    proc = await anyio.open_process([sys.executable, "-m", "subagents.demo.stocks", flag,
+                                     f"127.0.0.1:{port}"])
+    path = "mcp" if transport == "http" else "sse"
+    config = McpServerConfig(name="stocks", type=transport, url=f"http://127.0.0.1:{port}/{path}",
+                             timeout=5)
+    conn = MCPServerConnection(config)
+    try:
+        with anyio.fail_after(60):
+            await conn.start(attempts=20, base_delay=0.2)
+            quote = await conn.call_tool("get_stock_price", {"symbol": "NOVA"}, timeout=5)
+    finally:
+        await conn.close()
+        proc.terminate()
+        await proc.wait()
+    assert '"price": 47.15' in quote.result

@@ -122,6 +122,7 @@ async def test_an_assistant_on_postgres_keeps_its_conversation(tmp_path):
         "config.yml": None, "sub_agents/weather/config.yml": None,
         "sub_agents/booking/config.yml": None, "sub_agents/flaky/config.yml": None,
         "sub_agents/flaky/agent.py": None, "sub_agents/flaky/__init__.py": None,
+        "sub_agents/quitter/config.yml": None,
         "data/flows.yml": "flows:\n  hours:\n    description: h\n    steps:\n"
                           "      - action: utter_hours\n"})
     who = sender()

@@ -81,3 +81,24 @@ def test_protocol_type_follows_the_call_step(make_project):
     with pytest.raises(AgentInitializationError) as info:
         agent_class(spec, "a2a", project.root)
     assert info.value.code == "agent.protocol.unsupported"
+
+
+def test_third_party_classes_register_through_the_entry_point_group(make_project, tmp_path,
+                                                                       monkeypatch):
+    site = tmp_path / "site"
+    (site / "thirdparty-0.1.dist-info").mkdir(parents=True)
+    (site / "thirdparty-0.1.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: thirdparty\nVersion: 0.1\n")
+    (site / "thirdparty-0.1.dist-info" / "entry_points.txt").write_text(
+        "[subagents.agents]\na2a = thirdparty_agent:RemoteAgent\n")
+    (site / "thirdparty_agent.py").write_text(
+        "from subagents import MCPOpenAgent\n\n\nclass RemoteAgent(MCPOpenAgent):\n"
+        "    PROTOCOL_TYPE = 'a2a'\n")
+    monkeypatch.syspath_prepend(str(site))
+    root = make_project({"sub_agents/weather/config.yml": """
+        agent: {name: weather_agent, description: d, protocol: A2A}
+        """})
+    spec = load_project(root).agents["weather_agent"]
+    protocol = protocol_type_for(spec, has_exit_if=False)
+    cls = agent_class(spec, protocol, root)
+    assert (protocol, cls.__name__) == ("a2a", "RemoteAgent")

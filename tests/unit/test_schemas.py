@@ -1,0 +1,37 @@
+"""Tool schema normalisation and the OpenAI tool shape (reference §2.5)."""
+
+from __future__ import annotations
+
+import pytest
+from subagents.agents.schemas import AgentToolSchema, CustomToolSchema
+
+
+def test_parameters_are_closed_and_typed_one_level_deep():
+    schema = AgentToolSchema(name="t", parameters={"type": "object", "properties": {
+        "a": {}, "b": {"type": "object", "properties": {"c": {}}},
+        "d": {"enum": ["x", "y"]}, "e": {"anyOf": [{"type": "string"}, {"type": "null"}]}}})
+    params = schema.parameters
+    assert params["additionalProperties"] is False
+    assert params["required"] == []
+    assert params["properties"]["a"] == {"type": "string"}
+    assert params["properties"]["b"]["additionalProperties"] is False
+    assert params["properties"]["b"]["required"] == []
+    assert params["properties"]["b"]["properties"]["c"] == {}  # one level only
+    assert params["properties"]["d"] == {"enum": ["x", "y"]}
+    assert "type" not in params["properties"]["e"]
+    assert AgentToolSchema(name="t").parameters == {}
+
+
+def test_openai_format_round_trip_and_rejections():
+    tool = {"type": "function", "function": {"name": "f", "description": "d",
+                                             "parameters": {"type": "object"}, "strict": True}}
+    schema = AgentToolSchema.from_openai_json_format(tool)
+    assert (schema.name, schema.strict, schema.description) == ("f", True, "d")
+    assert schema.to_openai()["function"]["name"] == "f"
+    with pytest.raises(ValueError, match="OpenAI format"):
+        AgentToolSchema.from_openai_json_format({"name": "f", "description": "d",
+                                                 "input_schema": {}})
+    with pytest.raises(ValueError, match="'name' and 'description'"):
+        AgentToolSchema.from_openai_json_format({"type": "function", "function": {"name": "f"}})
+    with pytest.raises(ValueError, match="tool_executor"):
+        CustomToolSchema.from_dict(tool)
