@@ -21,6 +21,8 @@ import asyncio
 import contextlib
 import hmac
 import json
+import signal
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -194,7 +196,20 @@ def create_app(assistant: Assistant, *, token: str | None = None,
 
 def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
           token: str | None = None) -> None:
+    """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s)."""
     import uvicorn
 
-    app = create_app(assistant, token=token)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=30)
+    class _Server(uvicorn.Server):
+        async def startup(self, sockets: Any = None) -> None:
+            await super().startup(sockets)
+            if self.started:  # listening now: tell whoever started us
+                print(f"subagents: serving on http://{host}:{port}", file=sys.stderr,
+                      flush=True)
+
+    config = uvicorn.Config(create_app(assistant, token=token), host=host, port=port,
+                            log_level="warning", timeout_graceful_shutdown=30)
+    # uvicorn re-raises the signal that stopped it once it has drained; these handlers take it
+    # so that a graceful stop ends with exit status 0
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    _Server(config).run()

@@ -153,3 +153,37 @@ async def test_the_demo_plays_the_example_conversation(tmp_path):
     assert "◆ slot appointment_reference = \"APT-1001\"" in text
     assert "bot> Your appointment is confirmed. Your reference is APT-1001." in text
     assert db.exists()
+
+
+async def test_serve_drains_an_in_flight_turn_on_sigterm(tmp_path):
+    import socket
+
+    import httpx2
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    script = {"helper": [{"text": "Finished despite the shutdown.", "delay_ms": 800}]}
+    async with FakeModelServer(script) as fake:
+        root = shell_project(tmp_path / "p", fake)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "subagents.cli", "serve", "--project", str(root), "--port",
+            str(port), stderr=asyncio.subprocess.PIPE)
+        assert proc.stderr is not None
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            with anyio.fail_after(60):
+                while True:  # the server announces itself on stderr once it is ready
+                    line = await proc.stderr.readline()
+                    assert line, "the server exited before it was ready"
+                    if b"subagents: serving on" in line:
+                        break
+                turn = asyncio.ensure_future(client.post(
+                    "/webhooks/rest/webhook", json={"sender": "s", "message": "/help_flow"}))
+                await fake.wait_for_requests(1, "helper")
+                proc.send_signal(signal.SIGTERM)
+                response = await turn
+                code = await proc.wait()
+        fake.assert_done()
+    assert response.status_code == 200
+    assert response.json()[0]["text"] == "Finished despite the shutdown."
+    assert code == 0

@@ -166,6 +166,7 @@ class FakeModelServer:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = asyncio.Event()
+        self._arrived = asyncio.Condition()
         for caller, replies in (script or {}).items():
             self.add(caller, replies)
 
@@ -186,6 +187,12 @@ class FakeModelServer:
     def base_url(self, caller: str = "default") -> str:
         prefix = "" if caller == "default" else f"/{caller}"
         return f"http://{self.host}:{self.port}{prefix}/v1"
+
+    async def wait_for_requests(self, count: int, caller: str | None = None) -> None:
+        """Wait (bound it with a timeout) until ``count`` requests (of ``caller``) arrived."""
+        async with self._arrived:
+            await self._arrived.wait_for(lambda: len(
+                self.requests if caller is None else self.requests_of(caller)) >= count)
 
     def llm_factory(self, *, max_retries: int = 0) -> Callable[[str, Any], Any]:
         """An ``Assistant(llm_factory=...)`` that points every caller at its own path here."""
@@ -275,6 +282,8 @@ class FakeModelServer:
         record = RecordedRequest(caller, self._counts[caller], path, headers, body,
                                  time.monotonic())
         self.requests.append(record)
+        async with self._arrived:
+            self._arrived.notify_all()
         queue = self._queues.get(caller) or []
         if not queue:
             message = f"unexpected model call by {caller}, request {record.index}"
