@@ -54,6 +54,14 @@ FILES = {
             description: asks a name and greets
             steps:
               - collect: name
+                rejections:
+                  - if: slots.name matches "^[0-9]+$"
+                    utter: utter_name_not_a_number
+              - action: utter_greet
+          hidden_flow:
+            if: slots.name is not null
+            description: only once a name is known
+            steps:
               - action: utter_greet
           custom_action_flow:
             description: runs a custom action
@@ -82,6 +90,7 @@ FILES = {
           utter_hours: [{text: "We are open 9 to 5."}]
           utter_starting: [{text: "Starting."}]
           utter_ask_name: [{text: "What is your name?"}]
+          utter_name_not_a_number: [{text: "A name is not a number."}]
           utter_greet: [{text: "Hello {name}!"}]
           utter_looked_up: [{text: "Found {lookup_result}."}]
         actions: [action_lookup]

@@ -276,36 +276,15 @@ async def test_a_cancelled_status_ends_the_flow_silently(project):
     assert state["stack"] == []
 
 
-async def test_custom_actions_run_on_a_rasa_sdk_action_server(tmp_path, tools_url):
-    import socket
-    import sys
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    root = write_project(tmp_path / "remote", tools_url, extra={
-        "endpoints.yml": f"""
-            model_groups:
-              - id: llm
-                models: [{{provider: openai, model: gpt-test}}]
-            mcp_servers:
-              - {{name: tools, type: http, url: "{tools_url}"}}
-            action_endpoint:
-              url: http://127.0.0.1:{port}/webhook
-            """})
-    proc = await anyio.open_process([sys.executable, "-m", "rasa_sdk", "--actions", "actions",
-                                     "-p", str(port)], cwd=root)
-    try:
-        with anyio.fail_after(60):
-            seen = b""
-            async for chunk in proc.stderr:  # rasa-sdk logs readiness on stderr
-                seen += chunk
-                if b"up and running" in seen:
-                    break
-        async with FakeModelServer({}) as fake, assistant_for(root, fake) as assistant:
-            texts, events = await Conversation(assistant, "remote-1").say("/custom_action_flow")
-    finally:
-        proc.terminate()
-        await proc.wait()
-    assert texts[:2] == ["Looking it up...", "Found order remote-1."]
-    assert "slot:lookup_result=order remote-1" in names(events)
+async def test_collect_rejections_and_flow_guards(project):
+    async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant:
+        convo = Conversation(assistant)
+        guarded, _ = await convo.say("/hidden_flow")
+        await convo.say("/ask_name")
+        rejected, events = await convo.say("/SetSlots(name=42)")
+        accepted, _ = await convo.say("/SetSlots(name=Ada)")
+        fake.assert_done()
+    assert guarded == ["I didn't quite get that. Could you say it another way?"]
+    assert rejected == ["A name is not a number.", "What is your name?"]
+    assert names(events)[1:3] == ["slot:name=42", "bot:A name is not a number."]
+    assert accepted[0] == "Hello Ada!"

@@ -24,6 +24,7 @@ import structlog
 from .. import events as ev
 from ..agents.base import MCPBaseAgent
 from ..agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
+from ..conditions import ConditionSyntaxError, parse_condition
 from ..config.flows import END, Flow, Step
 from ..config.project import Project
 from .actions import ActionFailedError, ActionRunner
@@ -82,7 +83,8 @@ class FlowExecutor:
         done = set(completed_agents(turn.events))
         cleaned: list[Command] = []
         for command in commands:
-            if isinstance(command, StartFlow) and command.flow not in self.flows:
+            if isinstance(command, StartFlow) and (command.flow not in self.flows
+                                                   or not self.guard_allows(turn, command.flow)):
                 continue
             if isinstance(command, ContinueAgent) and active is None:
                 continue
@@ -94,6 +96,19 @@ class FlowExecutor:
         if active is not None and all(isinstance(c, CannotHandle) for c in cleaned):
             cleaned = [ContinueAgent()]
         return cleaned
+
+    def guard_allows(self, turn: Turn, flow_id: str) -> bool:
+        """A flow's ``if:`` guard (``if: False`` makes it startable only by links/calls)."""
+        guard = self.flows[flow_id].model.if_
+        if guard is None:
+            return True
+        if str(guard).strip().lower() == "false":
+            return False
+        try:
+            condition = parse_condition(str(guard))
+        except ConditionSyntaxError:
+            return False
+        return condition.evaluate({"slots": dict(turn.slots)})
 
     def apply_commands(self, turn: Turn, commands: list[Command]) -> None:
         for command in commands:
@@ -321,13 +336,11 @@ class FlowExecutor:
     async def collect(self, turn: Turn, frame: FlowFrame, step: Step) -> str:
         slot = str(step.model.collect)
         value = turn.slots.get(slot)
-        if frame.awaiting == slot:
-            if value is not None:
+        if value is not None and (frame.awaiting == slot or not step.model.ask_before_filling):
+            if not await self.rejected(turn, step, slot):
                 frame.awaiting = None
                 return NEXT
-        elif value is not None and not step.model.ask_before_filling:
-            return NEXT
-        elif value is not None:
+        elif value is not None:  # ask_before_filling: ask even though a value is there
             turn.add(ev.slot_set(slot, None))
         frame.awaiting = slot
         name = step.model.utter or f"utter_ask_{slot}"
@@ -340,6 +353,20 @@ class FlowExecutor:
                            {"utter_action": name})
         turn.add(ev.action_executed(name))
         return WAIT
+
+    async def rejected(self, turn: Turn, step: Step, slot: str) -> bool:
+        """Collect ``rejections``: the first matching condition utters and resets the slot."""
+        for rejection in step.model.rejections or []:
+            try:
+                condition = parse_condition(str(rejection.get("if", "")))
+            except ConditionSyntaxError:
+                continue
+            if condition.evaluate({"slots": dict(turn.slots)}):
+                if rejection.get("utter"):
+                    await self.utter(turn, str(rejection["utter"]))
+                turn.add(ev.slot_set(slot, None))
+                return True
+        return False
 
     async def run_action(self, turn: Turn, frame: FlowFrame, name: str) -> str:
         builtin = getattr(self, "_" + name, None)
