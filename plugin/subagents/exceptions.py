@@ -14,7 +14,7 @@ user sees all problems at once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -69,11 +69,6 @@ class ConfigError(SubagentsError):
     def __init__(self, issue: ConfigIssue) -> None:
         super().__init__(issue.format(), code=issue.code)
         self.issue = issue
-
-
-@dataclass
-class _Issues:
-    issues: list[ConfigIssue] = field(default_factory=list)
 
 
 class ProjectInvalidError(SubagentsError):

@@ -35,3 +35,22 @@ def test_openai_format_round_trip_and_rejections():
         AgentToolSchema.from_openai_json_format({"type": "function", "function": {"name": "f"}})
     with pytest.raises(ValueError, match="tool_executor"):
         CustomToolSchema.from_dict(tool)
+
+
+def test_argument_validation_uses_each_tools_own_schema():
+    from subagents.tools.base import Tool
+    from subagents.tools.executor import validate_arguments
+
+    async def run(arguments, ctx):
+        raise AssertionError("not called")
+
+    def tool(name, props, required):
+        schema = AgentToolSchema(name=name, parameters={"type": "object", "properties": props,
+                                                        "required": required})
+        return Tool(schema=schema, run=run, source="custom")
+
+    for _ in range(200):  # fresh schema objects each time: ids get reused by the allocator
+        ids = tool("a", {"id": {"type": "string"}}, ["id"])
+        amount = tool("b", {"amount": {"type": "number"}}, ["amount"])
+        assert validate_arguments(ids, {"id": "A1"}) == {"id": "A1"}
+        assert validate_arguments(amount, {"amount": 5}) == {"amount": 5}

@@ -76,7 +76,6 @@ class AgentRun:
     slot_values: dict[str, Any] = field(default_factory=dict)
     initial_slot_values: dict[str, Any] = field(default_factory=dict)
     slot_set_by_hook: set[str] = field(default_factory=set)
-    pending_bot_uttered: dict[str, Any] | None = None
     output_metadata: dict[str, Any] = field(default_factory=dict)
     full_results: dict[str, str] = field(default_factory=dict)
     """Results over ``tool_result_budget``, kept whole for ``recall`` (A4)."""

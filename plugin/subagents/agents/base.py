@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -689,9 +689,3 @@ def _as_result(tool_name: str, value: Any) -> AgentToolResult:
         return AgentToolResult(tool_name=tool_name, result=value)
     raise TypeError(f"tool {tool_name!r} returned {type(value).__name__}, not an AgentToolResult")
 
-
-def json_text(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-Hook = Callable[..., Awaitable[Any]]

@@ -195,7 +195,7 @@ class _Loader:
         default_domain = DomainFile.model_validate(defaults.data)
         domain.merge(Domain(slots=default_domain.slots, responses=default_domain.responses,
                             actions=default_domain.actions))
-        for flow_id, model in FlowsFile_validate(defaults.data).items():
+        for flow_id, model in _flow_models(defaults.data).items():
             flows[flow_id] = (model, defaults)
         own_flows: dict[str, YamlDoc] = {}
         for path in self.data_files():
@@ -519,7 +519,7 @@ def _parse(text: str) -> Any:
         raise ValueError(str(exc)) from exc
 
 
-def FlowsFile_validate(data: dict[str, Any]) -> dict[str, FlowModel]:  # noqa: N802
+def _flow_models(data: dict[str, Any]) -> dict[str, FlowModel]:
     return {k: FlowModel.model_validate(v) for k, v in (data.get("flows") or {}).items()}
 
 

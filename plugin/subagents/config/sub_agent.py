@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
@@ -144,5 +144,3 @@ class SubAgentConfig(StrictModel):
     def server_names(self) -> list[str]:
         return [s.name for s in self.connections.mcp_servers or []]
 
-
-ProtocolType = Literal["mcp_open", "mcp_task"]

@@ -28,11 +28,11 @@ from ..stores import (
     create_tracker_store,
 )
 from .actions import ActionRunner
-from .commands import CannotHandle, Command, ContinueAgent
+from .commands import CannotHandle, Command, ContinueAgent, parse_deterministic
 from .flow_executor import FlowExecutor
 from .stack import FlowFrame, Stack
 from .turn import Turn
-from .understanding import CommandGenerator, deterministic
+from .understanding import CommandGenerator
 
 log = structlog.get_logger("subagents.dialogue")
 
@@ -163,7 +163,7 @@ class Assistant:
                                          output_channel)
 
     async def understand(self, turn: Turn, text: str) -> list[Command]:
-        fixed = deterministic(text, set(self.project.flows))
+        fixed = parse_deterministic(text, set(self.project.flows))
         if fixed is not None:
             return fixed
         try:

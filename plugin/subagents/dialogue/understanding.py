@@ -8,7 +8,7 @@ import structlog
 
 from ..config.project import Project
 from ..llm import LLMClient
-from .commands import Command, parse_commands, parse_deterministic
+from .commands import Command, parse_commands
 from .stack import Stack
 
 log = structlog.get_logger("subagents.dialogue")
@@ -124,6 +124,3 @@ def completed_agents(events: list[dict[str, Any]]) -> list[str]:
             last[str(event.get("agent_id"))] = str(event["event"])
     return [name for name, kind in last.items() if kind == "agent_completed"]
 
-
-def deterministic(text: str, flows: set[str]) -> list[Command] | None:
-    return parse_deterministic(text, flows)

@@ -8,7 +8,9 @@ back in call order.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
+import json
 import time
 from typing import Any
 
@@ -20,18 +22,19 @@ from ..exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutErr
 from .base import CallContext, PlannedCall, Tool, ToolOutcome
 
 log = structlog.get_logger("subagents.tools")
-_VALIDATORS: dict[int, Any] = {}
+
+
+@functools.lru_cache(maxsize=512)
+def _validator_for(schema_json: str) -> Any:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(json.loads(schema_json))
 
 
 def _validator(tool: Tool) -> Any:
-    key = id(tool.schema)
-    validator = _VALIDATORS.get(key)
-    if validator is None:
-        from jsonschema import Draft202012Validator
-
-        validator = Draft202012Validator(tool.schema.parameters or {"type": "object"})
-        _VALIDATORS[key] = validator
-    return validator
+    """Validators are cached by the schema's content (never by object identity)."""
+    schema = tool.schema.parameters or {"type": "object"}
+    return _validator_for(json.dumps(schema, sort_keys=True))
 
 
 def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
