@@ -216,3 +216,20 @@ async def test_the_cli_exits_1_with_a_summary_line(project, tmp_path):
     assert any(line.startswith("FAILED ") and "weather" in line for line in lines)
     assert "expected bot 'Rainy.', got 'Sunny.'" in stdout
     assert 'failures="1"' in (tmp_path / "j.xml").read_text()
+
+
+@pytest.mark.parametrize(("order", "passes"), [
+    (["flow_started: weather_flow", "agent_started: {agent_id: weather_agent}",
+      "agent_completed: {agent_id: weather_agent}"], True),
+    (["agent_completed: {agent_id: weather_agent}",
+      "agent_started: {agent_id: weather_agent}"], False),
+])
+async def test_assertion_order_enabled_checks_the_order(project, tmp_path, order, passes):
+    listed = "\n".join(f"          - {line}" for line in order)
+    text = HAPPY.replace('      - user: "weather?"\n',
+                         f'      - user: "weather?"\n        assertion_order_enabled: true\n'
+                         f'        assertions:\n{listed}\n')
+    [result] = await run(project, fixture_file(tmp_path, text))
+    assert result.passed is passes, result.failures
+    if not passes:
+        assert "not after the assertions before it" in result.failures[0]

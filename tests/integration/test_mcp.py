@@ -347,3 +347,35 @@ async def test_the_demo_servers_run_over_http_and_sse(transport):
         proc.terminate()
         await proc.wait()
     assert '"price": 47.15' in quote.result
+
+
+@pytest.mark.parametrize(("hook", "expected"), [
+    ("tests.servers.hooks.add_uid", "tenant=acme,uid=hook-show_meta"),
+    ("tests.servers.hooks.broken", "vault unreachable"),
+])
+async def test_the_pre_call_hook_adds_meta_or_fails_the_call_cleanly(hook, expected):
+    from subagents.tools.executor import invoke_tool
+
+    async with serve_mcp(tools_server, "http") as url:
+        config = McpServerConfig.model_validate({
+            "name": "tools", "type": "http", "url": url, "pre_call_hook": hook,
+            "meta_map": {"static": {"tenant": "acme"}, "from_slots": [{"slot": "user_id",
+                                                                       "param": "uid"}]}})
+        pool = MCPPool(endpoints(config))
+        try:
+            toolset = MCPToolset(pool, [McpServerRef(name="tools")], agent_name="a")
+            with anyio.fail_after(30):
+                await toolset.start(attempts=1)
+                tool = next(t for t in await toolset.tools() if t.name == "show_meta")
+                result = await invoke_tool(tool, {}, ctx(user_id="u-42"))
+        finally:
+            await pool.close()
+    assert expected in (result.result or result.error_message)
+
+
+async def test_a_custom_auth_module_supplies_the_headers():
+    with anyio.fail_after(30):
+        async with connected("http", module="tests.servers.hooks.HeaderAuth",
+                             require=("authorization", "Bearer from-module")) as conn:
+            who = await conn.call_tool("whoami", {}, timeout=5)
+    assert who.result == "Bearer from-module|None"

@@ -141,8 +141,8 @@ class _Conversation:
             where = f"step {index + 1}" + (f" (line {line})" if line else "")
             try:
                 await self.step(step)
-                for assertion in step.get("assertions") or []:
-                    check_assertion(assertion, self.turn_events)
+                check_assertions(step.get("assertions") or [], self.turn_events,
+                                 ordered=bool(step.get("assertion_order_enabled")))
             except _MismatchError as exc:
                 raise _MismatchError(f"{where}: {exc}") from None
 
@@ -256,6 +256,27 @@ def _args_match(actual: Any, wanted: Any) -> bool:
     if wanted is None:
         return True
     return isinstance(actual, dict) and all(actual.get(k) == v for k, v in wanted.items())
+
+
+NEGATIVE = {"bot_did_not_utter", "slot_was_not_set"}
+
+
+def check_assertions(assertions: list[dict[str, Any]], events: list[dict[str, Any]], *,
+                     ordered: bool = False) -> None:
+    """Every assertion must hold in the turn; with ``ordered`` (Rasa's
+    ``assertion_order_enabled``) the positive ones must match events in the order written."""
+    position = 0
+    for assertion in assertions:
+        check_assertion(assertion, events)
+        name, spec = next(iter(assertion.items()))
+        if not ordered or name in NEGATIVE:
+            continue
+        index = next((i for i in range(position, len(events))
+                      if _holds(name, spec, [events[i]])), None)
+        if index is None:
+            raise _MismatchError(f"assertion {name}: {spec!r} held, but not after the "
+                                 "assertions before it (assertion_order_enabled)")
+        position = index + 1
 
 
 def check_assertion(assertion: dict[str, Any], events: list[dict[str, Any]]) -> None:
