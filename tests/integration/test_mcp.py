@@ -278,10 +278,13 @@ async def test_a_duplicate_tool_name_across_servers_keeps_the_first_server():
                for e in logs)
 
 
-async def test_meta_map_is_sent_as_meta_from_static_values_and_slots():
+async def show_meta_with(**server: object):
+    """Call `show_meta` through a toolset (meta_map: static tenant, uid from slot user_id)."""
+    from subagents.tools.executor import invoke_tool
+
     async with serve_mcp(tools_server, "http") as url:
         config = McpServerConfig.model_validate({
-            "name": "tools", "type": "http", "url": url,
+            "name": "tools", "type": "http", "url": url, **server,
             "meta_map": {"static": {"tenant": "acme"}, "from_slots": [{"slot": "user_id",
                                                                        "param": "uid"}]}})
         pool = MCPPool(endpoints(config))
@@ -290,9 +293,13 @@ async def test_meta_map_is_sent_as_meta_from_static_values_and_slots():
             with anyio.fail_after(30):
                 await toolset.start(attempts=1)
                 tool = next(t for t in await toolset.tools() if t.name == "show_meta")
-                result = await tool.run({}, ctx(user_id="u-42"))
+                return await invoke_tool(tool, {}, ctx(user_id="u-42"))
         finally:
             await pool.close()
+
+
+async def test_meta_map_is_sent_as_meta_from_static_values_and_slots():
+    result = await show_meta_with()
     assert result.result == "tenant=acme,uid=u-42"
 
 
@@ -354,22 +361,7 @@ async def test_the_demo_servers_run_over_http_and_sse(transport):
     ("tests.servers.hooks.broken", "vault unreachable"),
 ])
 async def test_the_pre_call_hook_adds_meta_or_fails_the_call_cleanly(hook, expected):
-    from subagents.tools.executor import invoke_tool
-
-    async with serve_mcp(tools_server, "http") as url:
-        config = McpServerConfig.model_validate({
-            "name": "tools", "type": "http", "url": url, "pre_call_hook": hook,
-            "meta_map": {"static": {"tenant": "acme"}, "from_slots": [{"slot": "user_id",
-                                                                       "param": "uid"}]}})
-        pool = MCPPool(endpoints(config))
-        try:
-            toolset = MCPToolset(pool, [McpServerRef(name="tools")], agent_name="a")
-            with anyio.fail_after(30):
-                await toolset.start(attempts=1)
-                tool = next(t for t in await toolset.tools() if t.name == "show_meta")
-                result = await invoke_tool(tool, {}, ctx(user_id="u-42"))
-        finally:
-            await pool.close()
+    result = await show_meta_with(pre_call_hook=hook)
     assert expected in (result.result or result.error_message)
 
 
