@@ -12,12 +12,13 @@ small recursive-descent one; nothing is ever passed to ``eval``.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Condition", "ConditionSyntaxError", "parse_condition"]
+__all__ = ["Condition", "ConditionSyntaxError", "parse_condition", "referenced_slots"]
 
 
 class ConditionSyntaxError(ValueError):
@@ -360,6 +361,15 @@ def _render_jinja(text: str, context: Mapping[str, Any]) -> str:
         raise ConditionSyntaxError(f"cannot render {text!r}: {exc}") from exc
 
 
+def referenced_slots(conditions: Iterable[Condition]) -> list[str]:
+    """Slot names referenced by any of ``conditions``, in order, without duplicates."""
+    names: list[str] = []
+    for cond in conditions:
+        names += [n for n in cond.slot_names if n not in names]
+    return names
+
+
+@functools.lru_cache(maxsize=1024)
 def parse_condition(text: str) -> Condition:
     """Parse ``text``; raise :class:`ConditionSyntaxError` with the position on failure."""
     if not isinstance(text, str):

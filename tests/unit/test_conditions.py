@@ -68,3 +68,10 @@ def test_slot_names_lists_referenced_slots_once_in_order():
 def test_conditions_are_never_evaluated_with_eval():
     cond = parse_condition("slots.city == '__import__(\"os\").system(\"false\")'")
     assert cond.evaluate_slots({"city": "x"}) is False
+
+
+def test_referenced_slots_merges_conditions_in_order():
+    from subagents.conditions import referenced_slots
+
+    conds = [parse_condition("slots.b is null and slots.a > 1"), parse_condition("slots.a")]
+    assert referenced_slots(conds) == ["b", "a"]

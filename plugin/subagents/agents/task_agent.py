@@ -15,7 +15,8 @@ import re
 from typing import Any
 
 from .. import events as ev
-from ..conditions import Condition, ConditionSyntaxError, parse_condition
+from ..conditions import Condition, ConditionSyntaxError, parse_condition, referenced_slots
+from ..config.domain import mappings_allow_llm
 from ..tools.base import CallContext, Tool
 from ._plan import AgentRun, Outcome, Plan
 from .base import MCPBaseAgent
@@ -105,16 +106,14 @@ class MCPTaskAgent(MCPBaseAgent):
 
     @classmethod
     def exit_slot_names(cls, agent_input: AgentInput) -> list[str]:
-        names: list[str] = []
-        for cond in cls.exit_conditions(agent_input):
-            names += [n for n in cond.slot_names if n not in names]
-        return names
+        return referenced_slots(cls.exit_conditions(agent_input))
 
     @classmethod
     def fillable_slots(cls, agent_input: AgentInput) -> list[AgentInputSlot]:
         """Exit slots present in the input whose mappings allow the model to fill them."""
         exit_names = set(cls.exit_slot_names(agent_input))
-        return [s for s in agent_input.slots if s.name in exit_names and _llm_fillable(s)]
+        return [s for s in agent_input.slots
+                if s.name in exit_names and mappings_allow_llm(s.mappings)]
 
     @classmethod
     def get_slot_specific_set_slot_tool(cls, slot: AgentInputSlot) -> dict[str, Any]:
@@ -228,8 +227,3 @@ class MCPTaskAgent(MCPBaseAgent):
                 events.append(ev.slot_set(name, value))
         return events
 
-
-def _llm_fillable(slot: AgentInputSlot) -> bool:
-    if not slot.mappings:
-        return True
-    return any(m.get("type") == "from_llm" for m in slot.mappings)

@@ -30,10 +30,12 @@ class SlotDefinition(StrictModel):
         return value.lower() if isinstance(value, str) else value
 
     def llm_fillable(self) -> bool:
-        """No mappings, an empty list, or any ``from_llm`` mapping (reference §3.1)."""
-        if not self.mappings:
-            return True
-        return any(m.get("type") == "from_llm" for m in self.mappings)
+        return mappings_allow_llm(self.mappings)
+
+
+def mappings_allow_llm(mappings: list[dict[str, Any]] | None) -> bool:
+    """No mappings, an empty list, or any ``from_llm`` mapping (reference §3.1)."""
+    return not mappings or any(m.get("type") == "from_llm" for m in mappings)
 
 
 class ResponseVariation(BaseModel):

@@ -24,7 +24,8 @@ import structlog
 from .. import events as ev
 from ..agents.base import MCPBaseAgent
 from ..agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
-from ..conditions import ConditionSyntaxError, parse_condition
+from ..agents.task_agent import coerce_slot_value
+from ..conditions import ConditionSyntaxError, parse_condition, referenced_slots
 from ..config.flows import END, Flow, Step
 from ..config.project import Project
 from .actions import ActionFailedError, ActionRunner
@@ -131,8 +132,9 @@ class FlowExecutor:
         if definition is None:
             log.info("dialogue.slot.unknown", slot=name)
             return
-        coerced = coerce_flow_slot(definition.type, definition.values, value)
-        if coerced is INVALID:
+        try:
+            coerced = coerce_command_value(definition.type, definition.values, value)
+        except ValueError:
             log.info("dialogue.slot.invalid_value", slot=name, value=str(value)[:80])
             return
         if turn.slots.get(name) != coerced:
@@ -506,7 +508,7 @@ class FlowExecutor:
             restarted = any(e.get("event") == "agent_completed" and e.get("agent_id") == name
                             and e.get("flow_id") == flow.id for e in turn.events)
         exit_if = list(step.model.exit_if or [])
-        exit_slots = _exit_slots(step)
+        exit_slots = referenced_slots(step.exit_if)
         if exit_if and restarted:
             for slot in exit_slots:
                 if turn.slots.get(slot) is not None:
@@ -549,7 +551,7 @@ class FlowExecutor:
         if step.model.exit_if:
             metadata["exit_if"] = list(step.model.exit_if)
         return self.build_input(turn, agent.name, RESUME_INSTRUCTION.format(ask=ask),
-                                _exit_slots(step), metadata, events)
+                                referenced_slots(step.exit_if), metadata, events)
 
     def base_metadata(self, turn: Turn) -> dict[str, Any]:
         meta = {"sender_id": turn.sender_id, "agent_id": self.assistant_id,
@@ -660,32 +662,15 @@ class FlowExecutor:
         frame.metadata = metadata
 
 
-class _Invalid:
-    pass
-
-
-INVALID: Any = _Invalid()
-
-
-def coerce_flow_slot(kind: str, values: list[Any] | None, value: Any) -> Any:
-    """Validate a value for a slot set by a command; INVALID if it does not fit."""
-    if value is None:
-        return None
-    if kind == "bool":
-        text = str(value).strip().lower()
-        return {"true": True, "yes": True, "1": True, "false": False, "no": False,
-                "0": False}.get(text, INVALID) if not isinstance(value, bool) else value
-    if kind == "float":
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            return INVALID
-    if kind in ("categorical", "strict_categorical") and values:
-        for allowed in values:
-            if str(allowed).lower() == str(value).strip().lower():
-                return allowed
-        return INVALID
-    return value
+def coerce_command_value(kind: str, values: list[Any] | None, value: Any) -> Any:
+    """A value set by a command: bool, float and categorical slots are coerced the way the
+    task agent's ``set_slot`` tools coerce them (ValueError if it does not fit); values of
+    other slot types (and categorical slots without values) are kept as given."""
+    categorical = kind in ("categorical", "strict_categorical") and bool(values)
+    if kind not in ("bool", "float") and not categorical:
+        return value
+    return coerce_slot_value(AgentInputSlot(name="value", type=kind, allowed_values=values),
+                             value)
 
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
@@ -695,9 +680,3 @@ def render_template(text: str, slots: dict[str, Any]) -> str:
     return _PLACEHOLDER.sub(lambda m: str(slots[m.group(1)]) if m.group(1) in slots and
                             slots[m.group(1)] is not None else m.group(0), text)
 
-
-def _exit_slots(step: Step) -> list[str]:
-    names: list[str] = []
-    for cond in step.exit_if:
-        names += [n for n in cond.slot_names if n not in names]
-    return names

@@ -21,7 +21,6 @@ from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
 from ..llm import LLMClient, ModelSettings, resolve_model_settings
 from ..mcp.pool import MCPPool
 from ..stores import (
-    InProcessLockStore,
     LockStore,
     TrackerStore,
     create_lock_store,
@@ -30,7 +29,7 @@ from ..stores import (
 from .actions import ActionRunner
 from .commands import CannotHandle, Command, ContinueAgent, parse_deterministic
 from .flow_executor import FlowExecutor
-from .stack import FlowFrame, Stack
+from .stack import Stack
 from .turn import Turn
 from .understanding import CommandGenerator
 
@@ -195,5 +194,3 @@ def _client_results(raw: Any) -> dict[str, Any]:
     return {str(item["id"]): item.get("result") for item in raw
             if isinstance(item, dict) and "id" in item}
 
-
-__all__ = ["Assistant", "FlowFrame", "InProcessLockStore"]

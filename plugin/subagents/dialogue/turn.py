@@ -57,7 +57,3 @@ class Turn:
         if self.channel is not None:
             for event in events:
                 await self.channel.send_event(self.sender_id, event)
-
-    def latest_user_text(self) -> str:
-        return next((str(e.get("text") or "") for e in reversed(self.events)
-                     if e.get("event") == "user"), "")
