@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from subagents.dialogue.flow_executor import coerce_command_value
 
 
