@@ -153,6 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
                        help="secret required on every route but the health checks, as "
                             "'Authorization: Bearer <token>' or '?token=<token>' "
                             "(default: $SUBAGENTS_TOKEN)")
+    serve.add_argument("--metrics", action="store_true",
+                       default=os.environ.get("SUBAGENTS_METRICS", "").lower() in ("1", "true"),
+                       help="serve Prometheus metrics at GET /metrics (extra 'metrics'; also "
+                            "on when SUBAGENTS_METRICS=true)")
+    serve.add_argument("--otlp-endpoint", metavar="URL",
+                       default=os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+                       help="export OpenTelemetry traces over OTLP/HTTP to URL, e.g. "
+                            "http://127.0.0.1:4318/v1/traces (extra 'tracing'; default: "
+                            "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, unset means no tracing)")
     _model_check_arg(serve)
     return parser
 
@@ -308,6 +317,25 @@ def _ready_to_run(args: argparse.Namespace) -> bool:
     return True
 
 
+def _enable_observability(args: argparse.Namespace) -> bool:
+    from . import observability
+
+    wanted = [("metrics", args.metrics, observability.enable_metrics),
+              ("tracing", bool(args.otlp_endpoint),
+               lambda: observability.enable_tracing(endpoint=args.otlp_endpoint))]
+    for extra, on, enable in wanted:
+        if not on:
+            continue
+        try:
+            enable()
+        except ImportError as exc:
+            print(f"subagents serve: error [observability.extra_missing]: {extra} needs the "
+                  f"'{extra}' extra ({exc.name} is not installed): "
+                  f"pip install 'subagents[{extra}]'", file=sys.stderr)
+            return False
+    return True
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "init":
         return cmd_init(args)
@@ -330,6 +358,8 @@ def _run(args: argparse.Namespace) -> int:
     from .dialogue.processor import Assistant
     from .server import serve
 
+    if not _enable_observability(args):
+        return 1
     serve(Assistant.load(args.project), host=args.host, port=args.port,
           token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
     return 0

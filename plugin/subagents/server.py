@@ -36,7 +36,7 @@ from . import __version__
 from .channels.base import CollectingOutputChannel
 from .channels.sse import QueueOutputChannel, sse_frame
 from .dialogue.processor import Assistant
-from .rest_contract import rest_channel_health, token_matches, wants_stream
+from .rest_contract import extra_routes, token_matches, wants_stream
 
 log = structlog.get_logger("subagents.server")
 MAX_BODY = 1_000_000
@@ -190,7 +190,7 @@ def create_app(assistant: Assistant, *, token: str | None = None,
         Route("/conversations/{sender}/tracker", api.guard(api.tracker), methods=["GET"]),
         Route("/conversations/{sender}/client_tool_results",
               api.guard(api.client_tool_results), methods=["POST"]),
-        Route("/webhooks/rest/", rest_channel_health, methods=["GET"]),
+        *extra_routes(api.guard),
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]

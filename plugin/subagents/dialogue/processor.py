@@ -20,6 +20,7 @@ from ..config.project import Project, load_project
 from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
 from ..llm import LLMClient, ModelSettings, resolve_model_settings
 from ..mcp.pool import MCPPool
+from ..observability import traced_command_generation, traced_turn
 from ..stores import (
     LockStore,
     TrackerStore,
@@ -114,6 +115,7 @@ class Assistant:
         await self.close()
 
     # ------------------------------------------------------------------ turns
+    @traced_turn
     async def handle_message(self, sender_id: str, text: str,
                              metadata: dict[str, Any] | None = None,
                              output_channel: OutputChannel | None = None) -> list[dict[str, Any]]:
@@ -161,6 +163,7 @@ class Assistant:
         return await self.handle_message(sender_id, "", {"client_tool_results": results},
                                          output_channel)
 
+    @traced_command_generation
     async def understand(self, turn: Turn, text: str) -> list[Command]:
         fixed = parse_deterministic(text, set(self.project.flows))
         if fixed is not None:
