@@ -25,6 +25,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
+from . import usage
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -187,35 +189,41 @@ def traced_turn(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        if not _state.on:
-            return await fn(*args, **kwargs)
-        sender = str(_arg(args, kwargs, 1, "sender_id"))
-        metrics = _state.metrics
-        if metrics is not None:
-            now = time.monotonic()
-            metrics.last_seen[sender] = now
-            for key in [k for k, seen in metrics.last_seen.items()
-                        if now - seen > ACTIVE_WINDOW_SECONDS]:
-                del metrics.last_seen[key]
-            metrics.active_conversations.set(len(metrics.last_seen))
-            metrics.turns_in_progress.inc()
-        started, outcome = time.perf_counter(), "error"
-        try:
-            with _span("subagents.turn", {"subagents.conversation.id": sender}) as span:
-                try:
-                    result = await fn(*args, **kwargs)
-                except Exception as exc:
-                    _fail(span, exc)
-                    raise
-            outcome = "ok"
-            return result
-        finally:
-            if metrics is not None:
-                metrics.turns_in_progress.dec()
-                metrics.turns.labels(outcome).inc()
-                metrics.turn_seconds.observe(time.perf_counter() - started)
+        with usage.turn_scope():
+            if not _state.on:
+                return await fn(*args, **kwargs)
+            return await _observed_turn(fn, args, kwargs)
 
     return wrapper
+
+
+async def _observed_turn(fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> R:
+    sender = str(_arg(args, kwargs, 1, "sender_id"))
+    metrics = _state.metrics
+    if metrics is not None:
+        now = time.monotonic()
+        metrics.last_seen[sender] = now
+        for key in [k for k, seen in metrics.last_seen.items()
+                    if now - seen > ACTIVE_WINDOW_SECONDS]:
+            del metrics.last_seen[key]
+        metrics.active_conversations.set(len(metrics.last_seen))
+        metrics.turns_in_progress.inc()
+    started, outcome = time.perf_counter(), "error"
+    try:
+        with _span("subagents.turn", {"subagents.conversation.id": sender}) as span:
+            try:
+                result = await fn(*args, **kwargs)
+            except Exception as exc:
+                _fail(span, exc)
+                raise
+        outcome = "ok"
+        return result
+    finally:
+        if metrics is not None:
+            metrics.turns_in_progress.dec()
+            metrics.turns.labels(outcome).inc()
+            metrics.turn_seconds.observe(time.perf_counter() - started)
 
 
 def traced_command_generation(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -273,10 +281,17 @@ def traced_agent_run(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]
     return wrapper
 
 
+def _count_tokens(model: str, response: Any) -> tuple[int, int]:
+    """Adds the call to the turn's usage; returns (input, output) tokens."""
+    counts = getattr(response, "usage", None)
+    prompt = int(getattr(counts, "prompt_tokens", 0) or 0)
+    completion = int(getattr(counts, "completion_tokens", 0) or 0)
+    usage.record(model, prompt, completion)
+    return prompt, completion
+
+
 def _record_usage(span: Any, caller: str, model: str, response: Any) -> None:
-    usage = getattr(response, "usage", None)
-    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-    completion = int(getattr(usage, "completion_tokens", 0) or 0)
+    prompt, completion = _count_tokens(model, response)
     if span is not None:
         span.set_attribute("gen_ai.usage.input_tokens", prompt)
         span.set_attribute("gen_ai.usage.output_tokens", completion)
@@ -293,11 +308,13 @@ def traced_model_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        if not _state.on:
-            return await fn(*args, **kwargs)
-        client = args[0]
-        settings = getattr(client, "settings", None)
+        settings = getattr(args[0], "settings", None)
         model = str(getattr(settings, "model", "unknown"))
+        if not _state.on:
+            result = await fn(*args, **kwargs)
+            _count_tokens(model, result)
+            return result
+        client = args[0]
         caller = str(getattr(client, "name", "llm"))
         attributes = {"gen_ai.operation.name": "chat",
                       "gen_ai.provider.name": str(getattr(settings, "provider", "openai")),

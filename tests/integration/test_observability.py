@@ -185,3 +185,28 @@ async def test_serve_exports_traces_over_otlp_and_serves_metrics(tmp_path):
     assert samples(metrics.text)[("subagents_turns_total", (("outcome", "ok"),))] == 1
     assert "subagents.turn" in received
     assert "chat fake" in received
+
+
+async def test_token_usage_and_cost_are_stored_per_conversation(project, monkeypatch):
+    """Always on (no extra needed): the tracker keeps each turn's usage; the API sums it."""
+    monkeypatch.setenv("SUBAGENTS_MODEL_PRICES", '{"gpt-test": [1000000, 2000000]}')
+    script = {**WEATHER, "command_generator": ["start flow weather_flow",
+                                               "start flow opening_hours"]}
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant, \
+            serve_app(create_app(assistant)) as base, \
+            httpx2.AsyncClient(base_url=base, timeout=30) as client:
+        for text in ("weather?", "hours?", "/opening_hours"):
+            await client.post("/webhooks/rest/webhook", json={"sender": "u1", "message": text})
+        state = (await client.get("/conversations/u1/tracker")).json()
+        other = (await client.get("/conversations/nobody/tracker")).json()
+        requests = list(fake.requests)
+        fake.assert_done()
+    usage = state["usage"]
+    assert usage["calls"] == len(requests) == 4  # the slash command needs no model
+    listens = [e for e in state["events"] if e["event"] == "action"
+               and e["name"] == "action_listen"]
+    assert [bool((e.get("metadata") or {}).get("usage")) for e in listens] == [True, True, False]
+    per_model = usage["models"]["gpt-test"]
+    assert per_model["input_tokens"] == usage["input_tokens"] > 0
+    assert usage["cost_usd"] == usage["input_tokens"] + 2 * usage["output_tokens"]
+    assert other["usage"] == {"calls": 0, "input_tokens": 0, "output_tokens": 0, "models": {}}

@@ -27,6 +27,7 @@ from ..stores import (
     create_lock_store,
     create_tracker_store,
 )
+from ..usage import conversation_usage, turn_metadata
 from .actions import ActionRunner
 from .commands import CannotHandle, Command, ContinueAgent, parse_deterministic
 from .flow_executor import FlowExecutor
@@ -151,7 +152,7 @@ class Assistant:
             if commands or not result_only:  # a late result with no waiting agent: record only
                 self.executor.apply_commands(turn, commands)
                 await self.executor.advance(turn)
-            turn.add(ev.action_executed("action_listen"))
+            turn.add(ev.action_executed("action_listen", metadata=turn_metadata()))
             await self.tracker_store.save_turn(sender_id, turn.new_events, turn.stack.to_list(),
                                                turn.previous_count)
             return turn.new_events
@@ -185,7 +186,7 @@ class Assistant:
         record = await self.tracker_store.load(sender_id)
         return {"sender_id": sender_id, "events": record.events,
                 "slots": slots_from_events(self.project.domain, record.events),
-                "stack": record.stack}
+                "stack": record.stack, "usage": conversation_usage(record.events)}
 
 
 def _client_results(raw: Any) -> dict[str, Any]:
