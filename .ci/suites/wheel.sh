@@ -25,7 +25,10 @@ step "build (from a copy, so the checkout stays clean)"
 mkdir "$WORK/src"
 tar -C "$SRC" --exclude=.venv --exclude=.git --exclude=.subagents --exclude=build \
     --exclude='*.egg-info' -cf - . | tar -C "$WORK/src" -xf -
-run 300 "$PY" -m pip wheel -q --no-deps -w "$WORK/dist" "$WORK/src"
+# the project's virtualenv (made by `make test`) has pip for sure; a bare system Python may not
+BUILD_PY=$PY
+[ -x "$SRC/.venv/bin/python" ] && BUILD_PY=$SRC/.venv/bin/python
+run 300 "$BUILD_PY" -m pip wheel -q --no-deps -w "$WORK/dist" "$WORK/src"
 WHEEL=$(ls "$WORK"/dist/subagents-*.whl)
 "$PY" - "$WHEEL" <<'PY'
 import sys, zipfile
