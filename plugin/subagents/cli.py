@@ -40,6 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", default=None,
                        help="bearer token required on every route but /health "
                             "(default: $SUBAGENTS_TOKEN)")
+    serve.add_argument("--credentials", type=Path, default=None,
+                       help="input channels to open (default: <project>/credentials.yml)")
     test = sub.add_parser("test", help="run conversation tests (default: tests/e2e/)")
     test.add_argument("paths", nargs="*", type=Path, help="fixture files or folders")
     _project_arg(test)
@@ -168,11 +170,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         import os
 
+        from .channels.registry import load_channels
         from .dialogue.processor import Assistant
         from .server import serve
 
+        channels = load_channels(args.project, args.credentials)
         serve(Assistant.load(args.project), host=args.host, port=args.port,
-              token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
+              token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels)
         return 0
     if args.command == "test":
         return cmd_test(args)
