@@ -51,7 +51,11 @@ class SlackOutput(OutputChannel):
         if self.thread_ts:
             kwargs.setdefault("thread_ts", self.thread_ts)
         kwargs.setdefault("channel", self.channel)
-        await self.client.chat_postMessage(**kwargs)
+        try:
+            await self.client.chat_postMessage(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - a lost message must not end the conversation
+            log.error("channels.slack.send_failed", channel=self.channel,
+                      error=type(exc).__name__)
 
     async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
         if kwargs.get("buttons"):

@@ -51,10 +51,17 @@ class TelegramOutput(OutputChannel):
             await self.send_text_with_buttons(recipient_id, text, kwargs["buttons"])
             return
         for part in split_text(text, TEXT_LIMIT):
-            await self.bot.send_message(chat_id=recipient_id, text=part)
+            await self._send(chat_id=recipient_id, text=part)
         custom = kwargs.get("custom")
         if isinstance(custom, dict) and isinstance(custom.get("text"), str):
-            await self.bot.send_message(chat_id=recipient_id, **custom)
+            await self._send(chat_id=recipient_id, **custom)
+
+    async def _send(self, **kwargs: Any) -> None:
+        try:
+            await self.bot.send_message(**kwargs)
+        except Exception as exc:  # noqa: BLE001 - a lost message must not end the conversation
+            log.error("channels.telegram.send_failed", chat=kwargs.get("chat_id"),
+                      error=type(exc).__name__)
 
     async def send_text_with_buttons(self, recipient_id: str, text: str,
                                      buttons: list[dict[str, Any]], **kwargs: Any) -> None:
@@ -67,7 +74,7 @@ class TelegramOutput(OutputChannel):
 
         parts = split_text(text, TEXT_LIMIT) or ["…"]
         for part in parts[:-1]:
-            await self.bot.send_message(chat_id=recipient_id, text=part)
+            await self._send(chat_id=recipient_id, text=part)
         pairs = [(str(b.get("title", "")), str(b.get("payload", b.get("title", ""))))
                  for b in buttons]
         markup: InlineKeyboardMarkup | ReplyKeyboardMarkup
@@ -78,7 +85,7 @@ class TelegramOutput(OutputChannel):
             markup = ReplyKeyboardMarkup([[KeyboardButton(t)] for t, _ in pairs],
                                          one_time_keyboard=True, resize_keyboard=True)
             self.choices[recipient_id] = {t.casefold(): p for t, p in pairs}
-        await self.bot.send_message(chat_id=recipient_id, text=parts[-1], reply_markup=markup)
+        await self._send(chat_id=recipient_id, text=parts[-1], reply_markup=markup)
 
 
 class TelegramInput(InputChannel):
