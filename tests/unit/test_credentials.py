@@ -146,11 +146,14 @@ def test_a_custom_channel_class_is_loaded_by_module_path(make_project):
     assert channels[1].bot_message_evt == "bot_says"
 
     (root / "credentials.yml").write_text("addons.my_channel.NotAChannel:\n"
-                                          "addons.missing.Channel:\n")
+                                          "addons.missing.Channel:\n"
+                                          "addons.my_channel.MyChannel:\n"
+                                          "  api_token: literal-value\n")
     _, issues = check_credentials(root)
     assert codes(issues) == ["credentials.channel.not_a_channel",
-                             "credentials.channel.module_not_found"]
-    assert [i.line for i in issues] == [1, 2]
+                             "credentials.channel.module_not_found",
+                             "validation.sensitive_key_string_value_must_be_set_as_env_var"]
+    assert [i.line for i in issues] == [1, 2, 4]
 
 
 def test_no_credentials_file_means_only_the_rest_api(make_project):
