@@ -330,3 +330,21 @@ async def test_serve_opens_the_channels_of_credentials_yml(tmp_path, tools_url):
     assert [data["text"] for _, data, _ in received] == [
         "Let me check that for you.", "Sunny.", "Anything else about the weather?",
         "Is there anything else I can help you with?"]
+
+
+async def test_stopping_the_server_lets_a_socket_turn_finish(project, tools_url):
+    script = {"command_generator": ["start flow weather_flow"],
+              "weather_agent": [{"text": "Done despite the shutdown.", "delay_ms": 300,
+                                 "tool_calls": [{"task_completed": {}}]}]}
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
+        widget = Widget()
+        async with serve_app(create_app(assistant, channels=[SocketIOInput()])) as base:
+            await widget.connect(base)
+            sender = str(widget.client.get_sid())
+            await widget.say("weather?")
+            with anyio.fail_after(30):
+                await fake.wait_for_requests(1, "weather_agent")
+            await widget.client.disconnect()
+        # the server has stopped: the turn it was running was finished first
+        events = (await assistant.state(sender))["events"]
+    assert next(e["text"] for e in events if e["event"] == "bot") == "Done despite the shutdown."

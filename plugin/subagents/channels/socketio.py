@@ -26,7 +26,7 @@ import structlog
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .base import OutputChannel
-from .input import InputChannel
+from .input import BackgroundTurns, InputChannel
 
 if TYPE_CHECKING:
     import socketio
@@ -97,6 +97,7 @@ class SocketIOInput(InputChannel):
         self.namespace = namespace
         self.cors_allowed_origins: str | list[str] = cors_allowed_origins or []
         self.sio: socketio.AsyncServer | None = None
+        self.turns = BackgroundTurns(self.name)
 
     @classmethod
     def from_credentials(cls, credentials: dict[str, Any] | None) -> SocketIOInput:
@@ -161,11 +162,8 @@ class SocketIOInput(InputChannel):
             metadata = data.get(self.metadata_key)
             metadata = dict(metadata) if isinstance(metadata, dict) else {}
             sender = self._sender(sid, data)
-            try:
-                await assistant.handle_message(sender, data.get("message") or "", metadata,
-                                               output)
-            except Exception:
-                log.exception("channels.turn.failed", channel="socketio", sender=sender)
+            self.turns.start(assistant.handle_message(sender, data.get("message") or "",
+                                                      metadata, output), sender)
 
         async def client_tool_result(sid: str, data: Any = None) -> None:
             data = data if isinstance(data, dict) else {}
@@ -176,15 +174,16 @@ class SocketIOInput(InputChannel):
                 log.warning("channels.socketio.bad_tool_result", sid=sid)
                 return
             sender = self._sender(sid, data)
-            try:
-                await assistant.handle_client_tool_results(sender, results, output)
-            except Exception:
-                log.exception("channels.turn.failed", channel="socketio", sender=sender)
+            self.turns.start(assistant.handle_client_tool_results(sender, results, output),
+                             sender)
 
         sio.on("connect", handler=connect, namespace=ns)
         sio.on("session_request", handler=session_request, namespace=ns)
         sio.on(self.user_message_evt, handler=user_message, namespace=ns)
         sio.on(CLIENT_TOOL_RESULT, handler=client_tool_result, namespace=ns)
+
+    async def shutdown(self) -> None:
+        await self.turns.drain()
 
     def _token_ok(self, auth: Any) -> bool:
         import jwt
