@@ -4,6 +4,7 @@ header, and the recorded Bot API calls (to a local stand-in of Telegram's API)."
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -82,7 +83,8 @@ async def test_startup_registers_the_webhook_with_a_secret(telegram):
     assert call.path == f"/bot{BOT_TOKEN}/setWebhook"
 
 
-async def test_fillers_and_long_answers_are_separate_messages(telegram):
+async def test_fillers_and_long_answers_are_separate_messages(telegram, caplog):
+    caplog.set_level(logging.DEBUG)
     script = {"command_generator": ["start flow weather_flow"],
               "weather_agent": [
                   {"text": "Let me check that for you.",
@@ -105,6 +107,8 @@ async def test_fillers_and_long_answers_are_separate_messages(telegram):
     users = [e for e in (await assistant.state(str(CHAT)))["events"] if e["event"] == "user"]
     assert users[0]["text"] == "weather?"
     assert users[0]["metadata"]["telegram"]["chat_type"] == "private"
+    assert any("sendMessage" in r.getMessage() for r in caplog.records)
+    assert not [r for r in caplog.records if BOT_TOKEN in r.getMessage()]
 
 
 async def test_buttons_are_an_inline_keyboard_and_a_press_sends_the_payload(telegram):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -37,6 +38,24 @@ log = structlog.get_logger("subagents.channels.telegram")
 TEXT_LIMIT = 4096
 CALLBACK_DATA_LIMIT = 64
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
+
+
+_LIBRARY_LOGGERS = ("httpx", "telegram", "telegram.Bot", "telegram.BaseRequest",
+                    "telegram.HTTPXRequest", "telegram.ext")
+
+
+class _RedactToken(logging.Filter):
+    """The Bot API puts the bot token in every URL: keep it out of the libraries' log lines."""
+
+    def __init__(self, token: str) -> None:
+        super().__init__()
+        self.token = token
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.token in message:
+            record.msg, record.args = message.replace(self.token, "<bot-token>"), ()
+        return True
 
 
 class TelegramOutput(OutputChannel):
@@ -105,6 +124,9 @@ class TelegramInput(InputChannel):
         self.updates = RecentIds()
         self.choices: dict[str, dict[str, str]] = {}
         self._bot: Bot | None = None
+        redact = _RedactToken(access_token)
+        for name in _LIBRARY_LOGGERS:
+            logging.getLogger(name).addFilter(redact)
 
     @classmethod
     def from_credentials(cls, credentials: dict[str, Any] | None) -> TelegramInput:
