@@ -3,12 +3,13 @@ literal secrets with file, line and code."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from subagents.channels.registry import build_channels, load_channels
 from subagents.channels.socketio import SocketIOInput
-from subagents.config.credentials import check_credentials, load_credentials
+from subagents.config.credentials import Credentials, check_credentials, load_credentials
 from subagents.config.project import collect_issues
 from subagents.exceptions import ConfigError, ProjectInvalidError
 
@@ -154,6 +155,17 @@ def test_a_custom_channel_class_is_loaded_by_module_path(make_project):
                              "credentials.channel.module_not_found",
                              "validation.sensitive_key_string_value_must_be_set_as_env_var"]
     assert [i.line for i in issues] == [1, 2, 4]
+
+
+def test_a_channel_whose_library_is_missing_names_the_extra(make_project, monkeypatch):
+    monkeypatch.setenv("TWILIO_AUTH_TOKEN", "t")
+    root = make_project({"credentials.yml": RASA_CREDENTIALS.split("    rasa:")[0]})
+    monkeypatch.setitem(sys.modules, "twilio", None)  # as if the extra were not installed
+    with pytest.raises(ConfigError) as err:
+        build_channels(root, Credentials(channels=[
+            c for c in load_credentials(root).channels if c.name == "twilio"]))
+    assert err.value.code == "credentials.channel.extra_missing"
+    assert err.value.issue.hint == "pip install 'subagents[twilio]'"
 
 
 def test_no_credentials_file_means_only_the_rest_api(make_project):

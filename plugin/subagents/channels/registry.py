@@ -21,20 +21,21 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("subagents.channels")
 
-BUILTIN: dict[str, tuple[str, str, str]] = {
-    "socketio": ("subagents.channels.socketio", "SocketIOInput", "socketio"),
-    "slack": ("subagents.channels.slack", "SlackInput", "slack"),
-    "telegram": ("subagents.channels.telegram", "TelegramInput", "telegram"),
-    "twilio": ("subagents.channels.twilio", "TwilioInput", "twilio"),
+BUILTIN: dict[str, tuple[str, str, str, str]] = {
+    "socketio": ("subagents.channels.socketio", "SocketIOInput", "socketio", "socketio"),
+    "slack": ("subagents.channels.slack", "SlackInput", "slack", "slack_sdk"),
+    "telegram": ("subagents.channels.telegram", "TelegramInput", "telegram", "telegram"),
+    "twilio": ("subagents.channels.twilio", "TwilioInput", "twilio", "twilio"),
 }
-"""Channel name -> (module, class, the optional extra that installs its library)."""
+"""Channel name -> (module, class, the optional extra that installs its library, the library)."""
 
 
 def channel_class(name: str, root: Path) -> type[InputChannel]:
     """The class of channel ``name``: built-in, or a custom ``pkg.mod.Class`` of the project."""
     if name in BUILTIN:
-        module_name, cls_name, extra = BUILTIN[name]
+        module_name, cls_name, extra, library = BUILTIN[name]
         try:
+            importlib.import_module(library)
             module = importlib.import_module(module_name)
         except ImportError as exc:
             raise ConfigError(ConfigIssue(
