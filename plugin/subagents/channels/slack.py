@@ -41,6 +41,9 @@ _MENTION = re.compile(r"<@[A-Z0-9]+>\s*")
 class SlackOutput(OutputChannel):
     """Posts to one Slack channel (and thread, when replies go to threads)."""
 
+    name = "slack"
+    """The channel name responses can be written for (``channel:`` in a response)."""
+
     def __init__(self, client: AsyncWebClient, channel: str,
                  thread_ts: str | None = None) -> None:
         self.client = client

@@ -41,6 +41,9 @@ CLIENT_TOOL_RESULT = "client_tool_result"
 class SocketIOOutput(OutputChannel):
     """Emits each bot message to the recipient's room as soon as it exists."""
 
+    name = "socketio"
+    """The channel name responses can be written for (``channel:`` in a response)."""
+
     def __init__(self, sio: socketio.AsyncServer, bot_message_evt: str,
                  namespace: str | None = None) -> None:
         self.sio = sio

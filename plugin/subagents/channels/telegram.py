@@ -61,6 +61,9 @@ class _RedactToken(logging.Filter):
 class TelegramOutput(OutputChannel):
     """Sends to Telegram chats; remembers reply-keyboard choices per chat."""
 
+    name = "telegram"
+    """The channel name responses can be written for (``channel:`` in a response)."""
+
     def __init__(self, bot: Bot, choices: dict[str, dict[str, str]]) -> None:
         self.bot = bot
         self.choices = choices

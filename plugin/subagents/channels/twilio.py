@@ -39,6 +39,9 @@ API_BASE = "https://api.twilio.com"
 class TwilioOutput(OutputChannel):
     """Sends SMS or WhatsApp messages from the assistant's number."""
 
+    name = "twilio"
+    """The channel name responses can be written for (``channel:`` in a response)."""
+
     def __init__(self, client: Client, from_number: str,
                  choices: dict[str, dict[str, str]]) -> None:
         self.client = client
