@@ -63,6 +63,20 @@ def test_a_rasa_credentials_file_loads_unchanged(make_project):
     assert "credentials.channel.unsupported" in codes(all_issues)
 
 
+def test_a_rasa_credentials_file_builds_every_channel(make_project, monkeypatch):
+    for var in ("SLACK_TOKEN", "SLACK_SIGNING_SECRET", "TELEGRAM_TOKEN", "TWILIO_AUTH_TOKEN"):
+        monkeypatch.setenv(var, f"value-of-{var}")
+    root = make_project({"credentials.yml": RASA_CREDENTIALS})
+    channels = load_channels(root)
+    assert [type(c).__name__ for c in channels] == ["SocketIOInput", "SlackInput",
+                                                    "TelegramInput", "TwilioInput"]
+    socket, slack, telegram, twilio = channels
+    assert socket.session_persistence is True  # type: ignore[attr-defined]
+    assert slack.token == "value-of-SLACK_TOKEN"  # type: ignore[attr-defined]
+    assert telegram.verify == "my_bot"  # type: ignore[attr-defined]
+    assert twilio.twilio_number == "+15550001111"  # type: ignore[attr-defined]
+
+
 def test_settings_resolve_environment_variables(make_project, monkeypatch):
     monkeypatch.setenv("SLACK_TOKEN", "xoxb-1")
     monkeypatch.setenv("SLACK_SIGNING_SECRET", "s3")
