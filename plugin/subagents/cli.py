@@ -162,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="export OpenTelemetry traces over OTLP/HTTP to URL, e.g. "
                             "http://127.0.0.1:4318/v1/traces (extra 'tracing'; default: "
                             "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, unset means no tracing)")
+    serve.add_argument("--credentials", type=Path, default=None,
+                       help="input channels to open (default: <project>/credentials.yml)")
     _model_check_arg(serve)
     return parser
 
@@ -355,13 +357,15 @@ def _run(args: argparse.Namespace) -> int:
         from .shell import run_shell
 
         return run_shell(args.project, debug=args.debug)
+    from .channels.registry import load_channels
     from .dialogue.processor import Assistant
     from .server import serve
 
     if not _enable_observability(args):
         return 1
+    channels = load_channels(args.project, args.credentials)
     serve(Assistant.load(args.project), host=args.host, port=args.port,
-          token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
+          token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels)
     return 0
 
 

@@ -23,7 +23,7 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import structlog
@@ -34,6 +34,8 @@ from starlette.routing import Route
 
 from . import __version__
 from .channels.base import CollectingOutputChannel
+from .channels.input import InputChannel
+from .channels.registry import mount_channels
 from .channels.sse import QueueOutputChannel, sse_frame
 from .dialogue.processor import Assistant
 from .rest_contract import extra_routes, token_matches, wants_stream
@@ -182,7 +184,7 @@ class _Api:
 
 
 def create_app(assistant: Assistant, *, token: str | None = None,
-               max_body: int = MAX_BODY) -> Starlette:
+               max_body: int = MAX_BODY, channels: Sequence[InputChannel] = ()) -> Starlette:
     api = _Api(assistant, token, max_body)
     routes = [
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
@@ -194,11 +196,13 @@ def create_app(assistant: Assistant, *, token: str | None = None,
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=api.lifespan)
+    app = Starlette(routes=routes, lifespan=api.lifespan)
+    mount_channels(app, assistant, channels)  # the input channels of credentials.yml
+    return app
 
 
 def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
-          token: str | None = None) -> None:
+          token: str | None = None, channels: Sequence[InputChannel] = ()) -> None:
     """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s)."""
     import uvicorn
 
@@ -209,8 +213,9 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
                 print(f"subagents: serving on http://{host}:{port}", file=sys.stderr,
                       flush=True)
 
-    config = uvicorn.Config(create_app(assistant, token=token), host=host, port=port,
-                            log_level="warning", timeout_graceful_shutdown=30)
+    app = create_app(assistant, token=token, channels=channels)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
+                            timeout_graceful_shutdown=30)
     # uvicorn re-raises the signal that stopped it once it has drained; these handlers take it
     # so that a graceful stop ends with exit status 0
     for sig in (signal.SIGTERM, signal.SIGINT):
