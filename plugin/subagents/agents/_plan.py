@@ -7,9 +7,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..channels.base import OutputChannel
 from ..llm import LLMResponse, ToolCall, Usage
 from ..tools.base import PlannedCall, Tool
+from ..types import OutputChannelLike as OutputChannel
 from .schemas import AgentInput, AgentStatus, AgentToolResult
 
 _NAME_RUN = re.compile(r"^[A-Za-z0-9_.\-]+")

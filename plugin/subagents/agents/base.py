@@ -31,13 +31,13 @@ import anyio
 import structlog
 
 from .. import events as ev
-from ..channels.base import OutputChannel
 from ..config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
 from ..exceptions import LLMError
 from ..llm import LLMClient, LLMResponse, resolve_model_settings
 from ..tools.base import CallContext, PlannedCall, Tool, ToolOutcome
 from ..tools.executor import execute_calls
 from ..tools.mcp_tools import MCPToolset
+from ..types import OutputChannelLike as OutputChannel
 from ._plan import AgentRun, Outcome, Plan, assistant_message, repair_name, tool_message
 from ._tool_features import (
     RECALL,

@@ -17,76 +17,17 @@ from typing import Any
 from .. import events as ev
 from ..conditions import Condition, ConditionSyntaxError, parse_condition, referenced_slots
 from ..config.domain import mappings_allow_llm
+from ..slots import coerce_slot_value
 from ..tools.base import CallContext, Tool
 from ._plan import AgentRun, Outcome, Plan
 from .base import MCPBaseAgent
 from .schemas import AgentInput, AgentInputSlot, AgentStatus, AgentToolResult, AgentToolSchema
 
+__all__ = ["MCPTaskAgent", "coerce_slot_value"]  # coerce_slot_value: old import path
+
 SET_SLOT = re.compile(r"^set_slot_(\w+)$")
 _JSON_TYPES = {"text": "string", "float": "number", "bool": "boolean", "list": "array",
                "categorical": "string", "strict_categorical": "string"}
-
-
-def _to_bool(slot: AgentInputSlot, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "1"):
-        return True
-    if text in ("false", "no", "0"):
-        return False
-    raise ValueError(f"slot {slot.name!r} is a bool: use true or false")
-
-
-def _to_float(slot: AgentInputSlot, value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    try:
-        return float(str(value).strip())
-    except ValueError:
-        raise ValueError(f"slot {slot.name!r} is a number: {value!r} is not one") from None
-
-
-def _to_category(slot: AgentInputSlot, value: Any) -> Any:
-    for allowed in slot.allowed_values or []:
-        if str(allowed).lower() == str(value).strip().lower():
-            return allowed
-    allowed_text = ", ".join(str(a) for a in slot.allowed_values or [])
-    raise ValueError(f"{value!r} is not allowed for slot {slot.name!r}; "
-                     f"allowed values: {allowed_text}")
-
-
-def _to_list(slot: AgentInputSlot, value: Any) -> list[Any]:
-    if isinstance(value, list):
-        return value
-    if isinstance(value, str) and value.strip().startswith("["):
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = None
-        if isinstance(parsed, list):
-            return parsed
-    return [value]
-
-
-def _to_text(slot: AgentInputSlot, value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value) if isinstance(value, dict | list) else str(value)
-
-
-_COERCERS = {"bool": _to_bool, "float": _to_float, "list": _to_list, "text": _to_text,
-             "categorical": _to_category, "strict_categorical": _to_category}
-
-
-def coerce_slot_value(slot: AgentInputSlot, value: Any) -> Any:
-    """Coerce ``value`` to the slot's type; raise ValueError saying what is allowed (D9)."""
-    coerce = _COERCERS.get(slot.type)
-    if value is None or coerce is None:
-        return value
-    if coerce is _to_category and not slot.allowed_values:
-        return _to_text(slot, value)
-    return coerce(slot, value)
 
 
 class MCPTaskAgent(MCPBaseAgent):

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agents.schemas import AgentInput, AgentToolContext, AgentToolResult, AgentToolSchema
+from ..types import AgentInput, AgentToolContext, AgentToolResult, AgentToolSchema
 
 
 @dataclass

@@ -17,8 +17,8 @@ from typing import Any
 import anyio
 import structlog
 
-from ..agents.schemas import AgentToolResult
 from ..exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutError
+from ..types import AgentToolResult
 from .base import CallContext, PlannedCall, Tool, ToolOutcome
 
 log = structlog.get_logger("subagents.tools")

@@ -8,11 +8,11 @@ from typing import Any
 
 import structlog
 
-from ..agents.schemas import AgentInput, AgentToolResult, AgentToolSchema
 from ..config.sub_agent import McpServerRef, ToolSettings
 from ..exceptions import ToolNotAvailableError
 from ..mcp.connection import MCPTool
 from ..mcp.pool import MCPPool
+from ..types import AgentInput, AgentToolResult, AgentToolSchema
 from .base import CallContext, Tool
 
 log = structlog.get_logger("subagents.tools")

@@ -14,7 +14,7 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, create_model
 
-from ..agents.schemas import AgentToolContext, AgentToolResult
+from ..types import AgentToolContext, AgentToolResult
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK = "__subagents_tool__"
