@@ -158,24 +158,17 @@ class AgentToolResult(BaseModel):
 
 
 def _normalise_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
-    """Reference normalisation: closed objects, required lists, typed properties (one level)."""
+    """Give the provider an object schema (``type``, ``required``, closed at the top level).
+
+    Only the top level is touched: a parameter without a type, or a free-form object, stays as
+    the server declared it, so the model is never told less than the server accepts.
+    """
     if not parameters:
         return {}
     params = dict(parameters)
     params.setdefault("type", "object")
     params.setdefault("additionalProperties", False)
     params.setdefault("required", [])
-    props = {}
-    for name, prop in (params.get("properties") or {}).items():
-        prop = dict(prop) if isinstance(prop, dict) else {}
-        if not any(k in prop for k in ("$ref", "anyOf", "oneOf", "allOf", "enum")):
-            prop.setdefault("type", "string")
-            if prop.get("type") == "object":
-                prop.setdefault("additionalProperties", False)
-                prop.setdefault("required", [])
-        props[name] = prop
-    if "properties" in params:
-        params["properties"] = props
     return params
 
 

@@ -26,9 +26,20 @@ log = structlog.get_logger("subagents.tools")
 
 @functools.lru_cache(maxsize=512)
 def _validator_for(schema_json: str) -> Any:
+    """A validator of the draft the schema names in ``$schema`` (2020-12 when it names none);
+    None when the schema is not valid under that draft, so the server alone checks arguments."""
     from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
 
-    return Draft202012Validator(json.loads(schema_json))
+    schema = json.loads(schema_json)
+    cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as exc:
+        log.warning("agent.tool.schema_invalid", draft=cls.__name__, error=exc.message)
+        return None
+    return cls(schema)
 
 
 def _validator(tool: Tool) -> Any:
@@ -46,7 +57,10 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     for name, prop in (schema.get("properties") or {}).items():
         if name not in filled and isinstance(prop, dict) and "default" in prop:
             filled[name] = prop["default"]
-    errors = sorted(_validator(tool).iter_errors(filled), key=lambda e: list(e.path))
+    validator = _validator(tool)
+    if validator is None:
+        return filled
+    errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.path))
     if errors:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e.path) or 'arguments'}: {e.message}" for e in errors[:5])
