@@ -88,7 +88,7 @@ async def test_a_text_reply_while_slots_are_missing_waits_for_the_user():
     output, fake = await run_task(script)
     fake.assert_done()
     assert output.status == AgentStatus.INPUT_REQUIRED
-    assert kinds(output.events) == ["bot:input_required", "slot:city=Berlin"]
+    assert kinds(output.events) == ["slot:city=Berlin", "bot:input_required"]
 
 
 async def test_a_text_reply_when_conditions_already_hold_completes_and_is_recorded():

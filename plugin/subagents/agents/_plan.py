@@ -46,6 +46,8 @@ class Plan:
     """Calls of client-executed tools (DECISIONS A6): the run parks until results arrive."""
     approval: list[PlannedCall] = field(default_factory=list)
     """Calls of tools that need the user's yes first (A5): the run parks with a question."""
+    has_text: bool = False
+    """The model sent some text, perhaps only whitespace (which is never sent or recorded)."""
 
     @property
     def has_tool_calls(self) -> bool:
@@ -77,6 +79,8 @@ class AgentRun:
     initial_slot_values: dict[str, Any] = field(default_factory=dict)
     slot_set_by_hook: set[str] = field(default_factory=set)
     output_metadata: dict[str, Any] = field(default_factory=dict)
+    recorded_slots: dict[str, Any] = field(default_factory=dict)
+    """Slots whose SlotSet was recorded during the run, with the value recorded last."""
     full_results: dict[str, str] = field(default_factory=dict)
     """Results over ``tool_result_budget``, kept whole for ``recall`` (A4)."""
 

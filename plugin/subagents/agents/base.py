@@ -55,6 +55,7 @@ from .schemas import (
     AgentToolResult,
     AgentToolSchema,
     CustomToolSchema,
+    ExitReason,
 )
 
 if TYPE_CHECKING:
@@ -350,11 +351,16 @@ class MCPBaseAgent:
                       messages: list[dict[str, Any]], tools: list[dict[str, Any]]
                       ) -> LLMResponse:
         started = False
+        leading = ""
 
         async def on_text(delta: str) -> None:
-            nonlocal started
+            # leading whitespace is held back, so a whitespace-only reply is never sent
+            nonlocal started, leading
             if not started:
-                started = True
+                leading += delta
+                if not leading.strip():
+                    return
+                started, delta = True, leading
                 await channel.send_response_chunk_start(recipient)
             await channel.send_response_chunk(recipient, delta)
 
@@ -386,7 +392,7 @@ class MCPBaseAgent:
         offered = set(run.tools) | self._handled_builtins()
         taken: set[str] = set()
         plan = Plan(response=response, text=(response.text or "").strip(), calls=[],
-                    unavailable=[], builtin=[], malformed=[])
+                    unavailable=[], builtin=[], malformed=[], has_text=bool(response.text))
         for call in response.tool_calls:
             if call.arguments is None:
                 plan.malformed.append(call)
@@ -453,6 +459,7 @@ class MCPBaseAgent:
                 run.results[call.id] = result
                 run.structured.append({"name": call.name, "result": result.result or ""})
                 self._outputs_to_state(run, call.name, result.result or "")
+        run.events.extend(self._events_after_call(run, outcome))
         log.info("agent.tool.finished", agent=self.name, tool=call.name, source=source,
                  is_error=result.is_error, duration_ms=round(outcome.duration_ms, 1))
         if result.is_error:
@@ -463,6 +470,10 @@ class MCPBaseAgent:
             run.full_results[call.id] = text
             text = preview(call.id, text, budget)
         return text, event
+
+    def _events_after_call(self, run: AgentRun, outcome: ToolOutcome) -> list[dict[str, Any]]:
+        """Events a call causes besides its own (the task agent's SlotSets), in call order."""
+        return []
 
     def _outputs_to_state(self, run: AgentRun, tool_name: str, result: str) -> None:
         """A2: copy result fields into slots (list slots are extended)."""
@@ -619,7 +630,16 @@ class MCPBaseAgent:
         run.slot_values[name] = value
 
     def _tool_failure(self, outcomes: list[ToolOutcome]) -> Outcome | None:
-        """With ``raise_on_tool_invocation_failure``, the first failed tool ends the run."""
+        """A tool that returned neither a result nor an error is a recoverable error (the
+        caller retries the whole invocation); with ``raise_on_tool_invocation_failure``, the
+        first failed tool ends the run."""
+        for outcome in outcomes:
+            result, tool = outcome.result, outcome.call.tool
+            if result.result is None and not result.is_error and tool is not None \
+                    and tool.source != "builtin":
+                return Outcome(AgentStatus.RECOVERABLE_ERROR, ExitReason.NO_RESULT,
+                               error_message=f"tool {outcome.call.name!r} returned neither a "
+                                             "result nor an error")
         if not self.configuration.raise_on_tool_invocation_failure:
             return None
         for outcome in outcomes:

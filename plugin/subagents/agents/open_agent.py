@@ -86,7 +86,7 @@ class MCPOpenAgent(MCPBaseAgent):
 
     async def _on_tools(self, run: AgentRun, plan: Plan) -> Outcome | None:
         completing = plan.called(TASK_COMPLETED)
-        if completing and not plan.text and not plan.calls and not plan.unavailable:
+        if completing and not plan.has_text and not plan.calls and not plan.unavailable:
             self._ask_for_closing_line(run)
             return None
         if plan.text:
@@ -102,7 +102,7 @@ class MCPOpenAgent(MCPBaseAgent):
         if completing:
             run.count_tool(TASK_COMPLETED)
             run.structured.append({"name": TASK_COMPLETED, "result": "Task completed"})
-            if plan.text:
+            if plan.has_text:  # whitespace counts as a closing text, though never sent
                 return Outcome(AgentStatus.COMPLETED, "task_completed")
             self._ask_for_closing_line(run, counted=True)
             return None

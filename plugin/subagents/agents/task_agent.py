@@ -18,7 +18,7 @@ from .. import events as ev
 from ..conditions import Condition, ConditionSyntaxError, parse_condition, referenced_slots
 from ..config.domain import mappings_allow_llm
 from ..slots import coerce_slot_value
-from ..tools.base import CallContext, Tool
+from ..tools.base import CallContext, Tool, ToolOutcome
 from ._plan import AgentRun, Outcome, Plan
 from .base import MCPBaseAgent
 from .schemas import AgentInput, AgentInputSlot, AgentStatus, AgentToolResult, AgentToolSchema
@@ -155,16 +155,28 @@ class MCPTaskAgent(MCPBaseAgent):
             return Outcome(AgentStatus.COMPLETED, "exit_if")
         return Outcome(AgentStatus.INPUT_REQUIRED, "max_steps")
 
-    # ------------------------------------------------------------------ output
-    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[dict[str, Any]]:
-        events = list(run.events)
-        exit_names = self.exit_slot_names(run.input)
-        for name in exit_names:
-            if name not in run.slot_values or name in run.slot_set_by_hook:
-                continue
-            value = run.slot_values[name]
-            changed = value != run.initial_slot_values.get(name)
-            if outcome.status == AgentStatus.COMPLETED or changed:
-                events.append(ev.slot_set(name, value))
-        return events
+    # ------------------------------------------------------------------ slot events
+    def _events_after_call(self, run: AgentRun, outcome: ToolOutcome) -> list[dict[str, Any]]:
+        """A successful ``set_slot_*`` call records its SlotSet right away (chronological)."""
+        match = SET_SLOT.match(outcome.call.name)
+        slot = run.input.slot(match.group(1)) if match else None
+        if slot is None or outcome.result.is_error or outcome.call.tool is None \
+                or outcome.call.tool.source != "builtin":
+            return []
+        value = coerce_slot_value(slot, outcome.call.arguments.get("slot_value"))
+        before = run.recorded_slots.get(slot.name, run.initial_slot_values.get(slot.name))
+        if value == before and slot.name not in run.recorded_slots:
+            return []
+        run.recorded_slots[slot.name] = value
+        return [ev.slot_set(slot.name, value)]
 
+    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[dict[str, Any]]:
+        """On completion, the exit slots not set during this run are stated once more."""
+        events = list(run.events)
+        if outcome.status != AgentStatus.COMPLETED:
+            return events
+        for name in self.exit_slot_names(run.input):
+            if name in run.slot_values and name not in run.slot_set_by_hook \
+                    and name not in run.recorded_slots:
+                events.append(ev.slot_set(name, run.slot_values[name]))
+        return events
