@@ -86,7 +86,7 @@ class AgentInputSlot(BaseModel):
     mappings: list[dict[str, Any]] = Field(default_factory=list)
     description: str | None = None
     verify: bool = False
-    """The model must confirm the value with the user before setting it (A7)."""
+    """The model must confirm the value with the user before setting it."""
 
 
 class AgentInput(BaseModel):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..tools.base import Tool
-from ._plan import AgentRun, Outcome, Plan
+from ._plan import AgentRun, Continue, Executed, Finish, Outcome, Plan, StepResult
 from .base import MCPBaseAgent
-from .schemas import AgentInput, AgentStatus, AgentToolResult, AgentToolSchema
+from .schemas import AgentInput, AgentStatus, AgentToolResult, AgentToolSchema, ExitReason
 
 TASK_COMPLETED = "task_completed"
 
@@ -15,7 +15,7 @@ TASK_COMPLETED = "task_completed"
 class MCPOpenAgent(MCPBaseAgent):
     """Runs until the model calls ``task_completed`` (with a closing text) or asks the user.
 
-    ``configuration.exit_conditions`` (A1) may also end the run after a text answer (``text``)
+    ``configuration.exit_conditions`` may also end the run after a text answer (``text``)
     or right after a named tool ran.
     """
 
@@ -72,45 +72,49 @@ class MCPOpenAgent(MCPBaseAgent):
         completion = run.tools.get(TASK_COMPLETED)
         return [completion.schema.to_openai()] if completion else super()._offered(run)
 
-    async def _on_text(self, run: AgentRun, plan: Plan) -> Outcome | None:
+    def _text_kind(self, plan: Plan) -> str:
+        return "final_response" if plan.called(TASK_COMPLETED) else "filler_message"
+
+    def _runs_tools(self, plan: Plan) -> bool:
+        # task_completed alone, without any text: nothing to run, ask for a closing line
+        return not (plan.called(TASK_COMPLETED) and not plan.has_text and not plan.calls
+                    and not plan.unavailable)
+
+    def _decide_on_text(self, run: AgentRun, plan: Plan) -> StepResult:
+        """A text answer asks the user, unless the task is done or ``text`` is an exit."""
         if run.completion_pending:
             if plan.text:
                 self._record_text(run, plan.text, plan.response, "final_response")
-            return Outcome(AgentStatus.COMPLETED, "task_completed")
-        exits = self.configuration.exit_conditions or []
-        if "text" in exits:
+            return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.TASK_COMPLETED))
+        if "text" in (self.configuration.exit_conditions or []):
             self._record_text(run, plan.text, plan.response, "final_response")
-            return Outcome(AgentStatus.COMPLETED, "text")
+            return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.TEXT))
         self._record_text(run, plan.text, plan.response, "input_required")
-        return Outcome(AgentStatus.INPUT_REQUIRED, "text")
+        return Finish(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.TEXT))
 
-    async def _on_tools(self, run: AgentRun, plan: Plan) -> Outcome | None:
+    async def _decide_on_tools(self, run: AgentRun, plan: Plan,
+                               executed: Executed) -> StepResult:
+        """Failures, then deferred calls, then completion, then exit tools; else go on."""
         completing = plan.called(TASK_COMPLETED)
-        if completing and not plan.has_text and not plan.calls and not plan.unavailable:
+        if not self._runs_tools(plan):
             self._ask_for_closing_line(run)
-            return None
-        if plan.text:
-            kind = "final_response" if completing else "filler_message"
-            self._record_text(run, plan.text, plan.response, kind)
-        outcomes = await self._execute(run, plan)
-        failure = self._tool_failure(outcomes)
+            return Continue()
+        failure = self._tool_failure(executed)
         if failure is not None:
             return failure
-        parked = await self._park(run, plan)
-        if parked is not None:
-            return parked
+        if executed.deferred():
+            return await self._park(run, executed)
         if completing:
             run.count_tool(TASK_COMPLETED)
             run.structured.append({"name": TASK_COMPLETED, "result": "Task completed"})
             if plan.has_text:  # whitespace counts as a closing text, though never sent
-                return Outcome(AgentStatus.COMPLETED, "task_completed")
+                return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.TASK_COMPLETED))
             self._ask_for_closing_line(run, counted=True)
-            return None
+            return Continue()
         for name in self.configuration.exit_conditions or []:
-            if name != "text" and any(o.call.name == name and not o.result.is_error
-                                      for o in outcomes):
-                return Outcome(AgentStatus.COMPLETED, f"tool:{name}")
-        return self._unavailable_outcome(run, plan)
+            if name != "text" and executed.succeeded(name):
+                return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.for_tool(name)))
+        return self._after_unavailable(run, plan)
 
     def _ask_for_closing_line(self, run: AgentRun, counted: bool = False) -> None:
         """``task_completed`` without text: one more call, tools disabled, for a closing line."""

@@ -1,8 +1,8 @@
 """The task-specific agent: fills exit slots through ``set_slot_<slot>`` tools, then completes
 silently once the step's ``exit_if`` conditions hold.
 
-Choices where the reference has quirks (reference §10): values are coerced to the slot type and
-an invalid value is an error tool result naming the allowed values (D9); a text reply that
+Choices where Rasa Pro behaves accidentally: values are coerced to the slot
+type and an invalid value is an error tool result naming the allowed values; a text reply that
 arrives when the conditions already hold is recorded (the user saw it); when the step limit is
 reached without the conditions holding, the agent keeps waiting for the user
 (``input_required``) instead of letting the flow move on.
@@ -18,10 +18,17 @@ from .. import events as ev
 from ..conditions import Condition, ConditionSyntaxError, parse_condition, referenced_slots
 from ..config.domain import mappings_allow_llm
 from ..slots import coerce_slot_value
-from ..tools.base import CallContext, Tool, ToolOutcome
-from ._plan import AgentRun, Outcome, Plan
+from ..tools.base import CallContext, SlotEffect, Tool
+from ._plan import AgentRun, Executed, Finish, Outcome, Plan, StepResult
 from .base import MCPBaseAgent
-from .schemas import AgentInput, AgentInputSlot, AgentStatus, AgentToolResult, AgentToolSchema
+from .schemas import (
+    AgentInput,
+    AgentInputSlot,
+    AgentStatus,
+    AgentToolResult,
+    AgentToolSchema,
+    ExitReason,
+)
 
 __all__ = ["MCPTaskAgent", "coerce_slot_value"]  # coerce_slot_value: old import path
 
@@ -109,7 +116,7 @@ class MCPTaskAgent(MCPBaseAgent):
             except ValueError as exc:
                 return AgentToolResult(tool_name=schema.name, is_error=True,
                                        error_message=str(exc))
-            self._apply_slot(run, slot_name, value)
+            ctx.effects.append(SlotEffect(slot_name, value, only_if_changed=True))
             return AgentToolResult(tool_name=schema.name,
                                    result=f"Slot {slot_name} set to {json.dumps(value)}.")
 
@@ -124,52 +131,36 @@ class MCPTaskAgent(MCPBaseAgent):
         return all(cond.evaluate(view) for cond in conditions)
 
     # ------------------------------------------------------------------ step decisions
-    async def _on_text(self, run: AgentRun, plan: Plan) -> Outcome | None:
+    def _decide_on_text(self, run: AgentRun, plan: Plan) -> StepResult:
+        """Complete when the exit conditions hold; otherwise the text asks the user."""
         if self._exit_met(run):
             if plan.text:
                 self._record_text(run, plan.text, plan.response, "final_response")
-            return Outcome(AgentStatus.COMPLETED, "exit_if")
+            return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.EXIT_IF))
         self._record_text(run, plan.text, plan.response, "input_required")
-        return Outcome(AgentStatus.INPUT_REQUIRED, "text")
+        return Finish(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.TEXT))
 
-    async def _on_tools(self, run: AgentRun, plan: Plan) -> Outcome | None:
-        if plan.text:
-            self._record_text(run, plan.text, plan.response, "filler_message")
-        outcomes = await self._execute(run, plan)
-        failure = self._tool_failure([o for o in outcomes if o.call.tool is not None
-                                      and o.call.tool.source != "builtin"])
+    async def _decide_on_tools(self, run: AgentRun, plan: Plan,
+                               executed: Executed) -> StepResult:
+        """Failures, then the exit conditions, then deferred calls; else go on."""
+        failure = self._tool_failure(executed, builtins=False)
         if failure is not None:
             return failure
         if self._exit_met(run):
-            return Outcome(AgentStatus.COMPLETED, "exit_if")
-        parked = await self._park(run, plan)
-        if parked is not None:
-            return parked
-        return self._unavailable_outcome(run, plan)
+            return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.EXIT_IF))
+        if executed.deferred():
+            return await self._park(run, executed)
+        return self._after_unavailable(run, plan)
 
     def _max_steps_message_type(self) -> str:
         return "input_required"
 
     def _max_steps_outcome(self, run: AgentRun) -> Outcome:
         if self._exit_met(run):
-            return Outcome(AgentStatus.COMPLETED, "exit_if")
-        return Outcome(AgentStatus.INPUT_REQUIRED, "max_steps")
+            return Outcome(AgentStatus.COMPLETED, ExitReason.EXIT_IF)
+        return Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.MAX_STEPS)
 
-    # ------------------------------------------------------------------ slot events
-    def _events_after_call(self, run: AgentRun, outcome: ToolOutcome) -> list[dict[str, Any]]:
-        """A successful ``set_slot_*`` call records its SlotSet right away (chronological)."""
-        match = SET_SLOT.match(outcome.call.name)
-        slot = run.input.slot(match.group(1)) if match else None
-        if slot is None or outcome.result.is_error or outcome.call.tool is None \
-                or outcome.call.tool.source != "builtin":
-            return []
-        value = coerce_slot_value(slot, outcome.call.arguments.get("slot_value"))
-        before = run.recorded_slots.get(slot.name, run.initial_slot_values.get(slot.name))
-        if value == before and slot.name not in run.recorded_slots:
-            return []
-        run.recorded_slots[slot.name] = value
-        return [ev.slot_set(slot.name, value)]
-
+    # ------------------------------------------------------------------ output
     def _final_events(self, run: AgentRun, outcome: Outcome) -> list[dict[str, Any]]:
         """On completion, the exit slots not set during this run are stated once more."""
         events = list(run.events)

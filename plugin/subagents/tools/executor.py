@@ -1,17 +1,15 @@
-"""Running tool calls: argument validation, timeouts, errors as results, parallel policy.
+"""Running one tool call: argument validation, the per-tool timeout, errors as results.
 
-Read-only tools run concurrently (at most ``max_parallel`` at once); any other tool runs alone,
-after the read-only calls before it finished and before the ones after it start. Outcomes come
-back in call order.
+The timeout is the tool's own (``configuration.tools.<name>.timeout``) or the agent's
+``tool_timeout``. Every failure becomes an error result the model reads; nothing raises.
+How several calls of one response share time is in :mod:`subagents.tools.concurrency`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
-import time
 from typing import Any
 
 import anyio
@@ -19,7 +17,7 @@ import structlog
 
 from ..exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutError
 from ..types import AgentToolResult
-from .base import CallContext, PlannedCall, Tool, ToolOutcome
+from .base import CallContext, Tool
 
 log = structlog.get_logger("subagents.tools")
 
@@ -75,7 +73,8 @@ async def invoke_tool(tool: Tool, arguments: dict[str, Any], ctx: CallContext) -
     try:
         args = validate_arguments(tool, arguments)
         with anyio.fail_after(timeout + 1.0):  # the runner enforces `timeout`; this is a backstop
-            outcome: Any = tool.run(args, CallContext(ctx.agent_input, ctx.tool_context, timeout))
+            outcome: Any = tool.run(args, CallContext(ctx.agent_input, ctx.tool_context, timeout,
+                                                      ctx.effects))
             result = await outcome if inspect.isawaitable(outcome) else outcome
         if not isinstance(result, AgentToolResult):
             raise ToolInvocationError(f"tool {tool.name!r} returned {type(result).__name__}, "
@@ -97,38 +96,4 @@ def _error(name: str, message: str, code: str) -> AgentToolResult:
     return AgentToolResult(tool_name=name, is_error=True, error_message=message)
 
 
-async def _one(call: PlannedCall, ctx: CallContext) -> ToolOutcome:
-    assert call.tool is not None
-    started = time.monotonic()
-    result = await invoke_tool(call.tool, call.arguments, ctx)
-    return ToolOutcome(call=call, result=result, started=started, finished=time.monotonic())
-
-
-async def execute_calls(calls: list[PlannedCall], ctx: CallContext, *,
-                        max_parallel: int = 3) -> list[ToolOutcome]:
-    """Execute ``calls`` (all with a tool) under the parallel policy; outcomes in call order."""
-    outcomes: list[ToolOutcome] = []
-    batch: list[PlannedCall] = []
-    limiter = asyncio.Semaphore(max(1, max_parallel))
-
-    async def limited(call: PlannedCall) -> ToolOutcome:
-        async with limiter:
-            return await _one(call, ctx)
-
-    async def flush() -> None:
-        if batch:
-            outcomes.extend(await asyncio.gather(*(limited(c) for c in batch)))
-            batch.clear()
-
-    for call in calls:
-        assert call.tool is not None
-        if call.tool.read_only:
-            batch.append(call)
-            continue
-        await flush()
-        outcomes.append(await _one(call, ctx))
-    await flush()
-    return outcomes
-
-
-__all__ = ["ToolTimeoutError", "execute_calls", "invoke_tool", "validate_arguments"]
+__all__ = ["ToolTimeoutError", "invoke_tool", "validate_arguments"]

@@ -19,7 +19,7 @@ log = structlog.get_logger("subagents.tools")
 
 
 def allowed(ref: McpServerRef, tool_name: str) -> bool:
-    """DECISIONS D3: an include list (even empty) allows only its tools; else exclude wins."""
+    """An include list (even empty) allows only its tools; else exclude wins."""
     if ref.include_tools is not None:
         return tool_name in ref.include_tools
     return not (ref.exclude_tools and tool_name in ref.exclude_tools)

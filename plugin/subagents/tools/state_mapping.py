@@ -1,23 +1,19 @@
-"""Per-tool settings (``configuration.tools.<name>``): state mapping (A2), large-result
-budget with ``recall`` (A4), approvals (A5)."""
+"""``inputs_from_state`` / ``outputs_to_state`` (``configuration.tools.<name>``).
+
+``inputs_from_state`` maps an argument to ``slots.<name>`` or ``metadata.<key>`` (dotted): the
+argument is hidden from the model and filled from the conversation state at call time.
+``outputs_to_state`` maps a slot to ``result`` (the whole result text) or a dotted field of a
+JSON result: after a successful call the slot is set (a list slot is extended).
+"""
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from ..config.sub_agent import ToolSettings
-from ..tools.base import CallContext, Tool
-from .schemas import AgentInput, AgentToolResult, AgentToolSchema
-
-RECALL = "recall"
-_YES = re.compile(r"^\s*(yes|y|yeah|yep|sure|ok|okay|go ahead|please do|do it|confirm(ed)?|"
-                  r"approved?|fine)\b", re.I)
-
-
-def is_yes(text: str) -> bool:
-    return bool(_YES.match(text or ""))
+from ..types import AgentInput, AgentToolResult, AgentToolSchema
+from .base import CallContext, PlannedCall, SlotEffect, Tool, ToolOutcome, Toolset, WrapperToolset
 
 
 def state_value(source: str, agent_input: AgentInput) -> Any:
@@ -75,39 +71,31 @@ def state_outputs(settings: ToolSettings, result: str) -> list[tuple[str, Any]]:
     return pairs
 
 
-def preview(call_id: str, text: str, budget: int) -> str:
-    """A4: what the model sees of a result longer than the budget."""
-    head = text[:budget]
-    shape = ""
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError:
-        parsed = None
-    if isinstance(parsed, dict):
-        shape = f" It is a JSON object with keys: {', '.join(list(parsed)[:30])}."
-    elif isinstance(parsed, list):
-        shape = f" It is a JSON list of {len(parsed)} items."
-    return (f"{head}\n[Result truncated: {len(text)} characters in all.{shape} Call "
-            f"`{RECALL}` with call_id \"{call_id}\" (and offset/length) to read more.]")
+class StateMappingToolset(WrapperToolset):
+    """Applies ``inputs_from_state`` to the offered tools and ``outputs_to_state`` to results."""
 
+    def __init__(self, inner: Toolset, settings: dict[str, ToolSettings]) -> None:
+        super().__init__(inner)
+        self.settings = settings
 
-def recall_tool(store: dict[str, str]) -> Tool:
-    schema = AgentToolSchema(
-        name=RECALL, description="Read more of a tool result that was truncated.",
-        parameters={"type": "object", "properties": {
-            "call_id": {"type": "string", "description": "The id of the truncated call."},
-            "offset": {"type": "integer", "default": 0},
-            "length": {"type": "integer", "default": 4000}}, "required": ["call_id"]})
+    def tools(self) -> list[Tool]:
+        """The inner tools, state inputs hidden."""
+        out = []
+        for tool in self.inner.tools():
+            settings = self.settings.get(tool.name)
+            out.append(with_state_inputs(tool, settings) if settings is not None else tool)
+        return out
 
-    async def run(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
-        text = store.get(str(arguments.get("call_id")))
-        if text is None:
-            known = ", ".join(store) or "none"
-            return AgentToolResult(tool_name=RECALL, is_error=True,
-                                   error_message=f"no truncated result with that call_id "
-                                                 f"(known: {known})")
-        offset = max(0, int(arguments.get("offset") or 0))
-        length = max(1, int(arguments.get("length") or 4000))
-        return AgentToolResult(tool_name=RECALL, result=text[offset:offset + length])
-
-    return Tool(schema=schema, run=run, source="builtin", read_only=True)
+    async def call(self, call: PlannedCall, ctx: CallContext) -> ToolOutcome:
+        """The inner call; a successful result also sets the mapped slots."""
+        outcome = await self.inner.call(call, ctx)
+        settings = self.settings.get(call.name)
+        source = call.tool.source if call.tool is not None else ""
+        if settings is None or not settings.outputs_to_state or outcome.deferred is not None \
+                or outcome.result.is_error or source == "builtin":
+            return outcome
+        for slot_name, value in state_outputs(settings, outcome.result.result or ""):
+            slot = ctx.agent_input.slot(slot_name)
+            outcome.effects.append(SlotEffect(slot_name, value, extend_list=bool(
+                slot is not None and slot.type == "list")))
+        return outcome
