@@ -42,7 +42,6 @@ from ..tools.approvals import ApprovalToolset
 from ..tools.base import (
     CallContext,
     Deferral,
-    FunctionToolset,
     PlannedCall,
     SlotEffect,
     Tool,
@@ -51,6 +50,7 @@ from ..tools.base import (
 )
 from ..tools.client_tools import ClientToolset
 from ..tools.concurrency import execute_calls
+from ..tools.executor import FunctionToolset
 from ..tools.mcp_tools import MCPToolset
 from ..tools.python import custom_tool
 from ..tools.result_budget import ResultBudgetToolset

@@ -13,7 +13,6 @@
 from .base import (
     CallContext,
     Deferral,
-    FunctionToolset,
     PlannedCall,
     SlotEffect,
     Tool,
@@ -22,7 +21,7 @@ from .base import (
     WrapperToolset,
 )
 from .concurrency import execute_calls
-from .executor import invoke_tool
+from .executor import FunctionToolset, invoke_tool
 
 __all__ = ["CallContext", "Deferral", "FunctionToolset", "PlannedCall", "SlotEffect", "Tool",
            "ToolOutcome", "Toolset", "WrapperToolset", "execute_calls", "invoke_tool"]

@@ -1,7 +1,7 @@
 """The tool abstraction every tool kind shares, and the toolset interface the wrappers compose.
 
-A :class:`Toolset` offers tools and calls them. :class:`FunctionToolset` holds plain tools (MCP,
-custom Python and built-in ones); each feature around tools (approvals, client-executed tools,
+A :class:`Toolset` offers tools and calls them. ``executor.FunctionToolset`` holds plain tools
+(MCP, custom Python and built-in ones); each feature around tools (approvals, client-executed tools,
 state mapping, the result budget) is a :class:`WrapperToolset` in its own module that changes
 what is offered or what a call does, so the agent loop never branches on those features.
 """
@@ -122,30 +122,6 @@ class Toolset(Protocol):
     async def call(self, call: PlannedCall, ctx: CallContext) -> ToolOutcome:
         """Run one call (``call.tool`` is one of :meth:`tools`); failures are error results."""
         ...
-
-
-class FunctionToolset:
-    """Plain tools, run with argument validation, timeouts and errors as results."""
-
-    def __init__(self, tools: list[Tool]) -> None:
-        self._tools: dict[str, Tool] = {}
-        for tool in tools:
-            self._tools.setdefault(tool.name, tool)
-
-    def tools(self) -> list[Tool]:
-        """The tools, first of each name kept."""
-        return list(self._tools.values())
-
-    async def call(self, call: PlannedCall, ctx: CallContext) -> ToolOutcome:
-        """Run the call's tool and time it."""
-        from .executor import invoke_tool
-
-        assert call.tool is not None
-        call_ctx = ctx.for_call()
-        started = time.monotonic()
-        result = await invoke_tool(call.tool, call.arguments, call_ctx)
-        return ToolOutcome(call=call, result=result, started=started, finished=time.monotonic(),
-                           effects=list(call_ctx.effects))
 
 
 class WrapperToolset:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import time
 from typing import Any
 
 import anyio
@@ -17,7 +18,7 @@ import structlog
 
 from ..exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutError
 from ..types import AgentToolResult
-from .base import CallContext, Tool
+from .base import CallContext, PlannedCall, Tool, ToolOutcome
 
 log = structlog.get_logger("subagents.tools")
 
@@ -96,4 +97,26 @@ def _error(name: str, message: str, code: str) -> AgentToolResult:
     return AgentToolResult(tool_name=name, is_error=True, error_message=message)
 
 
-__all__ = ["ToolTimeoutError", "invoke_tool", "validate_arguments"]
+class FunctionToolset:
+    """Plain tools, run with argument validation, timeouts and errors as results."""
+
+    def __init__(self, tools: list[Tool]) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self._tools.setdefault(tool.name, tool)
+
+    def tools(self) -> list[Tool]:
+        """The tools, first of each name kept."""
+        return list(self._tools.values())
+
+    async def call(self, call: PlannedCall, ctx: CallContext) -> ToolOutcome:
+        """Run the call's tool and time it."""
+        assert call.tool is not None
+        call_ctx = ctx.for_call()
+        started = time.monotonic()
+        result = await invoke_tool(call.tool, call.arguments, call_ctx)
+        return ToolOutcome(call=call, result=result, started=started, finished=time.monotonic(),
+                           effects=list(call_ctx.effects))
+
+
+__all__ = ["FunctionToolset", "ToolTimeoutError", "invoke_tool", "validate_arguments"]
