@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/subagents demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check plugin tests benchmarks
