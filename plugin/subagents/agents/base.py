@@ -37,15 +37,11 @@ from .. import events as ev
 from ..config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
 from ..exceptions import LLMError
 from ..llm import LLMClient, LLMResponse, resolve_model_settings
-from ..tools import approvals, client_tools
 from ..tools.approvals import ApprovalToolset
 from ..tools.base import (
     CallContext,
-    Deferral,
     PlannedCall,
-    SlotEffect,
     Tool,
-    ToolOutcome,
     Toolset,
 )
 from ..tools.client_tools import ClientToolset
@@ -56,6 +52,8 @@ from ..tools.python import custom_tool
 from ..tools.result_budget import ResultBudgetToolset
 from ..tools.state_mapping import StateMappingToolset
 from ..types import OutputChannelLike as OutputChannel
+from ._model_io import deliver, generate, send_event
+from ._parking import park, resume_approval, resume_client_tools
 from ._plan import (
     AgentRun,
     Continue,
@@ -70,9 +68,9 @@ from ._plan import (
     tool_message,
     unavailable_text,
 )
+from ._recording import apply_slot, record_tool
 from .schemas import (
     AgentInput,
-    AgentInputSlot,
     AgentOutput,
     AgentStatus,
     AgentToolContext,
@@ -286,10 +284,12 @@ class MCPBaseAgent:
     async def _loop(self, run: AgentRun) -> Outcome:
         """Resume parked calls, then step until a step finishes or parks the run."""
         self._prepare(run, await self._mcp_tools())
-        resumed = await self._resume_client_tools(run)
+        resumed = await resume_client_tools(run, agent_id=self.agent_id)
         if isinstance(resumed, Park):
             return resumed.outcome
-        await self._resume_approval(run)
+        await resume_approval(run, self._call_context(run), agent_id=self.agent_id,
+                              agent_name=self.name,
+                              max_parallel=self.configuration.max_parallel_tools)
         for _ in range(self.configuration.max_agent_steps):
             result = await self._step(run)
             match result:
@@ -305,14 +305,14 @@ class MCPBaseAgent:
     async def _step(self, run: AgentRun) -> StepResult:
         """One ReAct step: generate -> plan -> deliver text -> execute tools -> decide."""
         # 1. generate: the model sees the conversation, this run's exchange and the tools
-        response = await self._generate(run, self._messages(run), self._offered(run))
+        response = await generate(self.llm, run, self._messages(run), self._offered(run))
         # 2. plan: resolve the calls against the offered tools before anything runs
         plan = self._plan(run, response)
         if plan.malformed:
             return Continue(note=RETRY_MALFORMED_JSON)
         # 3. deliver text: the user sees it now (streamed text already arrived)
         if plan.text and not response.streamed:
-            await self._deliver(run, plan.text)
+            await deliver(run, plan.text)
         if not plan.has_tool_calls:
             if not plan.text and not run.completion_pending:
                 return Continue(note=NUDGE_EMPTY)
@@ -345,10 +345,10 @@ class MCPBaseAgent:
     async def _on_max_steps(self, run: AgentRun) -> Outcome:
         """One last model call with tools disabled produces a real reply."""
         run.note(LAST_STEP)
-        response = await self._generate(run, self._messages(run), [])
+        response = await generate(self.llm, run, self._messages(run), [])
         text = (response.text or "").strip()
         if text and not response.streamed:
-            await self._deliver(run, text)
+            await deliver(run, text)
         if text:
             self._record_text(run, text, response, self._max_steps_message_type())
         return self._max_steps_outcome(run)
@@ -394,53 +394,6 @@ class MCPBaseAgent:
 
     def _offered(self, run: AgentRun) -> list[dict[str, Any]]:
         return [tool.schema.to_openai() for tool in run.tools.values()]
-
-    async def _generate(self, run: AgentRun, messages: list[dict[str, Any]],
-                        tools: list[dict[str, Any]]) -> LLMResponse:
-        channel, recipient = run.channel, run.recipient_id
-        run.steps += 1
-        if channel is None or recipient is None or not channel.wants_streaming():
-            response = await self.llm.complete(messages, tools or None)
-        else:
-            response = await self._stream(channel, recipient, messages, tools)
-        run.usage.add(response.usage)
-        return response
-
-    async def _stream(self, channel: OutputChannel, recipient: str,
-                      messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-                      ) -> LLMResponse:
-        started = False
-        leading = ""
-
-        async def on_text(delta: str) -> None:
-            # leading whitespace is held back, so a whitespace-only reply is never sent
-            nonlocal started, leading
-            if not started:
-                leading += delta
-                if not leading.strip():
-                    return
-                started, delta = True, leading
-                await channel.send_response_chunk_start(recipient)
-            await channel.send_response_chunk(recipient, delta)
-
-        try:
-            response = await self.llm.complete(messages, tools or None, stream=True,
-                                               on_text=on_text)
-        except BaseException:
-            if started:
-                await channel.send_response_chunk_end(recipient, interrupted=True)
-            raise
-        if started:
-            await channel.send_response_chunk_end(recipient)
-        return response
-
-    async def _deliver(self, run: AgentRun, text: str) -> None:
-        if run.channel is not None and run.recipient_id is not None:
-            await run.channel.send_text_message(run.recipient_id, text)
-
-    async def _send_event(self, run: AgentRun, event: dict[str, Any]) -> None:
-        if run.channel is not None and run.recipient_id is not None:
-            await run.channel.send_event(run.recipient_id, event)
 
     def _record_text(self, run: AgentRun, text: str, response: LLMResponse | None,
                      message_type: str) -> dict[str, Any]:
@@ -489,9 +442,10 @@ class MCPBaseAgent:
         executed = Executed(outcomes)
         answers: dict[str, str] = {}
         for outcome in executed.ran:
-            answers[outcome.call.id], event = self._record_tool(run, outcome)
+            answers[outcome.call.id], event = record_tool(
+                run, outcome, agent_id=self.agent_id, agent_name=self.name)
             if event is not None:
-                await self._send_event(run, event)
+                await send_event(run, event)
         for call in plan.unavailable:
             answers[call.id] = unavailable_text(call.name, list(run.tools))
         for call in plan.builtin:
@@ -504,52 +458,6 @@ class MCPBaseAgent:
         if current:
             await self._apply_hook_events(run, current)
         return executed
-
-    def _record_tool(self, run: AgentRun, outcome: ToolOutcome
-                     ) -> tuple[str, dict[str, Any] | None]:
-        """Record a call that ran, then its slot effects; return the model's answer and the
-        tool event (None for built-ins)."""
-        call, result = outcome.call, outcome.result
-        run.count_tool(call.name)
-        source = call.tool.source if call.tool else ""
-        event = None
-        if source != "builtin":
-            event = ev.mcp_tool_executed(
-                call.name, call.arguments, result.result, is_error=result.is_error,
-                error_message=result.error_message, agent_id=self.agent_id,
-                duration_ms=round(outcome.duration_ms, 1))
-            run.events.append(event)
-            if not result.is_error:
-                run.results[call.id] = result
-                run.structured.append({"name": call.name, "result": result.result or ""})
-        for effect in outcome.effects:
-            self._apply_effect(run, effect)
-        log.info("agent.tool.finished", agent=self.name, tool=call.name, source=source,
-                 is_error=result.is_error, duration_ms=round(outcome.duration_ms, 1))
-        if result.is_error:
-            return f"Error: {result.error_message}", event
-        if outcome.model_text is not None:
-            return outcome.model_text, event
-        return (result.result if result.result is not None else ""), event
-
-    def _apply_effect(self, run: AgentRun, effect: SlotEffect) -> None:
-        """Set a slot a call set and record the SlotSet where the call happened."""
-        value = effect.value
-        slot = run.input.slot(effect.name)
-        if effect.extend_list and slot is not None:
-            value = list(slot.value or []) + (value if isinstance(value, list) else [value])
-        if effect.only_if_changed:
-            before = run.recorded_slots.get(effect.name,
-                                            run.initial_slot_values.get(effect.name))
-            first = effect.name not in run.recorded_slots
-            self._apply_slot(run, effect.name, value)
-            if value == before and first:
-                return
-            run.recorded_slots[effect.name] = value
-        else:
-            self._apply_slot(run, effect.name, value)
-            run.slot_set_by_hook.add(effect.name)
-        run.events.append(ev.slot_set(effect.name, value))
 
     def _builtin_answer(self, run: AgentRun, call: PlannedCall) -> str:
         return "ok"
@@ -567,16 +475,8 @@ class MCPBaseAgent:
             run.events.append(event)
             run.input.events.append(event)
             if event["event"] == "slot":
-                self._apply_slot(run, event["name"], event.get("value"))
+                apply_slot(run, event["name"], event.get("value"))
                 run.slot_set_by_hook.add(event["name"])
-
-    def _apply_slot(self, run: AgentRun, name: str, value: Any) -> None:
-        slot = run.input.slot(name)
-        if slot is None:
-            run.input.slots.append(AgentInputSlot(name=name, value=value, type="any"))
-        else:
-            slot.value = value
-        run.slot_values[name] = value
 
     # ------------------------------------------------------------------ shared decision rules
     def _tool_failure(self, executed: Executed, *, builtins: bool = True) -> Finish | None:
@@ -613,67 +513,15 @@ class MCPBaseAgent:
                                         f"(last: {name!r})"))
         return Continue()
 
-    # ------------------------------------------------------------------ parking and resuming
+    # ------------------------------------------------------------------ parking
     async def _park(self, run: AgentRun, executed: Executed) -> Park:
-        """Deferred calls park the run: client tools first, then approvals."""
-        waiting = executed.deferred(Deferral.CLIENT)
-        if waiting:
-            for call in waiting:
-                event = ev.agent_event("agent_client_tool_requested", self.name, None,
-                                       tool_call_id=call.id, tool_name=call.name,
-                                       arguments=call.arguments)
-                run.events.append(event)
-                await self._send_event(run, event)
-            run.output_metadata[client_tools.PENDING_KEY] = client_tools.pending_record(
-                run.tool_messages, waiting)
-            return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.CLIENT_TOOL))
-        asked = executed.deferred(Deferral.APPROVAL)
-        question = approvals.question(asked)
-        await self._deliver(run, question)
-        self._record_text(run, question, None, "input_required")
-        run.output_metadata[approvals.PENDING_KEY] = approvals.pending_record(
-            run.tool_messages, asked)
-        return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.APPROVAL))
+        """Deferred calls park the run (client tools first, then approvals)."""
 
-    async def _resume_client_tools(self, run: AgentRun) -> Continue | Park:
-        """Restore a parked exchange; answer pending calls with the client's results."""
-        pending = run.input.metadata.get(client_tools.PENDING_KEY)
-        if not pending:
-            return Continue()
-        delivered = client_tools.deliver(
-            pending, dict(run.input.metadata.get(client_tools.RESULTS_KEY) or {}))
-        run.tool_messages = delivered.messages
-        for call, text in delivered.results:
-            run.events.append(ev.mcp_tool_executed(
-                call["name"], call.get("arguments") or {}, text, is_error=False,
-                error_message=None, agent_id=self.agent_id))
-            run.tool_messages.append(tool_message(call["id"], text))
-            run.structured.append({"name": call["name"], "result": text})
-        if delivered.waiting and not run.input.user_message.strip():
-            run.output_metadata[client_tools.PENDING_KEY] = {
-                **pending, "calls": delivered.waiting, "messages": run.tool_messages}
-            return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.CLIENT_TOOL))
-        for call in delivered.waiting:
-            run.tool_messages.append(tool_message(call["id"], client_tools.NOT_YET))
-        return Continue()
+        async def ask(question: str) -> None:
+            await deliver(run, question)
+            self._record_text(run, question, None, "input_required")
 
-    async def _resume_approval(self, run: AgentRun) -> None:
-        """The user answered an approval question: run the calls on a yes, else decline."""
-        pending = run.input.metadata.get(approvals.PENDING_KEY)
-        if not pending or run.approvals is None or run.toolset is None:
-            return
-        answered = approvals.answer(pending, run.input.user_message, run.tools)
-        run.tool_messages = answered.messages
-        run.approvals.approve(c.id for c in answered.to_run)
-        outcomes = {o.call.id: o for o in await execute_calls(
-            run.toolset, answered.to_run, self._call_context(run),
-            max_parallel=self.configuration.max_parallel_tools)}
-        for call_id in answered.order:
-            if call_id in outcomes:
-                answer, _ = self._record_tool(run, outcomes[call_id])
-            else:
-                answer = approvals.DECLINED
-            run.tool_messages.append(tool_message(call_id, answer))
+        return await park(run, executed, agent_name=self.name, ask=ask)
 
     # ------------------------------------------------------------------ output
     def _output(self, run: AgentRun, outcome: Outcome) -> AgentOutput:
