@@ -35,7 +35,7 @@ import structlog
 
 from .. import events as ev
 from ..config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
-from ..exceptions import LLMError
+from ..exceptions import AgentInitializationError, LLMError
 from ..llm import LLMClient, LLMResponse, resolve_model_settings
 from ..tools.approvals import ApprovalToolset
 from ..tools.base import (
@@ -52,6 +52,7 @@ from ..tools.python import custom_tool
 from ..tools.result_budget import ResultBudgetToolset
 from ..tools.state_mapping import StateMappingToolset
 from ..types import OutputChannelLike as OutputChannel
+from ._limits import cap_text, capped_render
 from ._model_io import deliver, generate, send_event
 from ._parking import park, resume_approval, resume_client_tools
 from ._plan import (
@@ -102,6 +103,12 @@ class MCPBaseAgent:
     TEMPLATE_FILE: ClassVar[str] = ""
     MAX_UNAVAILABLE_TOOL_CALL_RETRIES: ClassVar[int] = 1
     TOOL_CALL_DEFAULT_TIMEOUT: ClassVar[float] = 10.0
+    MAX_PROMPT_CHARS: ClassVar[int] = 200_000
+    """The rendered system prompt is cut (and marked) after this many characters."""
+    MAX_RESPONSE_CHARS: ClassVar[int] = 20_000
+    """Model text longer than this is cut (and marked) before it is sent or recorded."""
+    MAX_TOOL_RESULT_CHARS: ClassVar[int] = 200_000
+    """Tool results longer than this are cut (and marked) before they are recorded."""
 
     def __init__(self, name: str, description: str, *,
                  configuration: AgentConfiguration | None = None,
@@ -148,10 +155,19 @@ class MCPBaseAgent:
         from jinja2.sandbox import SandboxedEnvironment
 
         path = self.configuration.prompt_template
-        text = (self.project_root / path).read_text(encoding="utf-8") if path else \
+        text = self._read_project_template(path) if path else \
             self.get_default_prompt_template()
         env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         return env.from_string(text)
+
+    def _read_project_template(self, path: str) -> str:
+        root = self.project_root.resolve()
+        resolved = (root / path).resolve()
+        if not resolved.is_relative_to(root):
+            raise AgentInitializationError(
+                f"agent {self.name!r}: configuration.prompt_template {path!r} is outside the "
+                f"project folder {root}", code="agent.prompt_template.outside_project")
+        return resolved.read_text(encoding="utf-8")
 
     @classmethod
     def get_default_prompt_template(cls) -> str:
@@ -194,7 +210,9 @@ class MCPBaseAgent:
         return []
 
     def render_prompt_template(self, context: AgentInput) -> str:
-        return str(self._template.render(**self._build_context_for_prompt(context)))
+        """The system prompt; cut (and marked) after ``MAX_PROMPT_CHARS`` characters."""
+        return capped_render(self._template, self._build_context_for_prompt(context),
+                             self.MAX_PROMPT_CHARS)
 
     def _build_context_for_prompt(self, context: AgentInput) -> dict[str, Any]:
         meta = context.metadata
@@ -305,7 +323,7 @@ class MCPBaseAgent:
     async def _step(self, run: AgentRun) -> StepResult:
         """One ReAct step: generate -> plan -> deliver text -> execute tools -> decide."""
         # 1. generate: the model sees the conversation, this run's exchange and the tools
-        response = await generate(self.llm, run, self._messages(run), self._offered(run))
+        response = await generate(self.llm, run, await self._messages(run), self._offered(run))
         # 2. plan: resolve the calls against the offered tools before anything runs
         plan = self._plan(run, response)
         if plan.malformed:
@@ -344,9 +362,11 @@ class MCPBaseAgent:
 
     async def _on_max_steps(self, run: AgentRun) -> Outcome:
         """One last model call with tools disabled produces a real reply."""
+        log.warning("agent.run.max_steps", agent=self.name,
+                    max_agent_steps=self.configuration.max_agent_steps)
         run.note(LAST_STEP)
-        response = await generate(self.llm, run, self._messages(run), [])
-        text = (response.text or "").strip()
+        response = await generate(self.llm, run, await self._messages(run), [])
+        text = cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS)
         if text and not response.streamed:
             await deliver(run, text)
         if text:
@@ -366,10 +386,11 @@ class MCPBaseAgent:
     def _prepare(self, run: AgentRun, mcp_tools: list[Tool]) -> None:
         """Compose the run's toolset: plain tools, then one wrapper per feature."""
         settings = self.configuration.tools
-        plain = FunctionToolset([*mcp_tools, *self._builtin_tools(run),
-                                 *[custom_tool(c, settings.get(c.tool_name),
-                                               self.build_custom_tool_call_metadata, self.name)
-                                   for c in self._custom_tools]])
+        custom = [custom_tool(c, settings.get(c.tool_name),
+                              self.build_custom_tool_call_metadata, self.name)
+                  for c in self._custom_tools]
+        plain = FunctionToolset([*mcp_tools, *self._builtin_tools(run), *custom],
+                                max_result_chars=self.MAX_TOOL_RESULT_CHARS)
         run.approvals = ApprovalToolset(plain, settings)
         toolset: Toolset = ClientToolset(run.approvals, self.configuration.client_tools)
         if self.configuration.tool_result_budget:
@@ -388,9 +409,13 @@ class MCPBaseAgent:
         return set()
 
     # ------------------------------------------------------------------ model call + delivery
-    def _messages(self, run: AgentRun) -> list[dict[str, Any]]:
-        base = self.build_messages_for_llm_request(run.input)
-        return [*base, *run.tool_messages]
+    async def _conversation(self, run: AgentRun) -> list[dict[str, Any]]:
+        """System prompt and history, built in a worker thread: rendering a template never
+        blocks the event loop."""
+        return await anyio.to_thread.run_sync(self.build_messages_for_llm_request, run.input)
+
+    async def _messages(self, run: AgentRun) -> list[dict[str, Any]]:
+        return [*await self._conversation(run), *run.tool_messages]
 
     def _offered(self, run: AgentRun) -> list[dict[str, Any]]:
         return [tool.schema.to_openai() for tool in run.tools.values()]
@@ -411,7 +436,8 @@ class MCPBaseAgent:
         handled = self._handled_builtins()
         offered = set(run.tools) | handled
         taken: set[str] = set()
-        plan = Plan(response=response, text=(response.text or "").strip(), calls=[],
+        plan = Plan(response=response,
+                    text=cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS), calls=[],
                     unavailable=[], builtin=[], malformed=[], has_text=bool(response.text))
         for call in response.tool_calls:
             if call.arguments is None:

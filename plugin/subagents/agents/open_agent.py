@@ -55,10 +55,10 @@ class MCPOpenAgent(MCPBaseAgent):
     def _handled_builtins(self) -> set[str]:
         return {TASK_COMPLETED} if self.get_task_completed_tool() else set()
 
-    def _messages(self, run: AgentRun) -> list[dict[str, Any]]:
+    async def _messages(self, run: AgentRun) -> list[dict[str, Any]]:
         if not run.completion_pending:
-            return super()._messages(run)
-        base = self.build_messages_for_llm_request(run.input)[1:]  # without the system prompt
+            return await super()._messages(run)
+        base = (await self._conversation(run))[1:]  # without the system prompt
         rest = [*base, *run.tool_messages]
         system = [m for m in rest if m.get("role") == "system"]
         return [*system, *[m for m in rest if m.get("role") != "system"]]

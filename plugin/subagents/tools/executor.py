@@ -100,7 +100,9 @@ def _error(name: str, message: str, code: str) -> AgentToolResult:
 class FunctionToolset:
     """Plain tools, run with argument validation, timeouts and errors as results."""
 
-    def __init__(self, tools: list[Tool]) -> None:
+    def __init__(self, tools: list[Tool], *, max_result_chars: int | None = None) -> None:
+        self.max_result_chars = max_result_chars
+        """Longer results are cut and marked (a safety cap; the tracker keeps the cut text)."""
         self._tools: dict[str, Tool] = {}
         for tool in tools:
             self._tools.setdefault(tool.name, tool)
@@ -115,6 +117,11 @@ class FunctionToolset:
         call_ctx = ctx.for_call()
         started = time.monotonic()
         result = await invoke_tool(call.tool, call.arguments, call_ctx)
+        text, cap = result.result, self.max_result_chars
+        if cap is not None and text is not None and len(text) > cap:
+            log.warning("agent.tool.result_capped", tool=call.name, chars=len(text), cap=cap)
+            result = result.model_copy(update={"result": text[:cap] + (
+                f"\n[Result cut: {len(text)} characters in all, the first {cap} are shown.]")})
         return ToolOutcome(call=call, result=result, started=started, finished=time.monotonic(),
                            effects=list(call_ctx.effects))
 
