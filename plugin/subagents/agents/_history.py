@@ -40,6 +40,7 @@ def previous_run_region(events: list[dict[str, Any]], agent: str) -> tuple[int, 
 
 
 def history_messages(context: AgentInput, agent: str, turns: int) -> list[dict[str, Any]]:
+    """The last ``turns`` utterances as chat messages, then the current message."""
     events = context.events
     indexed = [(i, e) for i, e in enumerate(events) if e.get("event") in ("user", "bot")]
     window = indexed[-turns:] if turns else []

@@ -134,6 +134,7 @@ class MCPBaseAgent:
     def from_config(cls, config: SubAgentConfig, *, endpoints: EndpointsConfig | None = None,
                     pool: MCPPool | None = None, project_root: Path | None = None,
                     llm: LLMClient | None = None) -> MCPBaseAgent:
+        """Build the agent from its ``sub_agents/<name>/config.yml``."""
         conf = config.configuration
         if llm is None:
             settings = resolve_model_settings(conf.llm, endpoints, where=config.agent.name)
@@ -144,6 +145,7 @@ class MCPBaseAgent:
 
     @property
     def protocol_type(self) -> str:
+        """``mcp_open`` or ``mcp_task`` (how the agent is registered)."""
         return self.PROTOCOL_TYPE
 
     @property
@@ -171,6 +173,7 @@ class MCPBaseAgent:
 
     @classmethod
     def get_default_prompt_template(cls) -> str:
+        """The built-in prompt template of this agent kind."""
         return (TEMPLATES / cls.TEMPLATE_FILE).read_text(encoding="utf-8")
 
     async def connect(self) -> None:
@@ -179,6 +182,7 @@ class MCPBaseAgent:
             await self.mcp_toolset.start(self.configuration.max_retries or 5)
 
     async def disconnect(self) -> None:
+        """Release the model client (MCP connections belong to the shared pool)."""
         await self.llm.close()
 
     # ------------------------------------------------------------------ hooks
@@ -207,6 +211,7 @@ class MCPBaseAgent:
         return []
 
     def get_agent_specific_built_in_tools(self, agent_input: AgentInput) -> list[AgentToolSchema]:
+        """Built-in tools of this agent kind (none here)."""
         return []
 
     def render_prompt_template(self, context: AgentInput) -> str:
@@ -254,6 +259,7 @@ class MCPBaseAgent:
                            llm_time_to_first_token_ms: float | None = None,
                            llm_total_time_ms: float | None = None,
                            streamed: bool = False) -> dict[str, Any]:
+        """A ``bot`` event for text the agent sent, with the agent's metadata."""
         meta = {"utter_source": type(self).__name__, "agent_name": self.name,
                 "agent_message_type": message_type,
                 "agent_id": agent_input.metadata.get("agent_id"),

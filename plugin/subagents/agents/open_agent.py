@@ -36,12 +36,14 @@ class MCPOpenAgent(MCPBaseAgent):
 
     @staticmethod
     def get_system_message_for_empty_content_at_task_completion() -> dict[str, Any]:
+        """The instruction for one more call when ``task_completed`` came without text."""
         return {"role": "system", "content": (
             "The task is complete and this is your only instruction now. Do not call any tool. "
             "Write one short, natural closing line that answers the user's last message. "
             "Do not summarise the conversation.")}
 
     def get_agent_specific_built_in_tools(self, agent_input: AgentInput) -> list[AgentToolSchema]:
+        """``task_completed`` (unless :meth:`get_task_completed_tool` returns None)."""
         tool = self.get_task_completed_tool()
         return [AgentToolSchema.from_openai_json_format(tool)] if tool else []
 

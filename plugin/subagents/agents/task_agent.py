@@ -38,12 +38,15 @@ _JSON_TYPES = {"text": "string", "float": "number", "bool": "boolean", "list": "
 
 
 class MCPTaskAgent(MCPBaseAgent):
+    """Fills the slots its call step's ``exit_if`` needs, then completes silently."""
+
     PROTOCOL_TYPE = "mcp_task"
     TEMPLATE_FILE = "task_agent.jinja2"
 
     # ------------------------------------------------------------------ exit slots + tools
     @staticmethod
     def exit_conditions(agent_input: AgentInput) -> list[Condition]:
+        """The call step's ``exit_if`` conditions (from the input metadata)."""
         conditions = []
         for text in agent_input.metadata.get("exit_if") or []:
             try:
@@ -54,6 +57,7 @@ class MCPTaskAgent(MCPBaseAgent):
 
     @classmethod
     def exit_slot_names(cls, agent_input: AgentInput) -> list[str]:
+        """The slots the exit conditions refer to."""
         return referenced_slots(cls.exit_conditions(agent_input))
 
     @classmethod
@@ -65,6 +69,7 @@ class MCPTaskAgent(MCPBaseAgent):
 
     @classmethod
     def get_slot_specific_set_slot_tool(cls, slot: AgentInputSlot) -> dict[str, Any]:
+        """The ``set_slot_<slot>`` tool for one slot (OpenAI format, strict)."""
         description = f"Set the slot '{slot.name}' (type: {slot.type})."
         if slot.description:
             description += f" {slot.description}"
@@ -93,6 +98,7 @@ class MCPTaskAgent(MCPBaseAgent):
         return values
 
     def get_agent_specific_built_in_tools(self, agent_input: AgentInput) -> list[AgentToolSchema]:
+        """One ``set_slot_<slot>`` tool per fillable exit slot."""
         return [AgentToolSchema.from_openai_json_format(self.get_slot_specific_set_slot_tool(s))
                 for s in self.fillable_slots(agent_input)]
 

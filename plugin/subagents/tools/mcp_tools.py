@@ -41,6 +41,7 @@ def build_meta(pool: MCPPool, server: str, agent_input: AgentInput, tool_name: s
 
 
 async def run_pre_call_hook(hook_path: str, context: dict[str, Any]) -> dict[str, Any]:
+    """Call a server's ``pre_call_hook`` (dotted path); return the metadata it adds."""
     mod_name, _, func_name = hook_path.rpartition(".")
     hook = getattr(importlib.import_module(mod_name), func_name)
     result = hook(context)
@@ -64,6 +65,7 @@ class MCPToolset:
         self.settings = settings or {}
 
     async def start(self, attempts: int) -> None:
+        """Connect the agent's servers (shared per process)."""
         for ref in self.refs:
             await self.pool.start(ref.name, attempts=attempts, agent=self.agent_name)
 
@@ -106,6 +108,7 @@ class MCPToolset:
 
     async def call(self, ref: McpServerRef, name: str, arguments: dict[str, Any],
                    ctx: CallContext, *, read_only: bool) -> AgentToolResult:
+        """Call ``name`` on the server of ``ref``, enforcing the include/exclude filter."""
         if not allowed(ref, name):
             raise ToolNotAvailableError(f"tool {name!r} is not available to this agent")
         meta = build_meta(self.pool, ref.name, ctx.agent_input, name, self.agent_name)
