@@ -15,37 +15,39 @@ from .types import (
     BotUttered,
     ClientToolResult,
     FlowEvent,
+    JsonObject,
     McpToolExecuted,
     SlotSet,
+    TrackerEvent,
     UserUttered,
 )
 
 
-def user_uttered(text: str, *, metadata: dict[str, Any] | None = None,
-                 parse_data: dict[str, Any] | None = None) -> dict[str, Any]:
+def user_uttered(text: str, *, metadata: JsonObject | None = None,
+                 parse_data: JsonObject | None = None) -> TrackerEvent:
     """A ``user`` event."""
     return UserUttered(text=text, metadata=metadata, parse_data=parse_data or {}).to_dict()
 
 
-def bot_uttered(text: str | None, *, data: dict[str, Any] | None = None,
-                metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+def bot_uttered(text: str | None, *, data: JsonObject | None = None,
+                metadata: JsonObject | None = None) -> TrackerEvent:
     """A ``bot`` event."""
     return BotUttered(text=text, data=data or {}, metadata=metadata).to_dict()
 
 
-def slot_set(name: str, value: Any) -> dict[str, Any]:
+def slot_set(name: str, value: Any) -> TrackerEvent:
     """A ``slot`` event."""
     return SlotSet(name=name, value=value).to_dict()
 
 
-def action_executed(name: str, *, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+def action_executed(name: str, *, metadata: JsonObject | None = None) -> TrackerEvent:
     """An ``action`` event."""
     return ActionExecuted(name=name, metadata=metadata).to_dict()
 
 
-def mcp_tool_executed(tool_name: str, arguments: dict[str, Any], result: str | None, *,
+def mcp_tool_executed(tool_name: str, arguments: JsonObject, result: str | None, *,
                       is_error: bool, error_message: str | None, agent_id: str,
-                      duration_ms: float | None = None) -> dict[str, Any]:
+                      duration_ms: float | None = None) -> TrackerEvent:
     """An ``mcp_tool_executed`` event (``metadata.agent_id`` names the agent)."""
     return McpToolExecuted(tool_name=tool_name, arguments=arguments, result=result,
                            is_error=is_error, error_message=error_message, agent_id=agent_id,
@@ -53,7 +55,7 @@ def mcp_tool_executed(tool_name: str, arguments: dict[str, Any], result: str | N
 
 
 def agent_event(name: str, agent_id: str, flow_id: str | None, *,
-                metadata: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+                metadata: JsonObject | None = None, **fields: Any) -> TrackerEvent:
     """``agent_started`` / ``agent_completed`` / ``agent_interrupted`` / ``agent_resumed`` /
     ``agent_cancelled`` (with ``reason``) / ``agent_client_tool_requested``."""
     return AgentEvent(name=name, agent_id=agent_id, flow_id=flow_id, metadata=metadata,
@@ -61,13 +63,13 @@ def agent_event(name: str, agent_id: str, flow_id: str | None, *,
 
 
 def flow_event(name: str, flow_id: str, step_id: str | None = None, *,
-               metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+               metadata: JsonObject | None = None) -> TrackerEvent:
     """``flow_started`` / ``flow_completed`` / ``flow_interrupted`` / ``flow_resumed`` /
     ``flow_cancelled``."""
     return FlowEvent(name=name, flow_id=flow_id, step_id=step_id, metadata=metadata).to_dict()
 
 
-def client_tool_result(tool_call_id: str, result: Any) -> dict[str, Any]:
+def client_tool_result(tool_call_id: str, result: Any) -> TrackerEvent:
     """The client delivered the result of a client-executed tool."""
     return ClientToolResult(tool_call_id=tool_call_id, result=result).to_dict()
 

@@ -17,11 +17,39 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-__all__ = ["ActionExecuted", "AgentEvent", "AgentInput", "AgentInputSlot", "AgentOutput",
-           "AgentStatus", "AgentToolContext", "AgentToolResult", "AgentToolSchema",
-           "BotUttered", "ClientToolResult", "CustomToolSchema", "Event", "ExitReason",
-           "FlowEvent", "FrameState", "McpToolExecuted", "OutputChannelLike", "SlotSet",
-           "UserUttered"]
+__all__ = [
+    "ActionExecuted",
+    "AgentEvent",
+    "AgentInput",
+    "AgentInputSlot",
+    "AgentOutput",
+    "AgentStatus",
+    "AgentToolContext",
+    "AgentToolResult",
+    "AgentToolSchema",
+    "BotUttered",
+    "ChatMessage",
+    "ClientToolResult",
+    "CustomToolSchema",
+    "Event",
+    "ExitReason",
+    "FlowEvent",
+    "FrameState",
+    "JsonObject",
+    "McpToolExecuted",
+    "OutputChannelLike",
+    "SlotSet",
+    "TrackerEvent",
+    "UserUttered",
+]
+
+
+JsonObject = dict[str, Any]
+"""A JSON object: tool arguments, metadata, a JSON schema, an OpenAI-format tool."""
+TrackerEvent = dict[str, Any]
+"""A tracker event as stored: the rasa-sdk-style dict of :meth:`Event.to_dict`."""
+ChatMessage = dict[str, Any]
+"""A chat message in the OpenAI format (``{"role": ..., "content": ...}``)."""
 
 
 class AgentStatus(StrEnum):
@@ -99,9 +127,9 @@ class AgentInput(BaseModel):
     user_message: str = ""
     slots: list[AgentInputSlot] = Field(default_factory=list)
     conversation_history: str = ""
-    events: list[dict[str, Any]] = Field(default_factory=list)
+    events: list[TrackerEvent] = Field(default_factory=list)
     """Tracker events as rasa-sdk-style dicts (``{"event": "user", "text": ...}``)."""
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     timestamp: float | None = None
     recipient_id: str | None = None
 
@@ -124,7 +152,7 @@ class AgentOutput(BaseModel):
     status: AgentStatus
     response_message: str | None = None
     unsent_response_message: str | None = None
-    events: list[dict[str, Any]] = Field(default_factory=list)
+    events: list[TrackerEvent] = Field(default_factory=list)
     """Chronological: BotUttered, mcp_tool_executed, SlotSet, hook events."""
     structured_results: list[list[dict[str, Any]]] = Field(default_factory=list)
     task_id: str | None = None
@@ -145,7 +173,7 @@ class AgentOutput(BaseModel):
 class AgentToolContext(BaseModel):
     """Passed to custom tool executors; ``metadata`` is never shown to the model."""
 
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
 
 
 class AgentToolResult(BaseModel):
@@ -157,7 +185,7 @@ class AgentToolResult(BaseModel):
     error_message: str | None = None
 
 
-def _normalise_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
+def _normalise_parameters(parameters: JsonObject) -> JsonObject:
     """Give the provider an object schema (``type``, ``required``, closed at the top level).
 
     Only the top level is touched: a parameter without a type, or a free-form object, stays as
@@ -176,18 +204,18 @@ class AgentToolSchema(BaseModel):
     """A tool as offered to the model (OpenAI function-tool shape)."""
 
     name: str
-    parameters: dict[str, Any] = Field(default_factory=dict)
+    parameters: JsonObject = Field(default_factory=dict)
     strict: bool = False
     description: str | None = None
     type: str = "function"
 
     @field_validator("parameters")
     @classmethod
-    def _normalise(cls, value: dict[str, Any]) -> dict[str, Any]:
+    def _normalise(cls, value: JsonObject) -> JsonObject:
         return _normalise_parameters(value)
 
     @classmethod
-    def from_openai_json_format(cls, tool: dict[str, Any]) -> AgentToolSchema:
+    def from_openai_json_format(cls, tool: JsonObject) -> AgentToolSchema:
         """From ``{"type": "function", "function": {name, description, parameters, strict}}``."""
         if not isinstance(tool, dict) or "type" not in tool or "function" not in tool:
             raise ValueError("a tool definition needs 'type': 'function' and a 'function' "
@@ -200,16 +228,16 @@ class AgentToolSchema(BaseModel):
                    parameters=function.get("parameters") or {},
                    strict=bool(function.get("strict", tool.get("strict", False))))
 
-    def to_openai(self) -> dict[str, Any]:
+    def to_openai(self) -> JsonObject:
         """The tool in the OpenAI function-tool format offered to the model."""
-        function: dict[str, Any] = {"name": self.name, "parameters": self.parameters,
+        function: JsonObject = {"name": self.name, "parameters": self.parameters,
                                     "strict": self.strict}
         if self.description is not None:
             function["description"] = self.description
         return {"type": "function", "function": function}
 
 
-ToolExecutor = Callable[[dict[str, Any], AgentToolContext],
+ToolExecutor = Callable[[JsonObject, AgentToolContext],
                         "AgentToolResult | Awaitable[AgentToolResult]"]
 
 
@@ -224,7 +252,7 @@ class CustomToolSchema(BaseModel):
     read_only: bool = False
 
     @classmethod
-    def from_dict(cls, item: dict[str, Any]) -> CustomToolSchema:
+    def from_dict(cls, item: JsonObject) -> CustomToolSchema:
         """From an OpenAI-format tool dict with a callable ``tool_executor``."""
         if "tool_executor" not in item or not callable(item["tool_executor"]):
             raise ValueError("a custom tool definition needs a callable 'tool_executor'")
@@ -264,7 +292,7 @@ class OutputChannelLike(Protocol):
         """A streamed message ends (``interrupted`` when the model call failed midway)."""
         ...
 
-    async def send_event(self, recipient_id: str, event: dict[str, Any]) -> None:
+    async def send_event(self, recipient_id: str, event: TrackerEvent) -> None:
         """A tool or slot event, for channels that show them."""
         ...
 
@@ -280,16 +308,16 @@ class Event:
 
     type_name: ClassVar[str] = ""
     timestamp: float = field(default_factory=time.time)
-    metadata: dict[str, Any] | None = None
+    metadata: JsonObject | None = None
     _metadata_always: ClassVar[bool] = False
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> JsonObject:
         return {}
 
     def _event_name(self) -> str:
         return self.type_name
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TrackerEvent:
         """The event as a tracker dict: ``{"event": <type>, "timestamp": ..., ...}``."""
         event = {"event": self._event_name(), "timestamp": self.timestamp, **self._fields()}
         if self.metadata is not None or self._metadata_always:
@@ -304,9 +332,9 @@ class UserUttered(Event):
     type_name: ClassVar[str] = "user"
     _metadata_always: ClassVar[bool] = True
     text: str
-    parse_data: dict[str, Any] = field(default_factory=dict)
+    parse_data: JsonObject = field(default_factory=dict)
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> JsonObject:
         return {"text": self.text, "parse_data": self.parse_data, "input_channel": None,
                 "message_id": None}
 
@@ -318,9 +346,9 @@ class BotUttered(Event):
     type_name: ClassVar[str] = "bot"
     _metadata_always: ClassVar[bool] = True
     text: str | None
-    data: dict[str, Any] = field(default_factory=dict)
+    data: JsonObject = field(default_factory=dict)
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> JsonObject:
         return {"text": self.text, "data": self.data}
 
 
@@ -332,7 +360,7 @@ class SlotSet(Event):
     name: str
     value: Any
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> JsonObject:
         return {"name": self.name, "value": self.value}
 
 
@@ -343,7 +371,7 @@ class ActionExecuted(Event):
     type_name: ClassVar[str] = "action"
     name: str
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> JsonObject:
         return {"name": self.name, "policy": None, "confidence": None}
 
 
@@ -353,19 +381,19 @@ class McpToolExecuted(Event):
 
     type_name: ClassVar[str] = "mcp_tool_executed"
     tool_name: str
-    arguments: dict[str, Any]
+    arguments: JsonObject
     result: str | None
     is_error: bool
     error_message: str | None
     agent_id: str
     duration_ms: float | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TrackerEvent:
         """The tracker dict; ``metadata`` carries the ``agent_id``."""
         self.metadata = {"agent_id": self.agent_id}
         return super().to_dict()
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> JsonObject:
         return {"tool_name": self.tool_name, "arguments": self.arguments, "result": self.result,
                 "is_error": self.is_error, "error_message": self.error_message,
                 "duration_ms": self.duration_ms}
@@ -380,12 +408,12 @@ class AgentEvent(Event):
     name: str
     agent_id: str
     flow_id: str | None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
     def _event_name(self) -> str:
         return self.name
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> JsonObject:
         return {"agent_id": self.agent_id, "flow_id": self.flow_id, **self.extra}
 
 
@@ -401,7 +429,7 @@ class FlowEvent(Event):
     def _event_name(self) -> str:
         return self.name
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> JsonObject:
         return {"flow_id": self.flow_id, "step_id": self.step_id}
 
 
@@ -413,5 +441,5 @@ class ClientToolResult(Event):
     tool_call_id: str
     result: Any
 
-    def _fields(self) -> dict[str, Any]:
+    def _fields(self) -> JsonObject:
         return {"tool_call_id": self.tool_call_id, "result": self.result}

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..llm import LLMClient, LLMResponse
-from ..types import OutputChannelLike
+from ..types import ChatMessage, JsonObject, OutputChannelLike, TrackerEvent
 from ._plan import AgentRun
 
 
-async def generate(llm: LLMClient, run: AgentRun, messages: list[dict[str, Any]],
-                   tools: list[dict[str, Any]]) -> LLMResponse:
+async def generate(llm: LLMClient, run: AgentRun, messages: list[ChatMessage],
+                   tools: list[JsonObject]) -> LLMResponse:
     """Call the model once (streamed to the channel when it streams); count the step."""
     channel, recipient = run.channel, run.recipient_id
     run.steps += 1
@@ -23,7 +21,7 @@ async def generate(llm: LLMClient, run: AgentRun, messages: list[dict[str, Any]]
 
 
 async def _stream(llm: LLMClient, channel: OutputChannelLike, recipient: str,
-                  messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> LLMResponse:
+                  messages: list[ChatMessage], tools: list[JsonObject]) -> LLMResponse:
     started = False
     leading = ""
 
@@ -55,7 +53,7 @@ async def deliver(run: AgentRun, text: str) -> None:
         await run.channel.send_text_message(run.recipient_id, text)
 
 
-async def send_event(run: AgentRun, event: dict[str, Any]) -> None:
+async def send_event(run: AgentRun, event: TrackerEvent) -> None:
     """Show an event on channels that show them (no-op without a channel)."""
     if run.channel is not None and run.recipient_id is not None:
         await run.channel.send_event(run.recipient_id, event)

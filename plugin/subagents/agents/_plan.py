@@ -10,7 +10,15 @@ from typing import Any
 from ..llm import LLMResponse, ToolCall, Usage
 from ..tools.approvals import ApprovalToolset
 from ..tools.base import Deferral, PlannedCall, Tool, ToolOutcome, Toolset
-from ..types import AgentInput, AgentStatus, AgentToolResult, ExitReason
+from ..types import (
+    AgentInput,
+    AgentStatus,
+    AgentToolResult,
+    ChatMessage,
+    ExitReason,
+    JsonObject,
+    TrackerEvent,
+)
 from ..types import OutputChannelLike as OutputChannel
 
 _NAME_RUN = re.compile(r"^[A-Za-z0-9_.\-]+")
@@ -121,10 +129,10 @@ class AgentRun:
     approvals: ApprovalToolset | None = None
     tools: dict[str, Tool] = field(default_factory=dict)
     """The offered tools by name."""
-    tool_messages: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    tool_messages: list[ChatMessage] = field(default_factory=list)
+    events: list[TrackerEvent] = field(default_factory=list)
     results: dict[str, AgentToolResult] = field(default_factory=dict)
-    structured: list[dict[str, Any]] = field(default_factory=list)
+    structured: list[JsonObject] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
     unavailable_rounds: int = 0
@@ -135,7 +143,7 @@ class AgentRun:
     slot_set_by_hook: set[str] = field(default_factory=set)
     recorded_slots: dict[str, Any] = field(default_factory=dict)
     """Slots whose SlotSet was recorded during the run, with the value recorded last."""
-    output_metadata: dict[str, Any] = field(default_factory=dict)
+    output_metadata: JsonObject = field(default_factory=dict)
 
     @property
     def recipient_id(self) -> str | None:
@@ -172,7 +180,7 @@ def repair_name(name: str, offered: set[str], taken: set[str]) -> tuple[str, boo
     return clean, False
 
 
-def assistant_message(plan: Plan) -> dict[str, Any]:
+def assistant_message(plan: Plan) -> ChatMessage:
     """The assistant turn as the provider must see it again (arguments re-serialised)."""
     calls = [*plan.calls, *plan.unavailable, *plan.builtin]
     order = {c.id: i for i, c in enumerate(plan.response.tool_calls)}
@@ -182,7 +190,7 @@ def assistant_message(plan: Plan) -> dict[str, Any]:
          "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls]}
 
 
-def tool_message(call_id: str, content: str) -> dict[str, Any]:
+def tool_message(call_id: str, content: str) -> ChatMessage:
     """The answer to one tool call, as the provider expects it."""
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 

@@ -8,14 +8,14 @@ import structlog
 
 from .. import events as ev
 from ..tools.base import SlotEffect, ToolOutcome
-from ..types import AgentInputSlot
+from ..types import AgentInputSlot, TrackerEvent
 from ._plan import AgentRun
 
 log = structlog.get_logger("subagents.agent")
 
 
 def record_tool(run: AgentRun, outcome: ToolOutcome, *, agent_id: str, agent_name: str
-                ) -> tuple[str, dict[str, Any] | None]:
+                ) -> tuple[str, TrackerEvent | None]:
     """Record a call that ran, then its slot effects; return the model's answer and the tool
     event (None for built-ins, which get no event)."""
     call, result = outcome.call, outcome.result

@@ -51,6 +51,7 @@ from ..tools.mcp_tools import MCPToolset
 from ..tools.python import custom_tool
 from ..tools.result_budget import ResultBudgetToolset
 from ..tools.state_mapping import StateMappingToolset
+from ..types import ChatMessage, JsonObject, TrackerEvent
 from ..types import OutputChannelLike as OutputChannel
 from ._limits import cap_text, capped_render
 from ._model_io import deliver, generate, send_event
@@ -194,19 +195,19 @@ class MCPBaseAgent:
         """Rewrite the output after a run (called, unlike in Rasa Pro)."""
         return output
 
-    def get_custom_tool_definitions(self) -> list[dict[str, Any]]:
+    def get_custom_tool_definitions(self) -> list[JsonObject]:
         """OpenAI-format tool dicts, each with a ``tool_executor(arguments, context)``."""
         from ..tools.python import discover_python_tools
 
         return discover_python_tools(self)
 
-    async def build_custom_tool_call_metadata(self, context: dict[str, Any]) -> dict[str, Any]:
+    async def build_custom_tool_call_metadata(self, context: JsonObject) -> JsonObject:
         """Extra metadata (e.g. credentials) merged into ``AgentToolContext.metadata``."""
         return {}
 
     async def process_tool_output(self, current_iteration_results: dict[str, AgentToolResult],
                                   cumulative_results: dict[str, AgentToolResult],
-                                  output_channel: OutputChannel | None) -> list[dict[str, Any]]:
+                                  output_channel: OutputChannel | None) -> list[TrackerEvent]:
         """Events to add after an iteration's tools ran (SlotSets update the slot view)."""
         return []
 
@@ -246,7 +247,7 @@ class MCPBaseAgent:
         return datetime.now(tz)
 
     def build_messages_for_llm_request(self, context: AgentInput,
-                                       turns: int = 10) -> list[dict[str, Any]]:
+                                       turns: int = 10) -> list[ChatMessage]:
         """System prompt, then the last ``turns`` utterances as chat messages."""
         from ._history import history_messages
 
@@ -258,7 +259,7 @@ class MCPBaseAgent:
                            message_type: str = "final_response",
                            llm_time_to_first_token_ms: float | None = None,
                            llm_total_time_ms: float | None = None,
-                           streamed: bool = False) -> dict[str, Any]:
+                           streamed: bool = False) -> TrackerEvent:
         """A ``bot`` event for text the agent sent, with the agent's metadata."""
         meta = {"utter_source": type(self).__name__, "agent_name": self.name,
                 "agent_message_type": message_type,
@@ -415,19 +416,19 @@ class MCPBaseAgent:
         return set()
 
     # ------------------------------------------------------------------ model call + delivery
-    async def _conversation(self, run: AgentRun) -> list[dict[str, Any]]:
+    async def _conversation(self, run: AgentRun) -> list[ChatMessage]:
         """System prompt and history, built in a worker thread: rendering a template never
         blocks the event loop."""
         return await anyio.to_thread.run_sync(self.build_messages_for_llm_request, run.input)
 
-    async def _messages(self, run: AgentRun) -> list[dict[str, Any]]:
+    async def _messages(self, run: AgentRun) -> list[ChatMessage]:
         return [*await self._conversation(run), *run.tool_messages]
 
-    def _offered(self, run: AgentRun) -> list[dict[str, Any]]:
+    def _offered(self, run: AgentRun) -> list[JsonObject]:
         return [tool.schema.to_openai() for tool in run.tools.values()]
 
     def _record_text(self, run: AgentRun, text: str, response: LLMResponse | None,
-                     message_type: str) -> dict[str, Any]:
+                     message_type: str) -> TrackerEvent:
         event = self.create_bot_uttered(
             text, run.input, message_type,
             response.time_to_first_token_ms if response else None,
@@ -569,5 +570,5 @@ class MCPBaseAgent:
                    "completion_tokens": run.usage.completion_tokens,
                    "total_tokens": run.usage.total_tokens})
 
-    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[dict[str, Any]]:
+    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[TrackerEvent]:
         return list(run.events)

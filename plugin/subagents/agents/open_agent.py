@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..tools.base import Tool
+from ..types import ChatMessage, JsonObject
 from ._plan import AgentRun, Continue, Executed, Finish, Outcome, Plan, StepResult
 from .base import MCPBaseAgent
 from .schemas import AgentInput, AgentStatus, AgentToolResult, AgentToolSchema, ExitReason
@@ -23,7 +24,7 @@ class MCPOpenAgent(MCPBaseAgent):
     TEMPLATE_FILE = "open_agent.jinja2"
 
     @staticmethod
-    def get_task_completed_tool() -> dict[str, Any] | None:
+    def get_task_completed_tool() -> JsonObject | None:
         """The built-in completion tool; return None in a subclass to remove it."""
         return {"type": "function", "function": {
             "name": TASK_COMPLETED,
@@ -35,7 +36,7 @@ class MCPOpenAgent(MCPBaseAgent):
             "strict": True}}
 
     @staticmethod
-    def get_system_message_for_empty_content_at_task_completion() -> dict[str, Any]:
+    def get_system_message_for_empty_content_at_task_completion() -> ChatMessage:
         """The instruction for one more call when ``task_completed`` came without text."""
         return {"role": "system", "content": (
             "The task is complete and this is your only instruction now. Do not call any tool. "
@@ -48,7 +49,7 @@ class MCPOpenAgent(MCPBaseAgent):
         return [AgentToolSchema.from_openai_json_format(tool)] if tool else []
 
     def _builtin_tools(self, run: AgentRun) -> list[Tool]:
-        async def never(arguments: dict[str, Any], ctx: Any) -> AgentToolResult:
+        async def never(arguments: JsonObject, ctx: Any) -> AgentToolResult:
             raise AssertionError("task_completed is handled by the agent")
 
         return [Tool(schema=schema, run=never, source="builtin")
@@ -57,7 +58,7 @@ class MCPOpenAgent(MCPBaseAgent):
     def _handled_builtins(self) -> set[str]:
         return {TASK_COMPLETED} if self.get_task_completed_tool() else set()
 
-    async def _messages(self, run: AgentRun) -> list[dict[str, Any]]:
+    async def _messages(self, run: AgentRun) -> list[ChatMessage]:
         if not run.completion_pending:
             return await super()._messages(run)
         base = (await self._conversation(run))[1:]  # without the system prompt
@@ -65,7 +66,7 @@ class MCPOpenAgent(MCPBaseAgent):
         system = [m for m in rest if m.get("role") == "system"]
         return [*system, *[m for m in rest if m.get("role") != "system"]]
 
-    def _offered(self, run: AgentRun) -> list[dict[str, Any]]:
+    def _offered(self, run: AgentRun) -> list[JsonObject]:
         if not run.completion_pending:
             return super()._offered(run)
         exchanged = any(m.get("tool_calls") or m.get("role") == "tool" for m in run.tool_messages)

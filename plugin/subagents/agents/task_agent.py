@@ -19,6 +19,7 @@ from ..conditions import Condition, ConditionSyntaxError, parse_condition, refer
 from ..config.domain import mappings_allow_llm
 from ..slots import coerce_slot_value
 from ..tools.base import CallContext, SlotEffect, Tool
+from ..types import JsonObject, TrackerEvent
 from ._plan import AgentRun, Executed, Finish, Outcome, Plan, StepResult
 from .base import MCPBaseAgent
 from .schemas import (
@@ -68,7 +69,7 @@ class MCPTaskAgent(MCPBaseAgent):
                 if s.name in exit_names and mappings_allow_llm(s.mappings)]
 
     @classmethod
-    def get_slot_specific_set_slot_tool(cls, slot: AgentInputSlot) -> dict[str, Any]:
+    def get_slot_specific_set_slot_tool(cls, slot: AgentInputSlot) -> JsonObject:
         """The ``set_slot_<slot>`` tool for one slot (OpenAI format, strict)."""
         description = f"Set the slot '{slot.name}' (type: {slot.type})."
         if slot.description:
@@ -79,7 +80,7 @@ class MCPTaskAgent(MCPBaseAgent):
         if slot.verify:
             description += (" Before setting it, read the value back to the user and set it "
                             "only after they confirm it.")
-        value_schema: dict[str, Any] = {"type": _JSON_TYPES.get(slot.type, "string")}
+        value_schema: JsonObject = {"type": _JSON_TYPES.get(slot.type, "string")}
         if slot.type in ("float", "bool"):
             value_schema = {"type": [value_schema["type"], "string"]}
         elif slot.type == "list":
@@ -112,7 +113,7 @@ class MCPTaskAgent(MCPBaseAgent):
         match = SET_SLOT.match(schema.name)
         slot_name = match.group(1) if match else schema.name
 
-        async def set_slot(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+        async def set_slot(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
             slot = run.input.slot(slot_name)
             if slot is None:
                 return AgentToolResult(tool_name=schema.name, is_error=True,
@@ -167,7 +168,7 @@ class MCPTaskAgent(MCPBaseAgent):
         return Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.MAX_STEPS)
 
     # ------------------------------------------------------------------ output
-    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[dict[str, Any]]:
+    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[TrackerEvent]:
         """On completion, the exit slots not set during this run are stated once more."""
         events = list(run.events)
         if outcome.status != AgentStatus.COMPLETED:

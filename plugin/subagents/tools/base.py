@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from ..types import AgentInput, AgentToolContext, AgentToolResult, AgentToolSchema
+from ..types import AgentInput, AgentToolContext, AgentToolResult, AgentToolSchema, JsonObject
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class CallContext:
                            self.timeout if timeout is None else timeout)
 
 
-Runner = Callable[[dict[str, Any], CallContext], Awaitable[AgentToolResult]]
+Runner = Callable[[JsonObject, CallContext], Awaitable[AgentToolResult]]
 
 
 @dataclass
@@ -73,7 +73,7 @@ class PlannedCall:
 
     id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: JsonObject
     tool: Tool | None
 
 

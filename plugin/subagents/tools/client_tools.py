@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config.sub_agent import ClientToolDef
-from ..types import AgentToolResult, AgentToolSchema
+from ..types import AgentToolResult, AgentToolSchema, JsonObject
 from .base import CallContext, Deferral, PlannedCall, Tool, ToolOutcome, Toolset, WrapperToolset
 
 PENDING_KEY = "pending_client_tools"
@@ -27,7 +27,7 @@ NOT_YET = ("The client has not returned this tool's result yet. Do not call it a
 def client_tool(definition: ClientToolDef) -> Tool:
     """The tool offered to the model for a client tool definition."""
 
-    async def never(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+    async def never(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
         raise AssertionError("client tools are executed by the client")
 
     schema = AgentToolSchema(name=definition.name, description=definition.description,

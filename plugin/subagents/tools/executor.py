@@ -17,7 +17,7 @@ import anyio
 import structlog
 
 from ..exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutError
-from ..types import AgentToolResult
+from ..types import AgentToolResult, JsonObject
 from .base import CallContext, PlannedCall, Tool, ToolOutcome
 
 log = structlog.get_logger("subagents.tools")
@@ -47,7 +47,7 @@ def _validator(tool: Tool) -> Any:
     return _validator_for(json.dumps(schema, sort_keys=True))
 
 
-def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+def validate_arguments(tool: Tool, arguments: JsonObject) -> JsonObject:
     """Fill top-level defaults, then check against the schema; raise ToolArgumentsError."""
     schema = tool.schema.parameters
     if not schema or not tool.validate_arguments:
@@ -68,7 +68,7 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     return filled
 
 
-async def invoke_tool(tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+async def invoke_tool(tool: Tool, arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
     """Run one tool; every failure becomes an error result (never an exception)."""
     timeout = tool.timeout or ctx.timeout
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
 
 import structlog
 
@@ -12,7 +11,7 @@ from ..config.sub_agent import McpServerRef, ToolSettings
 from ..exceptions import ToolNotAvailableError
 from ..mcp.connection import MCPTool
 from ..mcp.pool import MCPPool
-from ..types import AgentInput, AgentToolResult, AgentToolSchema
+from ..types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
 from .base import CallContext, Tool
 
 log = structlog.get_logger("subagents.tools")
@@ -26,10 +25,10 @@ def allowed(ref: McpServerRef, tool_name: str) -> bool:
 
 
 def build_meta(pool: MCPPool, server: str, agent_input: AgentInput, tool_name: str,
-               agent_name: str) -> dict[str, Any]:
+               agent_name: str) -> JsonObject:
     """``meta_map`` (static first, then from_slots) plus the server's ``pre_call_hook``."""
     config = pool.endpoints.mcp_server(server)
-    meta: dict[str, Any] = {}
+    meta: JsonObject = {}
     if config is None:
         return meta
     if config.meta_map is not None:
@@ -40,7 +39,7 @@ def build_meta(pool: MCPPool, server: str, agent_input: AgentInput, tool_name: s
     return meta
 
 
-async def run_pre_call_hook(hook_path: str, context: dict[str, Any]) -> dict[str, Any]:
+async def run_pre_call_hook(hook_path: str, context: JsonObject) -> JsonObject:
     """Call a server's ``pre_call_hook`` (dotted path); return the metadata it adds."""
     mod_name, _, func_name = hook_path.rpartition(".")
     hook = getattr(importlib.import_module(mod_name), func_name)
@@ -100,13 +99,13 @@ class MCPToolset:
         schema = AgentToolSchema(name=mcp_tool.name, description=mcp_tool.description,
                                  parameters=mcp_tool.input_schema or {}, strict=False)
 
-        async def run(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+        async def run(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
             return await self.call(ref, mcp_tool.name, arguments, ctx, read_only=read_only)
 
         return Tool(schema=schema, run=run, source=f"mcp:{ref.name}", read_only=read_only,
                     timeout=settings.timeout if settings else None)
 
-    async def call(self, ref: McpServerRef, name: str, arguments: dict[str, Any],
+    async def call(self, ref: McpServerRef, name: str, arguments: JsonObject,
                    ctx: CallContext, *, read_only: bool) -> AgentToolResult:
         """Call ``name`` on the server of ``ref``, enforcing the include/exclude filter."""
         if not allowed(ref, name):

@@ -15,7 +15,7 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel, create_model
 
 from ..config.sub_agent import ToolSettings
-from ..types import AgentToolContext, AgentToolResult, CustomToolSchema
+from ..types import AgentToolContext, AgentToolResult, CustomToolSchema, JsonObject
 from .base import CallContext, Tool
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,14 +46,14 @@ class ToolSpec:
             fields[param.name] = (annotation, default)
         self.model: type[BaseModel] = create_model(f"{self.name}_arguments", **fields)
 
-    def definition(self, owner: Any = None) -> dict[str, Any]:
+    def definition(self, owner: Any = None) -> JsonObject:
         """The OpenAI-format tool dict with its ``tool_executor`` (bound to ``owner``)."""
         schema = self.model.model_json_schema()
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():
             prop.pop("title", None)
 
-        async def executor(arguments: dict[str, Any], context: AgentToolContext
+        async def executor(arguments: JsonObject, context: AgentToolContext
                            ) -> AgentToolResult:
             parsed = self.model.model_validate(arguments)
             kwargs = {k: getattr(parsed, k) for k in type(parsed).model_fields}
@@ -94,9 +94,9 @@ def tool(fn: Any = None, *, name: str | None = None, description: str | None = N
     return mark(fn) if fn is not None else mark
 
 
-def discover_python_tools(agent: Any) -> list[dict[str, Any]]:
+def discover_python_tools(agent: Any) -> list[JsonObject]:
     """Definitions of the agent's ``@tool`` methods and of functions in ``python_tools``."""
-    found: list[dict[str, Any]] = []
+    found: list[JsonObject] = []
     for attr in dir(type(agent)):
         member = getattr(type(agent), attr, None)
         spec = getattr(member, _MARK, None)
@@ -108,7 +108,7 @@ def discover_python_tools(agent: Any) -> list[dict[str, Any]]:
     return found
 
 
-MetadataHook = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+MetadataHook = Callable[[JsonObject], Awaitable[JsonObject]]
 
 
 def custom_tool(custom: CustomToolSchema, settings: ToolSettings | None,
@@ -119,7 +119,7 @@ def custom_tool(custom: CustomToolSchema, settings: ToolSettings | None,
     if settings is not None and settings.read_only is not None:
         read_only = settings.read_only
 
-    async def run(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+    async def run(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
         hook_ctx = {"sender_id": ctx.agent_input.recipient_id, "server_name": None,
                     "tool_name": custom.tool_name, "agent_id": agent_name}
         try:

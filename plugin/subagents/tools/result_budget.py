@@ -8,9 +8,8 @@ reads any part of the whole result. The tracker always keeps the whole result.
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from ..types import AgentToolResult, AgentToolSchema
+from ..types import AgentToolResult, AgentToolSchema, JsonObject
 from .base import CallContext, PlannedCall, Tool, ToolOutcome, Toolset, WrapperToolset
 
 RECALL = "recall"
@@ -41,7 +40,7 @@ def recall_tool(store: dict[str, str]) -> Tool:
             "offset": {"type": "integer", "default": 0},
             "length": {"type": "integer", "default": 4000}}, "required": ["call_id"]})
 
-    async def run(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+    async def run(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
         text = store.get(str(arguments.get("call_id")))
         if text is None:
             known = ", ".join(store) or "none"

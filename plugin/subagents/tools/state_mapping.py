@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from ..config.sub_agent import ToolSettings
-from ..types import AgentInput, AgentToolResult, AgentToolSchema
+from ..types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
 from .base import CallContext, PlannedCall, SlotEffect, Tool, ToolOutcome, Toolset, WrapperToolset
 
 
@@ -41,7 +41,7 @@ def with_state_inputs(tool: Tool, settings: ToolSettings) -> Tool:
                              parameters=params, strict=tool.schema.strict)
     inner = tool.run
 
-    async def run(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+    async def run(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
         filled = {**arguments, **{arg: state_value(src, ctx.agent_input)
                                   for arg, src in hidden.items()}}
         return await inner(filled, ctx)
