@@ -8,7 +8,7 @@ import json
 import anyio
 from subagents.config.sub_agent import ClientToolDef, ToolSettings
 from subagents.tools.approvals import ApprovalToolset, answer, is_yes, question
-from subagents.tools.base import CallContext, Deferral, PlannedCall, Tool
+from subagents.tools.base import CallContext, Deferral, PendingCalls, PlannedCall, Tool
 from subagents.tools.client_tools import ClientToolset, deliver
 from subagents.tools.concurrency import execute_calls
 from subagents.tools.executor import FunctionToolset
@@ -61,7 +61,8 @@ async def test_approvals_defer_until_approved():
     toolset.approve([call.id])
     ran = await toolset.call(call, ctx())
     assert (ran.deferred, json.loads(ran.result.result)) == (None, {"text": "hi"})
-    pending = {"messages": [], "calls": [{"id": "c1", "name": "echo", "arguments": {}}]}
+    pending = PendingCalls.model_validate(
+        {"messages": [], "calls": [{"id": "c1", "name": "echo", "arguments": {}}]})
     assert [c.id for c in answer(pending, "yes", {"echo": call.tool}).to_run] == ["c1"]
     assert [c.id for c in answer(pending, "no", {"echo": call.tool}).declined] == ["c1"]
     assert is_yes("Sure, go ahead")
@@ -75,11 +76,12 @@ async def test_client_tools_are_offered_and_deferred_and_results_matched():
     assert [t.name for t in toolset.tools()] == ["echo", "get_location"]
     outcome = await toolset.call(call_of(toolset, "get_location", {}), ctx())
     assert outcome.deferred == Deferral.CLIENT
-    pending = {"messages": [{"role": "assistant"}],
-               "calls": [{"id": "a", "name": "get_location"}, {"id": "b", "name": "x"}]}
+    pending = PendingCalls.model_validate({
+        "messages": [{"role": "assistant"}],
+        "calls": [{"id": "a", "name": "get_location"}, {"id": "b", "name": "x"}]})
     delivered = deliver(pending, {"a": {"city": "Lyon"}})
-    assert delivered.results == [({"id": "a", "name": "get_location"}, '{"city": "Lyon"}')]
-    assert [c["id"] for c in delivered.waiting] == ["b"]
+    assert [(c.id, text) for c, text in delivered.results] == [("a", '{"city": "Lyon"}')]
+    assert [c.id for c in delivered.waiting] == ["b"]
 
 
 async def test_state_mapping_hides_and_fills_inputs_and_sets_slots_from_results():

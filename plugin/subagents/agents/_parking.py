@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from .. import events as ev
 from ..tools import approvals, client_tools
-from ..tools.base import CallContext, Deferral
+from ..tools.base import CallContext, Deferral, PendingCalls
 from ..tools.concurrency import execute_calls
 from ..types import AgentStatus, ExitReason
 from ._model_io import send_event
@@ -31,47 +31,49 @@ async def park(run: AgentRun, executed: Executed, *, agent_name: str,
                                    arguments=call.arguments)
             run.events.append(event)
             await send_event(run, event)
-        run.output_metadata[client_tools.PENDING_KEY] = client_tools.pending_record(
-            run.tool_messages, waiting)
+        run.output_metadata[client_tools.PENDING_KEY] = PendingCalls.of(
+            run.tool_messages, waiting).to_metadata()
         return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.CLIENT_TOOL))
     asked = executed.deferred(Deferral.APPROVAL)
     await ask(approvals.question(asked))
-    run.output_metadata[approvals.PENDING_KEY] = approvals.pending_record(
-        run.tool_messages, asked)
+    run.output_metadata[approvals.PENDING_KEY] = PendingCalls.of(
+        run.tool_messages, asked).to_metadata()
     return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.APPROVAL))
 
 
 async def resume_client_tools(run: AgentRun, *, agent_id: str) -> Continue | Park:
     """Restore a parked exchange and answer its calls with the client's results; park again
     while results are missing and the user has not said anything new."""
-    pending = run.input.metadata.get(client_tools.PENDING_KEY)
-    if not pending:
+    saved = run.input.metadata.get(client_tools.PENDING_KEY)
+    if not saved:
         return Continue()
+    pending = PendingCalls.model_validate(saved)
     delivered = client_tools.deliver(
         pending, dict(run.input.metadata.get(client_tools.RESULTS_KEY) or {}))
     run.tool_messages = delivered.messages
     for call, text in delivered.results:
         run.events.append(ev.mcp_tool_executed(
-            call["name"], call.get("arguments") or {}, text, is_error=False,
-            error_message=None, agent_id=agent_id))
-        run.tool_messages.append(tool_message(call["id"], text))
-        run.structured.append({"name": call["name"], "result": text})
+            call.name, call.arguments, text, is_error=False, error_message=None,
+            agent_id=agent_id))
+        run.tool_messages.append(tool_message(call.id, text))
+        run.structured.append({"name": call.name, "result": text})
     if delivered.waiting and not run.input.user_message.strip():
-        run.output_metadata[client_tools.PENDING_KEY] = {
-            **pending, "calls": delivered.waiting, "messages": run.tool_messages}
+        run.output_metadata[client_tools.PENDING_KEY] = pending.model_copy(update={
+            "calls": delivered.waiting, "messages": run.tool_messages}).to_metadata()
         return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.CLIENT_TOOL))
     for call in delivered.waiting:
-        run.tool_messages.append(tool_message(call["id"], client_tools.NOT_YET))
+        run.tool_messages.append(tool_message(call.id, client_tools.NOT_YET))
     return Continue()
 
 
 async def resume_approval(run: AgentRun, ctx: CallContext, *, agent_id: str, agent_name: str,
                           max_parallel: int) -> None:
     """The user answered an approval question: run the calls on a yes, else decline them."""
-    pending = run.input.metadata.get(approvals.PENDING_KEY)
-    if not pending or run.approvals is None or run.toolset is None:
+    saved = run.input.metadata.get(approvals.PENDING_KEY)
+    if not saved or run.approvals is None or run.toolset is None:
         return
-    answered = approvals.answer(pending, run.input.user_message, run.tools)
+    answered = approvals.answer(PendingCalls.model_validate(saved), run.input.user_message,
+                                run.tools)
     run.tool_messages = answered.messages
     run.approvals.approve(c.id for c in answered.to_run)
     outcomes = {o.call.id: o for o in await execute_calls(run.toolset, answered.to_run, ctx,

@@ -11,10 +11,19 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from ..config.sub_agent import ToolSettings
-from .base import CallContext, Deferral, PlannedCall, Tool, ToolOutcome, Toolset, WrapperToolset
+from ..types import ChatMessage
+from .base import (
+    CallContext,
+    Deferral,
+    PendingCalls,
+    PlannedCall,
+    Tool,
+    ToolOutcome,
+    Toolset,
+    WrapperToolset,
+)
 
 PENDING_KEY = "pending_approval"
 DECLINED = "The user did not approve this call, so it was not run."
@@ -34,17 +43,11 @@ def question(calls: list[PlannedCall]) -> str:
     return f"Before I go ahead: may I run {described}? Please answer yes or no."
 
 
-def pending_record(messages: list[dict[str, Any]], calls: list[PlannedCall]) -> dict[str, Any]:
-    """What is saved while the run waits: the exchange so far and the deferred calls."""
-    return {"messages": messages,
-            "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]}
-
-
 @dataclass
 class Answered:
     """The user's answer applied to the saved calls."""
 
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     """The exchange as it was when the run parked."""
     to_run: list[PlannedCall]
     """Approved calls whose tool is still offered."""
@@ -54,15 +57,13 @@ class Answered:
     """All call ids, in the order of the model's response."""
 
 
-def answer(pending: dict[str, Any], user_message: str, tools: dict[str, Tool]) -> Answered:
+def answer(pending: PendingCalls, user_message: str, tools: dict[str, Tool]) -> Answered:
     """Split the saved calls into those to run (on a yes) and those declined."""
     approved = is_yes(user_message)
-    planned = [PlannedCall(c["id"], c["name"], c.get("arguments") or {}, tools.get(c["name"]))
-               for c in pending.get("calls") or []]
+    planned = [PlannedCall(c.id, c.name, c.arguments, tools.get(c.name)) for c in pending.calls]
     to_run = [c for c in planned if approved and c.tool is not None]
     declined = [c for c in planned if c not in to_run]
-    return Answered(list(pending.get("messages") or []), to_run, declined,
-                    [c.id for c in planned])
+    return Answered(list(pending.messages), to_run, declined, [c.id for c in planned])
 
 
 class ApprovalToolset(WrapperToolset):

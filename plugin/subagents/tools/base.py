@@ -14,7 +14,16 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from ..types import AgentInput, AgentToolContext, AgentToolResult, AgentToolSchema, JsonObject
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..types import (
+    AgentInput,
+    AgentToolContext,
+    AgentToolResult,
+    AgentToolSchema,
+    ChatMessage,
+    JsonObject,
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +84,34 @@ class PlannedCall:
     name: str
     arguments: JsonObject
     tool: Tool | None
+
+
+class PendingCall(BaseModel):
+    """A deferred call as saved while the run waits."""
+
+    id: str
+    name: str
+    arguments: JsonObject = Field(default_factory=dict)
+
+
+class PendingCalls(BaseModel):
+    """What a parked run saves in the output metadata: the exchange so far and the deferred
+    calls. The next invocation gets it back in its input metadata and resumes from it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    messages: list[ChatMessage] = Field(default_factory=list)
+    calls: list[PendingCall] = Field(default_factory=list)
+
+    @classmethod
+    def of(cls, messages: list[ChatMessage], calls: list[PlannedCall]) -> PendingCalls:
+        """The record for ``calls`` deferred after ``messages``."""
+        return cls(messages=messages, calls=[PendingCall(id=c.id, name=c.name,
+                                                         arguments=c.arguments) for c in calls])
+
+    def to_metadata(self) -> JsonObject:
+        """The record as stored in the metadata (plain JSON)."""
+        return self.model_dump()
 
 
 class Deferral(StrEnum):

@@ -12,11 +12,20 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
 
 from ..config.sub_agent import ClientToolDef
-from ..types import AgentToolResult, AgentToolSchema, JsonObject
-from .base import CallContext, Deferral, PlannedCall, Tool, ToolOutcome, Toolset, WrapperToolset
+from ..types import AgentToolResult, AgentToolSchema, ChatMessage, JsonObject
+from .base import (
+    CallContext,
+    Deferral,
+    PendingCall,
+    PendingCalls,
+    PlannedCall,
+    Tool,
+    ToolOutcome,
+    Toolset,
+    WrapperToolset,
+)
 
 PENDING_KEY = "pending_client_tools"
 RESULTS_KEY = "client_tool_results"
@@ -35,34 +44,28 @@ def client_tool(definition: ClientToolDef) -> Tool:
     return Tool(schema=schema, run=never, source="client")
 
 
-def pending_record(messages: list[dict[str, Any]], calls: list[PlannedCall]) -> dict[str, Any]:
-    """What is saved while the run waits: the exchange so far and the deferred calls."""
-    return {"messages": messages,
-            "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in calls]}
-
-
 @dataclass
 class Delivered:
     """The client's results applied to the saved calls."""
 
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     """The exchange as it was when the run parked."""
-    results: list[tuple[dict[str, Any], str]]
+    results: list[tuple[PendingCall, str]]
     """(saved call, result text) for each call the client answered, in order."""
-    waiting: list[dict[str, Any]]
+    waiting: list[PendingCall]
     """Saved calls still without a result."""
 
 
-def deliver(pending: dict[str, Any], results: dict[str, Any]) -> Delivered:
+def deliver(pending: PendingCalls, results: JsonObject) -> Delivered:
     """Match the client's results (call id -> result) to the saved calls."""
     delivered, waiting = [], []
-    for call in pending.get("calls") or []:
-        if call["id"] in results:
-            text = results[call["id"]]
+    for call in pending.calls:
+        if call.id in results:
+            text = results[call.id]
             delivered.append((call, text if isinstance(text, str) else json.dumps(text)))
         else:
             waiting.append(call)
-    return Delivered(list(pending.get("messages") or []), delivered, waiting)
+    return Delivered(list(pending.messages), delivered, waiting)
 
 
 class ClientToolset(WrapperToolset):
