@@ -1,5 +1,4 @@
-"""Per-tool settings: state mapping (A2), result budget + recall (A4), approvals (A5), slot
-verification (A7)."""
+"""Per-tool settings: state mapping, result budget + recall, approvals, slot verification."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tool schema normalisation and the OpenAI tool shape (reference §2.5)."""
+"""Tool schema normalisation and the OpenAI tool shape."""
 
 from __future__ import annotations
 
