@@ -37,11 +37,12 @@ demo: $(DEMO_STAMP)
 	$(BIN)/subagents demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check plugin tests benchmarks
 	$(BIN)/mypy plugin/subagents
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
