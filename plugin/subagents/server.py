@@ -23,7 +23,7 @@ import hmac
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
 import structlog
@@ -35,10 +35,12 @@ from starlette.routing import Route
 from . import __version__
 from .channels.base import CollectingOutputChannel
 from .channels.sse import QueueOutputChannel, sse_frame
+from .dialogue.client_input import ClientInputError, TurnFailedError, check_sender_id
 from .dialogue.processor import Assistant
 
 log = structlog.get_logger("subagents.server")
 MAX_BODY = 1_000_000
+ERROR_ID_HEADER = "x-subagents-error-id"
 
 
 class BadRequestError(Exception):
@@ -52,6 +54,9 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
+MAX_JSON_DEPTH = 64
+
+
 async def _json_body(request: Request, max_body: int) -> dict[str, Any]:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_body:
@@ -61,13 +66,47 @@ async def _json_body(request: Request, max_body: int) -> dict[str, Any]:
         raw += chunk
         if len(raw) > max_body:
             raise BadRequestError(413, f"request body is larger than {max_body} bytes")
+    return _parse_json_object(raw)
+
+
+def _parse_json_object(raw: bytes) -> dict[str, Any]:
+    """A JSON object of plain UTF-8 text, nested at most MAX_JSON_DEPTH deep (else 400)."""
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and \
+            _nesting_depth(raw) > MAX_JSON_DEPTH:
+        raise BadRequestError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         body = json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # bad JSON or UTF-8, an integer too long to convert
         raise BadRequestError(400, "the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequestError(400, "the body must be a JSON object")
+    try:  # \ud800 escapes decode to lone surrogates, which no store or response can encode
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequestError(400, "the body contains an unpaired surrogate") from None
     return body
+
+
+def _nesting_depth(raw: bytes) -> int:
+    """The deepest bracket nesting outside strings (an upper bound is enough)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
 
 
 async def _message_body(request: Request, max_body: int) -> tuple[str, str, dict[str, Any]]:
@@ -96,39 +135,64 @@ class _Api:
     def guard(self, handler: Any) -> Any:
         """Bearer-token check and clear 4xx errors around a handler."""
         async def wrapped(request: Request) -> Response:
-            header = request.headers.get("authorization", "")
-            if self.token and not hmac.compare_digest(header, f"Bearer {self.token}"):
+            if not self.authorized(request):
                 return _error(401, "missing or wrong bearer token")
             try:
                 return await handler(request)  # type: ignore[no-any-return]
             except BadRequestError as exc:
                 return _error(exc.status, exc.message)
+            except ClientInputError as exc:
+                return JSONResponse({"error": str(exc), "code": exc.code},
+                                    status_code=exc.status)
         return wrapped
+
+    def authorized(self, request: Request) -> bool:
+        if not self.token:
+            return True
+        # headers arrive as latin-1 text; compare bytes so non-ASCII input is just a mismatch
+        header = request.headers.get("authorization", "").encode("latin-1", "replace")
+        return hmac.compare_digest(header, f"Bearer {self.token}".encode())
 
     def track(self, task: asyncio.Task[Any]) -> None:
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
 
+    async def _collect(self, sender: str, turn: Awaitable[Any],
+                       channel: CollectingOutputChannel) -> Response:
+        """Run a turn to its end (a client that hangs up does not cancel it) and answer with
+        its messages; a failed turn answers with the internal-error reply alone."""
+        task = asyncio.ensure_future(turn)
+        self.track(task)
+        try:
+            await asyncio.shield(task)
+        except TurnFailedError as exc:
+            return JSONResponse([{"recipient_id": sender, "text": exc.reply}],
+                                headers={ERROR_ID_HEADER: exc.error_id})
+        return JSONResponse(channel.messages)
+
     async def rest(self, request: Request) -> Response:
         sender, message, metadata = await _message_body(request, self.max_body)
+        check_sender_id(sender)
         channel = CollectingOutputChannel()
-        task = asyncio.ensure_future(self.assistant.handle_message(sender, message, metadata,
-                                                                   channel))
-        self.track(task)
-        await asyncio.shield(task)
-        return JSONResponse(channel.messages)
+        return await self._collect(sender, self.assistant.handle_message(
+            sender, message, metadata, channel), channel)
 
     async def stream(self, request: Request) -> Response:
         sender, message, metadata = await _message_body(request, self.max_body)
+        check_sender_id(sender)
         channel = QueueOutputChannel()
 
         async def run() -> None:
             try:
                 await self.assistant.handle_message(sender, message, metadata, channel)
                 await channel.queue.put(sse_frame("done", {"sender": sender}))
-            except Exception as exc:
-                log.exception("server.turn.failed", sender=sender)
-                await channel.queue.put(sse_frame("error", {"message": str(exc)}))
+            except ClientInputError as exc:
+                await channel.queue.put(sse_frame("error", {
+                    "error": str(exc), "code": exc.code, "turn_recorded": False}))
+            except TurnFailedError as exc:  # the reply went out as a message frame already
+                await channel.queue.put(sse_frame("error", {
+                    "error": "the turn failed", "code": exc.code, "error_id": exc.error_id,
+                    "turn_recorded": False}))
             finally:
                 await channel.queue.put(None)
 
@@ -142,10 +206,12 @@ class _Api:
                                  headers={"cache-control": "no-cache"})
 
     async def tracker(self, request: Request) -> Response:
-        return JSONResponse(await self.assistant.state(request.path_params["sender"]))
+        sender = check_sender_id(request.path_params["sender"])
+        return JSONResponse(await self.assistant.state(sender))
 
     async def client_tool_results(self, request: Request) -> Response:
         """``{"id", "result"}`` or ``{"results": [{"id", "result"}]}`` -> the bot messages."""
+        sender = check_sender_id(request.path_params["sender"])
         body = await _json_body(request, self.max_body)
         results = body.get("results", [body] if "id" in body else None)
         if not isinstance(results, list) or not results or not all(
@@ -154,11 +220,8 @@ class _Api:
             raise BadRequestError(400, 'send {"id": "<tool call id>", "result": ...} or '
                                        '{"results": [...]}')
         channel = CollectingOutputChannel()
-        task = asyncio.ensure_future(self.assistant.handle_client_tool_results(
-            request.path_params["sender"], results, channel))
-        self.track(task)
-        await asyncio.shield(task)
-        return JSONResponse(channel.messages)
+        return await self._collect(sender, self.assistant.handle_client_tool_results(
+            sender, results, channel), channel)
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})

@@ -6,7 +6,8 @@ inside call steps) -> save the turn's events and the stack in one transaction ->
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,15 @@ from ..stores import (
     create_tracker_store,
 )
 from .actions import ActionRunner
+from .client_input import (
+    ClientInputError,
+    ClientMetadata,
+    TurnFailedError,
+    accept_client_results,
+    check_sender_id,
+    declared_metadata_keys,
+    split_client_metadata,
+)
 from .commands import CannotHandle, Command, ContinueAgent, parse_deterministic
 from .flow_executor import FlowExecutor
 from .stack import Stack
@@ -49,8 +59,12 @@ class Assistant:
     def __init__(self, project: Project, *, tracker_store: TrackerStore | None = None,
                  lock_store: LockStore | None = None, llm_factory: LLMFactory | None = None,
                  action_stubs: dict[str, Any] | None = None,
-                 retry_delays: tuple[float, ...] = (1.0, 2.0)) -> None:
+                 retry_delays: tuple[float, ...] = (1.0, 2.0),
+                 client_metadata_keys: Iterable[str] = ()) -> None:
         self.project = project
+        self.client_metadata_keys = frozenset(declared_metadata_keys(project)) | frozenset(
+            client_metadata_keys)
+        """Message metadata keys a client may send that reach agents (an allow-list)."""
         self.root = project.root
         factory = llm_factory or default_llm_factory
         self.tracker_store = tracker_store or create_tracker_store(
@@ -121,38 +135,78 @@ class Assistant:
 
         ``metadata["client_tool_results"]`` (``[{"id", "result"}]``) delivers the results of
         client-executed tools; with an empty ``text`` the turn only resumes the waiting agent.
+        Of the other metadata keys, only those in :attr:`client_metadata_keys` reach agents.
+
+        Raises:
+            TurnFailedError: the turn could not complete (store, lock, deadline, a bug); nothing
+                of it was recorded and the internal-error reply went to ``output_channel``.
+            ClientInputError: the sender id or the client tool results are not acceptable.
         """
+        check_sender_id(sender_id)
         if not self._started:
             await self.start()
-        metadata = dict(metadata or {})
-        results = _client_results(metadata.pop("client_tool_results", None))
-        async with self.lock_store.lock(sender_id):
-            record = await self.tracker_store.load(sender_id)
-            turn = Turn(sender_id, record.events, Stack.from_list(record.stack),
-                        self.project.domain, output_channel, metadata)
-            turn.user_text = text
-            for call_id, result in results.items():
-                turn.add(ev.client_tool_result(call_id, result))
-            if results:
-                turn.metadata["client_tool_results"] = results
-            if results and not text.strip():
-                commands: list[Command] = [ContinueAgent()]
-            else:
-                turn.add(ev.user_uttered(text, metadata=dict(metadata)))
-                commands = await self.understand(turn, text)
-            commands = self.executor.clean_commands(turn, commands)
-            result_only = bool(results) and not text.strip()
-            if not commands and turn.stack.top() is None and not result_only:
-                commands = [CannotHandle()]
-            log.info("dialogue.turn.commands", sender=sender_id,
-                     commands=[repr(c) for c in commands])
-            if commands or not result_only:  # a late result with no waiting agent: record only
-                self.executor.apply_commands(turn, commands)
-                await self.executor.advance(turn)
-            turn.add(ev.action_executed("action_listen"))
-            await self.tracker_store.save_turn(sender_id, turn.new_events, turn.stack.to_list(),
-                                               turn.previous_count)
-            return turn.new_events
+        client = split_client_metadata(metadata, self.client_metadata_keys)
+        try:
+            async with self.lock_store.lock(sender_id):
+                return await self._run_turn(sender_id, text, client, output_channel)
+        except ClientInputError:
+            raise
+        except Exception as exc:
+            raise await self._turn_failed(sender_id, exc, output_channel) from exc
+
+    async def _run_turn(self, sender_id: str, text: str, client: ClientMetadata,
+                        output_channel: OutputChannel | None) -> list[dict[str, Any]]:
+        record = await self.tracker_store.load(sender_id)
+        stack = Stack.from_list(record.stack)
+        results = accept_client_results(client.tool_results, stack)
+        turn = Turn(sender_id, record.events, stack, self.project.domain, output_channel,
+                    dict(client.for_agents))
+        turn.user_text = text
+        for call_id, result in results.items():
+            turn.add(ev.client_tool_result(call_id, result))
+        if results:
+            turn.metadata["client_tool_results"] = results
+        result_only = bool(results) and not text.strip()
+        if result_only:
+            commands: list[Command] = [ContinueAgent()]
+        else:
+            turn.add(ev.user_uttered(text, metadata=dict(client.recorded)))
+            commands = await self.understand(turn, text)
+        commands = self.executor.clean_commands(turn, commands)
+        if not commands and turn.stack.top() is None and not result_only:
+            commands = [CannotHandle()]
+        log.info("dialogue.turn.commands", sender=sender_id,
+                 commands=[repr(c) for c in commands])
+        if commands or not result_only:  # a late result with no waiting agent: record only
+            self.executor.apply_commands(turn, commands)
+            await self.executor.advance(turn)
+        turn.add(ev.action_executed("action_listen"))
+        await self.tracker_store.save_turn(sender_id, turn.new_events, turn.stack.to_list(),
+                                           turn.previous_count)
+        return turn.new_events
+
+    async def _turn_failed(self, sender_id: str, exc: Exception,
+                           output_channel: OutputChannel | None) -> TurnFailedError:
+        """Log the failure with an id, tell the user, and describe it for the caller."""
+        error_id = uuid.uuid4().hex[:16]
+        code = getattr(exc, "code", None) or f"python.{type(exc).__name__}"
+        log.error("dialogue.turn.failed", sender=sender_id, error_id=error_id,
+                  error_code=code, error_type=type(exc).__name__, error=str(exc),
+                  exc_info=exc)
+        reply = self.internal_error_text()
+        if output_channel is not None:
+            try:
+                await output_channel.send_text_message(sender_id, reply)
+            except Exception:  # noqa: BLE001 - the channel itself may be what broke
+                log.warning("dialogue.turn.reply_failed", sender=sender_id, error_id=error_id)
+        return TurnFailedError(error_id, reply, cause_code=str(code))
+
+    def internal_error_text(self) -> str:
+        """The project's ``utter_internal_error_rasa`` text (first variation)."""
+        for variation in self.project.domain.responses.get("utter_internal_error_rasa", []):
+            if variation.text:
+                return variation.text
+        return "Sorry, something went wrong on my side. Please try again in a little while."
 
     async def handle_client_tool_results(self, sender_id: str, results: list[dict[str, Any]],
                                          output_channel: OutputChannel | None = None
@@ -183,14 +237,3 @@ class Assistant:
         return {"sender_id": sender_id, "events": record.events,
                 "slots": slots_from_events(self.project.domain, record.events),
                 "stack": record.stack}
-
-
-def _client_results(raw: Any) -> dict[str, Any]:
-    """``[{"id", "result"}]`` or ``{id: result}`` -> ``{id: result}``."""
-    if not raw:
-        return {}
-    if isinstance(raw, dict):
-        return {str(k): v for k, v in raw.items()}
-    return {str(item["id"]): item.get("result") for item in raw
-            if isinstance(item, dict) and "id" in item}
-

@@ -1,0 +1,178 @@
+"""Store faults reach the turn: the user gets the internal-error reply, nothing half-written is
+recorded, the sender's lock is released and the next turn works.
+
+PostgreSQL tests need SUBAGENTS_TEST_POSTGRES_URL (`.ci/run` starts PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import uuid
+
+import anyio
+import httpx2
+import pytest
+from subagents import events as ev
+from subagents.channels.base import CollectingOutputChannel
+from subagents.dialogue.client_input import TurnFailedError
+from subagents.server import ERROR_ID_HEADER, create_app
+from subagents.stores.base import StoreError
+from subagents.stores.sql import SQLTrackerStore
+from subagents.testing import FakeModelServer
+from subagents.testing.mcp_http import serve_app
+
+from tests.dialogue_harness import assistant_for, write_project
+from tests.integration.test_server import sse_frames
+
+POSTGRES = os.environ.get("SUBAGENTS_TEST_POSTGRES_URL")
+needs_postgres = pytest.mark.skipif(
+    not POSTGRES, reason="SUBAGENTS_TEST_POSTGRES_URL is not set (.ci/run starts PostgreSQL)")
+HOURS = {"command_generator": ["start flow opening_hours"] * 4}
+
+
+@pytest.fixture
+def project(tmp_path, tools_url):
+    return write_project(tmp_path / "assistant", tools_url)
+
+
+async def failing_then_working(assistant, store, sender, break_store, heal_store):
+    """One turn while the store is broken, one after it healed."""
+    channel = CollectingOutputChannel()
+    break_store()
+    with anyio.fail_after(30), pytest.raises(TurnFailedError) as failed:
+        await assistant.handle_message(sender, "when are you open?", None, channel)
+    heal_store()
+    with anyio.fail_after(30):
+        events = await assistant.handle_message(sender, "and tomorrow?", None,
+                                                CollectingOutputChannel())
+    record = await store.load(sender)
+    return failed.value, channel, events, record
+
+
+async def test_a_sqlite_write_lock_held_by_another_connection_fails_the_turn(project, tmp_path):
+    db = tmp_path / "tracker.db"
+    store = SQLTrackerStore(f"sqlite+aiosqlite:///{db}", busy_timeout=0.2)
+    blocker = sqlite3.connect(db, isolation_level=None, timeout=5)
+    async with FakeModelServer(HOURS) as fake, \
+            assistant_for(project, fake, tracker_store=store) as assistant:
+        await store.load("warm-up")  # creates the tables
+        failed, channel, events, record = await failing_then_working(
+            assistant, store, "u-1", lambda: blocker.execute("BEGIN EXCLUSIVE"),
+            lambda: blocker.execute("ROLLBACK"))
+    blocker.close()
+    assert failed.cause_code == "store.failed"
+    assert channel.texts[-1] == assistant.internal_error_text()
+    assert record.events == events  # the failed turn left nothing behind
+    assert [e["text"] for e in record.events if e["event"] == "user"] == ["and tomorrow?"]
+
+
+@pytest.fixture
+async def pg_schema():
+    """A throwaway schema: its tables' rights can be revoked without touching other tests.
+
+    Yields a store factory (connections tagged with an application name, to find them) and
+    an SQL runner on its own connection.
+    """
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    schema = f"sa_fault_{uuid.uuid4().hex[:8]}"
+    admin = create_async_engine(POSTGRES, isolation_level="AUTOCOMMIT")
+
+    async def run(sql: str) -> None:
+        async with admin.connect() as conn:
+            await conn.execute(sa.text(sql))
+
+    def store() -> SQLTrackerStore:
+        return SQLTrackerStore(POSTGRES, connect_args={"server_settings": {
+            "search_path": schema, "application_name": schema}})
+
+    await run(f"CREATE SCHEMA {schema}")
+    yield schema, store, run
+    await run(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+              f"WHERE application_name = '{schema}'")
+    await run(f"DROP SCHEMA {schema} CASCADE")
+    await admin.dispose()
+
+
+@pytest.mark.postgres
+@needs_postgres
+async def test_a_postgres_privilege_revoked_mid_conversation_fails_the_turn(project,
+                                                                           pg_schema):
+    schema, make_store, run = pg_schema
+    store = make_store()
+    tables = f"{schema}.subagents_conversations, {schema}.subagents_events"
+    await store.load("warm-up")  # creates the tables
+    try:
+        async with FakeModelServer(HOURS) as fake, \
+                assistant_for(project, fake, tracker_store=store) as assistant:
+            sender = f"pg-{uuid.uuid4().hex[:8]}"
+            channel = CollectingOutputChannel()
+            await run(f"REVOKE INSERT, UPDATE ON {tables} FROM CURRENT_USER")
+            with anyio.fail_after(30), pytest.raises(TurnFailedError) as failed:
+                await assistant.handle_message(sender, "when are you open?", None, channel)
+            await run(f"GRANT INSERT, UPDATE ON {tables} TO CURRENT_USER")
+            with anyio.fail_after(30):
+                events = await assistant.handle_message(sender, "and tomorrow?", None,
+                                                        CollectingOutputChannel())
+            record = await store.load(sender)
+    finally:
+        await store.close()
+    assert failed.value.cause_code == "store.failed"
+    assert channel.texts[-1] == assistant.internal_error_text()
+    assert record.events == events
+
+
+@pytest.mark.postgres
+@needs_postgres
+async def test_a_terminated_postgres_connection_fails_the_write_instead_of_hanging(pg_schema):
+    schema, make_store, run = pg_schema
+    store = make_store()
+    sender = f"pg-{uuid.uuid4().hex[:8]}"
+    try:
+        await store.load(sender)  # the pool now holds a connection
+        await run(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                  f"WHERE application_name = '{schema}'")
+        with anyio.fail_after(30), pytest.raises(StoreError) as failed:
+            await store.save_turn(sender, [ev.user_uttered("hi")], [], 0)
+        with anyio.fail_after(30):
+            await store.save_turn(sender, [ev.user_uttered("again")], [], 0)
+            record = await store.load(sender)
+    finally:
+        await store.close()
+    assert failed.value.code == "store.failed"
+    assert [e["text"] for e in record.events] == ["again"]
+
+
+async def test_over_http_a_store_failure_answers_the_reply_with_an_error_id(project, tmp_path):
+    db = tmp_path / "tracker.db"
+    store = SQLTrackerStore(f"sqlite+aiosqlite:///{db}", busy_timeout=0.2)
+    blocker = sqlite3.connect(db, isolation_level=None, timeout=5)
+    body = {"sender": "web-1", "message": "when are you open?"}
+    async with FakeModelServer(HOURS) as fake, \
+            assistant_for(project, fake, tracker_store=store) as assistant, \
+            serve_app(create_app(assistant)) as base, \
+            httpx2.AsyncClient(base_url=base, timeout=30) as client:
+        await store.load("warm-up")
+        blocker.execute("BEGIN EXCLUSIVE")
+        with anyio.fail_after(30):
+            failed = await client.post("/webhooks/rest/webhook", json=body)
+            frames = await sse_frames(client, {**body, "sender": "web-2"})
+        blocker.execute("ROLLBACK")
+        with anyio.fail_after(30):
+            healed = await client.post("/webhooks/rest/webhook", json=body)
+    blocker.close()
+    reply = assistant.internal_error_text()
+    assert failed.status_code == 200
+    assert [m["text"] for m in failed.json()] == [reply]
+    assert len(failed.headers[ERROR_ID_HEADER]) >= 8
+    assert "We are open 9 to 5." in [m["text"] for m in healed.json()]
+    messages = [data["text"] for event, data, _ in frames if event == "message"]
+    assert messages[-1] == reply
+    error = next(data for event, data, _ in frames if event == "error")
+    assert error["code"] == "dialogue.turn_failed"
+    assert error["turn_recorded"] is False
+    assert "database" not in json.dumps(error).lower()  # no driver detail reaches the client
+    assert "done" not in [event for event, _, _ in frames]
