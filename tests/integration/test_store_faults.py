@@ -19,6 +19,7 @@ from subagents.channels.base import CollectingOutputChannel
 from subagents.dialogue.client_input import TurnFailedError
 from subagents.server import ERROR_ID_HEADER, create_app
 from subagents.stores.base import StoreError
+from subagents.stores.locks import LockTimeoutError
 from subagents.stores.sql import SQLTrackerStore
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app
@@ -176,3 +177,60 @@ async def test_over_http_a_store_failure_answers_the_reply_with_an_error_id(proj
     assert error["turn_recorded"] is False
     assert "database" not in json.dumps(error).lower()  # no driver detail reaches the client
     assert "done" not in [event for event, _, _ in frames]
+
+
+REDIS = os.environ.get("SUBAGENTS_TEST_REDIS_URL")
+needs_redis = pytest.mark.skipif(
+    not REDIS, reason="SUBAGENTS_TEST_REDIS_URL is not set (.ci/run starts Redis)")
+
+
+@pytest.mark.redis
+@needs_redis
+async def test_a_held_redis_lock_outlives_its_expiry_while_the_turn_runs():
+    from subagents.stores.redis_lock import RedisLockStore
+
+    extended = anyio.Event()
+    count: list[str] = []
+
+    def on_extend(sender: str) -> None:
+        count.append(sender)
+        if len(count) >= 4:  # more than one lock_timeout has passed
+            extended.set()
+
+    sender = f"lock-{uuid.uuid4().hex[:8]}"
+    holder = RedisLockStore(url=REDIS, lock_timeout=0.3, on_extend=on_extend)
+    other = RedisLockStore(url=REDIS, lock_timeout=0.3, wait_timeout=0.01)
+    try:
+        async with holder.lock(sender):
+            with anyio.fail_after(10):
+                await extended.wait()
+            with pytest.raises(LockTimeoutError) as busy:
+                async with other.lock(sender):
+                    pass
+        async with other.lock(sender):  # released at the end of the turn
+            pass
+    finally:
+        await holder.close()
+        await other.close()
+    assert busy.value.code == "store.lock_timeout"
+
+
+@pytest.mark.redis
+@needs_redis
+async def test_a_message_waiting_longer_than_the_lock_wait_gets_the_reply(project):
+    from subagents.stores.redis_lock import RedisLockStore
+
+    sender = f"busy-{uuid.uuid4().hex[:8]}"
+    blocker = RedisLockStore(url=REDIS, lock_timeout=30)
+    waiting = RedisLockStore(url=REDIS, wait_timeout=0.2)
+    async with FakeModelServer(HOURS) as fake, \
+            assistant_for(project, fake, lock_store=waiting) as assistant:
+        async with blocker.lock(sender):
+            channel = CollectingOutputChannel()
+            with anyio.fail_after(20), pytest.raises(TurnFailedError) as failed:
+                await assistant.handle_message(sender, "hours?", None, channel)
+        state = await assistant.state(sender)
+    await blocker.close()
+    assert failed.value.cause_code == "store.lock_timeout"
+    assert channel.texts == [assistant.internal_error_text()]
+    assert state["events"] == []

@@ -6,6 +6,8 @@ inside call steps) -> save the turn's events and the stack in one transaction ->
 
 from __future__ import annotations
 
+import asyncio
+import os
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -19,7 +21,7 @@ from ..agents.registry import create_agent
 from ..channels.base import OutputChannel
 from ..config.project import Project, load_project
 from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
-from ..llm import LLMClient, ModelSettings, resolve_model_settings
+from ..llm import LLMClient, ModelSettings, call_deadline, resolve_model_settings
 from ..mcp.pool import MCPPool
 from ..stores import (
     LockStore,
@@ -45,6 +47,10 @@ from .understanding import CommandGenerator
 
 log = structlog.get_logger("subagents.dialogue")
 
+DEFAULT_TURN_TIMEOUT = 60.0
+"""Seconds; well under the Redis lock's expiry, which is extended while a turn runs anyway."""
+MODEL_UNAVAILABLE_PATTERN = "pattern_model_unavailable"
+
 LLMFactory = Callable[[str, ModelSettings], LLMClient]
 COMMAND_GENERATOR = "command_generator"
 
@@ -60,8 +66,11 @@ class Assistant:
                  lock_store: LockStore | None = None, llm_factory: LLMFactory | None = None,
                  action_stubs: dict[str, Any] | None = None,
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 client_metadata_keys: Iterable[str] = ()) -> None:
+                 client_metadata_keys: Iterable[str] = (),
+                 turn_timeout: float | None = None) -> None:
         self.project = project
+        self.turn_timeout = turn_timeout or _env_turn_timeout()
+        """Seconds a turn may take, waiting for the sender's lock excluded."""
         self.client_metadata_keys = frozenset(declared_metadata_keys(project)) | frozenset(
             client_metadata_keys)
         """Message metadata keys a client may send that reach agents (an allow-list)."""
@@ -147,8 +156,9 @@ class Assistant:
             await self.start()
         client = split_client_metadata(metadata, self.client_metadata_keys)
         try:
-            async with self.lock_store.lock(sender_id):
-                return await self._run_turn(sender_id, text, client, output_channel)
+            async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
+                with call_deadline(_model_deadline(self.turn_timeout)):
+                    return await self._run_turn(sender_id, text, client, output_channel)
         except ClientInputError:
             raise
         except Exception as exc:
@@ -171,7 +181,13 @@ class Assistant:
             commands: list[Command] = [ContinueAgent()]
         else:
             turn.add(ev.user_uttered(text, metadata=dict(client.recorded)))
-            commands = await self.understand(turn, text)
+            try:
+                commands = await self.understand(turn, text)
+            except LLMError as exc:
+                log.warning("dialogue.understanding.failed", sender=sender_id,
+                            error_code=exc.code, error=str(exc))
+                await self._model_unavailable(turn)
+                return await self._save(turn)
         commands = self.executor.clean_commands(turn, commands)
         if not commands and turn.stack.top() is None and not result_only:
             commands = [CannotHandle()]
@@ -180,9 +196,22 @@ class Assistant:
         if commands or not result_only:  # a late result with no waiting agent: record only
             self.executor.apply_commands(turn, commands)
             await self.executor.advance(turn)
+        return await self._save(turn)
+
+    async def _model_unavailable(self, turn: Turn) -> None:
+        """Run only the model-unavailable pattern; the conversation's stack stays as it was."""
+        stack = turn.stack
+        turn.stack = Stack()
+        self.executor.push_pattern(turn, MODEL_UNAVAILABLE_PATTERN)
+        try:
+            await self.executor.advance(turn)
+        finally:
+            turn.stack = stack
+
+    async def _save(self, turn: Turn) -> list[dict[str, Any]]:
         turn.add(ev.action_executed("action_listen"))
-        await self.tracker_store.save_turn(sender_id, turn.new_events, turn.stack.to_list(),
-                                           turn.previous_count)
+        await self.tracker_store.save_turn(turn.sender_id, turn.new_events,
+                                           turn.stack.to_list(), turn.previous_count)
         return turn.new_events
 
     async def _turn_failed(self, sender_id: str, exc: Exception,
@@ -216,15 +245,16 @@ class Assistant:
                                          output_channel)
 
     async def understand(self, turn: Turn, text: str) -> list[Command]:
+        """The commands of a message: ``/Command`` text as is, else the command generator's.
+
+        Raises:
+            LLMError: the command generator's model failed (unreachable, malformed reply,
+                out of time).
+        """
         fixed = parse_deterministic(text, set(self.project.flows))
         if fixed is not None:
             return fixed
-        try:
-            return await self.understanding.predict(text, turn.stack, turn.slots,
-                                                    turn.events[:-1])
-        except LLMError as exc:
-            log.warning("dialogue.understanding.failed", error=str(exc))
-            return []
+        return await self.understanding.predict(text, turn.stack, turn.slots, turn.events[:-1])
 
     async def tracker(self, sender_id: str) -> list[dict[str, Any]]:
         return (await self.tracker_store.load(sender_id)).events
@@ -237,3 +267,18 @@ class Assistant:
         return {"sender_id": sender_id, "events": record.events,
                 "slots": slots_from_events(self.project.domain, record.events),
                 "stack": record.stack}
+
+
+def _env_turn_timeout() -> float:
+    raw = os.environ.get("SUBAGENTS_TURN_TIMEOUT")
+    try:
+        value = float(raw) if raw else DEFAULT_TURN_TIMEOUT
+    except ValueError:
+        value = DEFAULT_TURN_TIMEOUT
+    return value if value > 0 else DEFAULT_TURN_TIMEOUT
+
+
+def _model_deadline(turn_timeout: float) -> float:
+    """Model calls stop a little before the turn's deadline, so a slow model still gets its
+    defined reply and the turn is recorded."""
+    return turn_timeout - min(5.0, turn_timeout * 0.2)

@@ -6,6 +6,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from .base import StoreError
+
+
+class LockTimeoutError(StoreError):
+    """A message waited too long for its conversation's lock (another turn held it)."""
+
+    code = "store.lock_timeout"
+
 
 class LockStore:
     def lock(self, sender_id: str) -> contextlib.AbstractAsyncContextManager[None]:
