@@ -23,6 +23,7 @@ import hmac
 import json
 import signal
 import sys
+import uuid
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
@@ -123,6 +124,13 @@ async def _message_body(request: Request, max_body: int) -> tuple[str, str, dict
     return sender, message, metadata
 
 
+def _log_unexpected(exc: Exception, where: str) -> str:
+    error_id = uuid.uuid4().hex[:16]
+    log.error("server.request.failed", where=where, error_id=error_id,
+              error_type=type(exc).__name__, exc_info=exc)
+    return error_id
+
+
 class _Api:
     """Route handlers; one instance per app."""
 
@@ -144,6 +152,10 @@ class _Api:
             except ClientInputError as exc:
                 return JSONResponse({"error": str(exc), "code": exc.code},
                                     status_code=exc.status)
+            except Exception as exc:  # noqa: BLE001 - details go to the log, never the client
+                error_id = _log_unexpected(exc, request.url.path)
+                return JSONResponse({"error": "internal error", "error_id": error_id},
+                                    status_code=500, headers={ERROR_ID_HEADER: error_id})
         return wrapped
 
     def authorized(self, request: Request) -> bool:
@@ -192,6 +204,10 @@ class _Api:
             except TurnFailedError as exc:  # the reply went out as a message frame already
                 await channel.queue.put(sse_frame("error", {
                     "error": "the turn failed", "code": exc.code, "error_id": exc.error_id,
+                    "turn_recorded": False}))
+            except Exception as exc:  # noqa: BLE001 - details go to the log, never the client
+                await channel.queue.put(sse_frame("error", {
+                    "error": "internal error", "error_id": _log_unexpected(exc, "stream"),
                     "turn_recorded": False}))
             finally:
                 await channel.queue.put(None)
