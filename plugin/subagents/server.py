@@ -24,12 +24,12 @@ import json
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 import structlog
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -38,10 +38,21 @@ from .channels.base import CollectingOutputChannel
 from .channels.sse import QueueOutputChannel, sse_frame
 from .dialogue.client_input import ClientInputError, TurnFailedError, check_sender_id
 from .dialogue.processor import Assistant
+from .server_security import (
+    HEADER_TIMEOUT,
+    LOOPBACK_HOSTS,
+    cors_origins_from_env,
+    http_protocol,
+    is_loopback,
+    security_middleware,
+    warn_if_exposed,
+)
 
 log = structlog.get_logger("subagents.server")
 MAX_BODY = 1_000_000
 ERROR_ID_HEADER = "x-subagents-error-id"
+BODY_TIMEOUT = 30.0
+"""Seconds a request body may take to arrive."""
 
 
 class BadRequestError(Exception):
@@ -58,15 +69,22 @@ def _error(status: int, message: str) -> JSONResponse:
 MAX_JSON_DEPTH = 64
 
 
-async def _json_body(request: Request, max_body: int) -> dict[str, Any]:
+async def _json_body(request: Request, max_body: int,
+                     body_timeout: float = BODY_TIMEOUT) -> dict[str, Any]:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_body:
         raise BadRequestError(413, f"request body is larger than {max_body} bytes")
     raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > max_body:
-            raise BadRequestError(413, f"request body is larger than {max_body} bytes")
+    try:
+        async with asyncio.timeout(body_timeout):  # a client that stops sending mid-body
+            async for chunk in request.stream():
+                raw += chunk
+                if len(raw) > max_body:
+                    raise BadRequestError(413, f"request body is larger than {max_body} bytes")
+    except TimeoutError:
+        raise BadRequestError(408, f"the body did not arrive in {body_timeout:g}s") from None
+    except ClientDisconnect:
+        raise BadRequestError(400, "the client went away before sending the body") from None
     return _parse_json_object(raw)
 
 
@@ -110,8 +128,9 @@ def _nesting_depth(raw: bytes) -> int:
     return deepest
 
 
-async def _message_body(request: Request, max_body: int) -> tuple[str, str, dict[str, Any]]:
-    body = await _json_body(request, max_body)
+async def _message_body(request: Request, max_body: int,
+                        body_timeout: float = BODY_TIMEOUT) -> tuple[str, str, dict[str, Any]]:
+    body = await _json_body(request, max_body, body_timeout)
     sender, message = body.get("sender"), body.get("message")
     if not isinstance(sender, str) or not sender.strip():
         raise BadRequestError(400, "'sender' must be a non-empty string")
@@ -134,8 +153,10 @@ def _log_unexpected(exc: Exception, where: str) -> str:
 class _Api:
     """Route handlers; one instance per app."""
 
-    def __init__(self, assistant: Assistant, token: str | None, max_body: int) -> None:
+    def __init__(self, assistant: Assistant, token: str | None, max_body: int,
+                 body_timeout: float = BODY_TIMEOUT) -> None:
         self.assistant = assistant
+        self.body_timeout = body_timeout
         self.token = token
         self.max_body = max_body
         self.inflight: set[asyncio.Task[Any]] = set()
@@ -165,6 +186,9 @@ class _Api:
         header = request.headers.get("authorization", "").encode("latin-1", "replace")
         return hmac.compare_digest(header, f"Bearer {self.token}".encode())
 
+    async def _message(self, request: Request) -> tuple[str, str, dict[str, Any]]:
+        return await _message_body(request, self.max_body, self.body_timeout)
+
     def track(self, task: asyncio.Task[Any]) -> None:
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
@@ -183,14 +207,14 @@ class _Api:
         return JSONResponse(channel.messages)
 
     async def rest(self, request: Request) -> Response:
-        sender, message, metadata = await _message_body(request, self.max_body)
+        sender, message, metadata = await self._message(request)
         check_sender_id(sender)
         channel = CollectingOutputChannel()
         return await self._collect(sender, self.assistant.handle_message(
             sender, message, metadata, channel), channel)
 
     async def stream(self, request: Request) -> Response:
-        sender, message, metadata = await _message_body(request, self.max_body)
+        sender, message, metadata = await self._message(request)
         check_sender_id(sender)
         channel = QueueOutputChannel()
 
@@ -228,7 +252,7 @@ class _Api:
     async def client_tool_results(self, request: Request) -> Response:
         """``{"id", "result"}`` or ``{"results": [{"id", "result"}]}`` -> the bot messages."""
         sender = check_sender_id(request.path_params["sender"])
-        body = await _json_body(request, self.max_body)
+        body = await _json_body(request, self.max_body, self.body_timeout)
         results = body.get("results", [body] if "id" in body else None)
         if not isinstance(results, list) or not results or not all(
                 isinstance(r, dict) and isinstance(r.get("id"), str) and "result" in r
@@ -258,9 +282,22 @@ class _Api:
             await self.assistant.close()
 
 
-def create_app(assistant: Assistant, *, token: str | None = None,
-               max_body: int = MAX_BODY) -> Starlette:
-    api = _Api(assistant, token, max_body)
+def create_app(assistant: Assistant, *, token: str | None = None, max_body: int = MAX_BODY,
+               cors_origins: Sequence[str] = (),
+               allowed_hosts: Sequence[str] | None = None,
+               body_timeout: float = BODY_TIMEOUT) -> Starlette:
+    """The ASGI app.
+
+    Args:
+        assistant: The loaded assistant.
+        token: When set, every route but ``/health`` needs ``Authorization: Bearer <token>``.
+        max_body: The largest request body accepted (bytes).
+        cors_origins: Browser origins allowed to call the API (``*`` for any); requests from
+            other origins are refused.
+        allowed_hosts: When set, the only ``Host`` header values accepted.
+        body_timeout: Seconds a request body may take to arrive (else 408).
+    """
+    api = _Api(assistant, token, max_body, body_timeout)
     routes = [
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
         Route("/webhooks/stream/webhook", api.guard(api.stream), methods=["POST"]),
@@ -270,12 +307,27 @@ def create_app(assistant: Assistant, *, token: str | None = None,
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=api.lifespan)
+    return Starlette(routes=routes, lifespan=api.lifespan,
+                     middleware=security_middleware(cors_origins, allowed_hosts))
+
+
+def uvicorn_config(app: Starlette, *, host: str, port: int,
+                   header_timeout: float = HEADER_TIMEOUT) -> Any:
+    """uvicorn settings: graceful drain, idle and stalled connections closed."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning",
+                          timeout_graceful_shutdown=30, timeout_keep_alive=5,
+                          http=http_protocol(header_timeout))
 
 
 def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
-          token: str | None = None) -> None:
-    """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s)."""
+          token: str | None = None, cors_origins: Sequence[str] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s).
+
+    On a loopback address only loopback ``Host`` names are accepted; CORS origins default to
+    ``SUBAGENTS_CORS_ORIGINS``. A public address without a token gets a loud warning.
+    """
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -285,8 +337,11 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
                 print(f"subagents: serving on http://{host}:{port}", file=sys.stderr,
                       flush=True)
 
-    config = uvicorn.Config(create_app(assistant, token=token), host=host, port=port,
-                            log_level="warning", timeout_graceful_shutdown=30)
+    warn_if_exposed(host, token)
+    hosts = list(LOOPBACK_HOSTS) if is_loopback(host) else None
+    origins = cors_origins_from_env() if cors_origins is None else list(cors_origins)
+    app = create_app(assistant, token=token, cors_origins=origins, allowed_hosts=hosts)
+    config = uvicorn_config(app, host=host, port=port)
     # uvicorn re-raises the signal that stopped it once it has drained; these handlers take it
     # so that a graceful stop ends with exit status 0
     for sig in (signal.SIGTERM, signal.SIGINT):
