@@ -234,3 +234,27 @@ async def test_a_message_waiting_longer_than_the_lock_wait_gets_the_reply(projec
     assert failed.value.cause_code == "store.lock_timeout"
     assert channel.texts == [assistant.internal_error_text()]
     assert state["events"] == []
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=[
+    pytest.mark.postgres, needs_postgres])])
+async def test_debug_logs_of_the_sql_drivers_carry_no_conversation_data(backend, tmp_path,
+                                                                        caplog):
+    import logging
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 't.db'}" if backend == "sqlite" else POSTGRES
+    caplog.set_level(logging.DEBUG)
+    logging.getLogger("sqlalchemy.engine").setLevel(logging.DEBUG)  # what echo=True shows
+    store = SQLTrackerStore(url)
+    sender = f"log-{uuid.uuid4().hex[:8]}"
+    try:
+        await store.save_turn(sender, [ev.user_uttered("my pin is 4921", metadata={
+            "tenant": "acme-secret"})], [{"kind": "flow", "flow_id": "private_flow"}], 0)
+        await store.load(sender)
+    finally:
+        await store.close()
+        logging.getLogger("sqlalchemy.engine").setLevel(logging.NOTSET)
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "INSERT" in logged.upper()  # the statements are logged ...
+    for secret in ("4921", "acme-secret", "private_flow"):
+        assert secret not in logged  # ... their data is not

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,31 @@ def _store_error(exc: BaseException) -> Exception:
     error = StoreError(f"the tracker store failed: {type(exc).__name__}")
     error.__cause__ = exc
     return error
+
+
+def _redact_driver_record(record: logging.LogRecord) -> bool:
+    """aiosqlite logs each call at DEBUG with its arguments (whole events, metadata): keep the
+    line, drop the data."""
+    if record.args:
+        record.args = tuple(getattr(a, "func", type(a)).__name__ if not isinstance(a, str)
+                            else "..." for a in (record.args if isinstance(record.args, tuple)
+                                                 else (record.args,)))
+    return True
+
+
+def _redact_rows(record: logging.LogRecord) -> bool:
+    """SQLAlchemy logs every fetched row at DEBUG; statements stay, row contents go."""
+    if isinstance(record.msg, str) and record.msg.startswith("Row "):
+        record.args = ("<row>",)
+    return True
+
+
+def _quiet_driver_logs() -> None:
+    for name, redact in (("aiosqlite", _redact_driver_record),
+                         ("sqlalchemy.engine.Engine", _redact_rows)):
+        logger = logging.getLogger(name)
+        if redact not in logger.filters:
+            logger.addFilter(redact)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
@@ -75,13 +101,16 @@ class SQLTrackerStore(TrackerStore):
             path = url.split(":///", 1)[-1]
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _quiet_driver_logs()
             self.engine = create_async_engine(
                 url, connect_args={"timeout": busy_timeout, **(connect_args or {})},
-                pool_size=20, max_overflow=20)
+                pool_size=20, max_overflow=20, hide_parameters=True)
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
         else:
+            _quiet_driver_logs()
             self.engine = create_async_engine(url, pool_size=10, max_overflow=20,
-                                              connect_args=dict(connect_args or {}))
+                                              connect_args=dict(connect_args or {}),
+                                              hide_parameters=True)
         self.meta = MetaData()
         self.conversations = Table(
             "subagents_conversations", self.meta,
