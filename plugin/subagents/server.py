@@ -36,7 +36,12 @@ from starlette.routing import Route
 from . import __version__
 from .channels.base import CollectingOutputChannel
 from .channels.sse import QueueOutputChannel, sse_frame
-from .dialogue.client_input import ClientInputError, TurnFailedError, check_sender_id
+from .dialogue.client_input import (
+    ClientInputError,
+    TurnFailedError,
+    check_message_id,
+    check_sender_id,
+)
 from .dialogue.processor import Assistant
 from .server_security import (
     HEADER_TIMEOUT,
@@ -140,7 +145,18 @@ async def _message_body(request: Request, max_body: int,
     metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict):
         raise BadRequestError(400, "'metadata' must be an object")
+    check_message_id(body.get("message_id"))
+    request.state.message_id = body.get("message_id")
     return sender, message, metadata
+
+
+def _message_id(request: Request) -> str | None:
+    """The client's idempotency key: the ``Idempotency-Key`` header or the body's
+    ``message_id`` (a retry with the same key is answered from the tracker)."""
+    header = request.headers.get("idempotency-key")
+    value = header if header is not None else getattr(request.state, "message_id", None)
+    check_message_id(value)
+    return value
 
 
 def _log_unexpected(exc: Exception, where: str) -> str:
@@ -211,16 +227,18 @@ class _Api:
         check_sender_id(sender)
         channel = CollectingOutputChannel()
         return await self._collect(sender, self.assistant.handle_message(
-            sender, message, metadata, channel), channel)
+            sender, message, metadata, channel, message_id=_message_id(request)), channel)
 
     async def stream(self, request: Request) -> Response:
         sender, message, metadata = await self._message(request)
         check_sender_id(sender)
+        message_id = _message_id(request)
         channel = QueueOutputChannel()
 
         async def run() -> None:
             try:
-                await self.assistant.handle_message(sender, message, metadata, channel)
+                await self.assistant.handle_message(sender, message, metadata, channel,
+                                                    message_id=message_id)
                 await channel.queue.put(sse_frame("done", {"sender": sender}))
             except ClientInputError as exc:
                 await channel.queue.put(sse_frame("error", {

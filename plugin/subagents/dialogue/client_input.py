@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ..exceptions import SubagentsError
 
 if TYPE_CHECKING:
+    from ..channels.base import OutputChannel
     from ..config.project import Project
     from .stack import Stack
 
@@ -87,6 +88,40 @@ def check_sender_id(sender_id: object) -> str:
         raise ClientInputError("the sender id contains characters that cannot be stored",
                                code="client.sender_id.invalid")
     return sender_id
+
+
+def check_message_id(message_id: object) -> None:
+    """None, or a non-empty string of at most 255 characters."""
+    if message_id is None:
+        return
+    if not isinstance(message_id, str) or not message_id.strip() or \
+            len(message_id) > MAX_SENDER_ID_LENGTH or not _encodable(message_id):
+        raise ClientInputError(f"a message id must be a non-empty string of at most "
+                               f"{MAX_SENDER_ID_LENGTH} characters",
+                               code="client.message_id.invalid")
+
+
+async def replay_answer(events: list[dict[str, Any]], message_id: str, recipient: str,
+                        channel: OutputChannel | None) -> bool:
+    """If ``message_id`` was handled already, send its recorded bot messages again."""
+    start = next((i for i in range(len(events) - 1, -1, -1)
+                  if events[i].get("event") == "user"
+                  and events[i].get("message_id") == message_id), None)
+    if start is None:
+        return False
+    for event in events[start + 1:]:
+        if event.get("event") == "user":
+            break
+        if event.get("event") != "bot" or channel is None:
+            continue
+        data = event.get("data") or {}
+        text = str(event.get("text") or "")
+        if data.get("buttons"):
+            await channel.send_text_with_buttons(recipient, text, data["buttons"])
+        elif text or data.get("custom"):
+            await channel.send_text_message(recipient, text, **(
+                {"custom": data["custom"]} if data.get("custom") else {}))
+    return True
 
 
 def _encodable(text: str) -> bool:

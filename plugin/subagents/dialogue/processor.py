@@ -35,8 +35,10 @@ from .client_input import (
     ClientMetadata,
     TurnFailedError,
     accept_client_results,
+    check_message_id,
     check_sender_id,
     declared_metadata_keys,
+    replay_answer,
     split_client_metadata,
 )
 from .commands import CannotHandle, Command, ContinueAgent, parse_deterministic
@@ -139,12 +141,15 @@ class Assistant:
     # ------------------------------------------------------------------ turns
     async def handle_message(self, sender_id: str, text: str,
                              metadata: dict[str, Any] | None = None,
-                             output_channel: OutputChannel | None = None) -> list[dict[str, Any]]:
+                             output_channel: OutputChannel | None = None, *,
+                             message_id: str | None = None) -> list[dict[str, Any]]:
         """Handle one user message; returns the events of this turn.
 
         ``metadata["client_tool_results"]`` (``[{"id", "result"}]``) delivers the results of
         client-executed tools; with an empty ``text`` the turn only resumes the waiting agent.
         Of the other metadata keys, only those in :attr:`client_metadata_keys` reach agents.
+        A ``message_id`` the conversation has already recorded is not handled again: its
+        recorded bot messages are sent again and no events are returned (a client's retry).
 
         Raises:
             TurnFailedError: the turn could not complete (store, lock, deadline, a bug); nothing
@@ -152,21 +157,28 @@ class Assistant:
             ClientInputError: the sender id or the client tool results are not acceptable.
         """
         check_sender_id(sender_id)
+        check_message_id(message_id)
         if not self._started:
             await self.start()
         client = split_client_metadata(metadata, self.client_metadata_keys)
         try:
             async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
                 with call_deadline(_model_deadline(self.turn_timeout)):
-                    return await self._run_turn(sender_id, text, client, output_channel)
+                    return await self._run_turn(sender_id, text, client, output_channel,
+                                                message_id)
         except ClientInputError:
             raise
         except Exception as exc:
             raise await self._turn_failed(sender_id, exc, output_channel) from exc
 
     async def _run_turn(self, sender_id: str, text: str, client: ClientMetadata,
-                        output_channel: OutputChannel | None) -> list[dict[str, Any]]:
+                        output_channel: OutputChannel | None,
+                        message_id: str | None = None) -> list[dict[str, Any]]:
         record = await self.tracker_store.load(sender_id)
+        if message_id is not None and await replay_answer(record.events, message_id, sender_id,
+                                                          output_channel):
+            log.info("dialogue.turn.replayed", sender=sender_id)
+            return []
         stack = Stack.from_list(record.stack)
         results = accept_client_results(client.tool_results, stack)
         turn = Turn(sender_id, record.events, stack, self.project.domain, output_channel,
@@ -180,7 +192,8 @@ class Assistant:
         if result_only:
             commands: list[Command] = [ContinueAgent()]
         else:
-            turn.add(ev.user_uttered(text, metadata=dict(client.recorded)))
+            user = turn.add(ev.user_uttered(text, metadata=dict(client.recorded)))
+            user["message_id"] = message_id
             try:
                 commands = await self.understand(turn, text)
             except LLMError as exc:
