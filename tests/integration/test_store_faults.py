@@ -258,3 +258,79 @@ async def test_debug_logs_of_the_sql_drivers_carry_no_conversation_data(backend,
     assert "INSERT" in logged.upper()  # the statements are logged ...
     for secret in ("4921", "acme-secret", "private_flow"):
         assert secret not in logged  # ... their data is not
+
+
+async def test_serve_answers_a_store_outage_keeps_serving_and_drains_on_sigterm(tmp_path):
+    """`subagents serve` in its own process, its SQLite tracker write-locked by this one."""
+    import asyncio
+    import signal
+    import socket
+    import sys
+    import textwrap
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    root = tmp_path / "served"
+    async with FakeModelServer({"command_generator": ["start flow hours"] * 3}) as fake:
+        for rel, text in {
+            "endpoints.yml": f"""
+                model_groups:
+                  - id: understanding
+                    models: [{{model: fake, api_base: "{fake.base_url('command_generator')}"}}]
+                tracker_store: {{type: sql, db: tracker.db, busy_timeout: 0.3}}
+                """,
+            "config.yml": """
+                pipeline:
+                  - {name: CompactLLMCommandGenerator, llm: {model_group: understanding}}
+                """,
+            "data/flows.yml": """
+                flows:
+                  hours: {description: hours, steps: [{action: utter_hours}]}
+                """,
+            "data/domain.yml": """
+                responses:
+                  utter_hours: [{text: "Open 9 to 5."}]
+                """}.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(textwrap.dedent(text).lstrip("\n"))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "subagents.cli", "serve", "--project", str(root), "--port",
+            str(port), stderr=asyncio.subprocess.PIPE)
+        assert proc.stderr is not None
+        body = {"sender": "srv", "message": "when are you open?"}
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            with anyio.fail_after(60):
+                while b"subagents: serving on" not in (line := await proc.stderr.readline()):
+                    assert line, "the server exited before it was ready"
+                first = await client.post("/webhooks/rest/webhook", json=body)
+                blocker = sqlite3.connect(root / "tracker.db", isolation_level=None, timeout=5)
+                blocker.execute("BEGIN EXCLUSIVE")
+                failed = await client.post("/webhooks/rest/webhook", json=body)
+                blocker.execute("ROLLBACK")
+                blocker.close()
+                healed = await client.post("/webhooks/rest/webhook", json=body)
+                proc.send_signal(signal.SIGTERM)
+                code = await proc.wait()
+    assert first.json()[0]["text"] == "Open 9 to 5."
+    assert failed.status_code == 200
+    assert ERROR_ID_HEADER in failed.headers
+    assert len(failed.json()) == 1
+    assert healed.json()[0]["text"] == "Open 9 to 5."
+    assert code == 0
+
+
+async def test_a_message_waiting_too_long_for_an_in_process_lock_gets_the_reply(project):
+    from subagents.stores import InProcessLockStore
+
+    locks = InProcessLockStore(wait_timeout=0.2)
+    async with FakeModelServer(HOURS) as fake, \
+            assistant_for(project, fake, lock_store=locks) as assistant:
+        async with locks.lock("busy"):  # another turn of the same conversation
+            channel = CollectingOutputChannel()
+            with anyio.fail_after(20), pytest.raises(TurnFailedError) as failed:
+                await assistant.handle_message("busy", "hours?", None, channel)
+        with anyio.fail_after(20):
+            await assistant.handle_message("busy", "hours?", None, CollectingOutputChannel())
+    assert failed.value.cause_code == "store.lock_timeout"
+    assert channel.texts == [assistant.internal_error_text()]
