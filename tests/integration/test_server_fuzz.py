@@ -159,3 +159,24 @@ def test_any_authorization_header_is_a_clean_401_or_success(client, value, route
     assert_no_server_error(response)
     if route != "/health":
         assert response.status_code in (400, 401)
+
+
+@pytest.mark.parametrize(("raw", "code"), [
+    (b'{"sender": "\\ud800", "message": "hi"}', 400),
+    (b'{"sender": "s", "message": "a\\udfffb"}', 400),
+    (deep(1000), 400),
+    (b'{"sender": "s", "message": "hi", "n": 1' + b"0" * 5000 + b"}", 400),
+    (b'{"sender": "s", "message": "hi", "metadata": {"client_tool_results": 7}}', 400),
+    (b'{"sender": "s", "message": "hi", "metadata": {"client_tool_results": [{"id": 1}]}}',
+     400),
+], ids=["surrogate-sender", "surrogate-text", "nested-1000", "int-5000-digits",
+        "client-tool-results-7", "client-tool-results-no-result"])
+def test_the_reported_bodies_are_clean_400s(client, raw, code):
+    response = client.post("/webhooks/rest/webhook", content=raw,
+                           headers={"content-type": "application/json"})
+    assert response.status_code == code
+
+
+def test_a_non_ascii_authorization_header_is_a_401(client):
+    response = client.get("/version", headers={"authorization": "Bearer töken".encode()})
+    assert response.status_code == 401
