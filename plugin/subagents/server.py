@@ -13,6 +13,11 @@
 
 With a token (``--token`` or ``SUBAGENTS_TOKEN``) every route but ``/health`` needs
 ``Authorization: Bearer <token>``. One sender's messages are serialised by the assistant.
+A message may carry an idempotency key (``Idempotency-Key`` header or ``message_id``); a retry
+with a recorded key is answered from the tracker. A turn that fails answers the internal-error
+reply (REST) or a ``message`` then an ``error`` frame (SSE) with an error id that finds the
+details in the log; nothing of a failed turn is recorded. Browser origins, content types, Host
+names and stalled connections are checked by :mod:`subagents.server_security`.
 """
 
 from __future__ import annotations
