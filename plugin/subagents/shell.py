@@ -23,6 +23,7 @@ def _reader(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None]) -
 
 
 async def _shell(project: Path, debug: bool) -> None:
+    from .dialogue.client_input import TurnFailedError
     from .dialogue.processor import Assistant
 
     assistant = Assistant.load(project)
@@ -42,7 +43,10 @@ async def _shell(project: Path, debug: bool) -> None:
                 sender = f"shell-{uuid.uuid4().hex[:8]}"
                 print("(a new conversation started)", flush=True)
                 continue
-            await assistant.handle_message(sender, text, None, channel)
+            try:
+                await assistant.handle_message(sender, text, None, channel)
+            except TurnFailedError as exc:  # the reply is shown; the details are in the log
+                print(f"(the turn failed; error id {exc.error_id})", flush=True)
 
 
 def run_shell(project: Path, *, debug: bool = False) -> int:

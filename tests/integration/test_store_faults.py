@@ -334,3 +334,36 @@ async def test_a_message_waiting_too_long_for_an_in_process_lock_gets_the_reply(
             await assistant.handle_message("busy", "hours?", None, CollectingOutputChannel())
     assert failed.value.cause_code == "store.lock_timeout"
     assert channel.texts == [assistant.internal_error_text()]
+
+
+async def test_the_shell_shows_the_reply_of_a_failed_turn_and_carries_on(tmp_path):
+    import sqlite3 as sqlite
+    import sys
+
+    from tests.integration.test_shell_and_demo import Terminal, shell_project
+
+    async with FakeModelServer({"command_generator": ["start flow hours"] * 2}) as fake:
+        root = shell_project(tmp_path / "p", fake)
+        endpoints = root / "endpoints.yml"
+        endpoints.write_text(endpoints.read_text().replace(
+            "tracker_store: {type: memory}", "tracker_store: {type: sql, db: t.db, "
+                                             "busy_timeout: 0.3}"))
+        term = Terminal()
+        await term.start(sys.executable, "-m", "subagents.cli", "shell", "--project",
+                         str(root))
+        await term.expect("you> ")
+        blocker = sqlite.connect(root / "t.db", isolation_level=None, timeout=5)
+        blocker.execute("CREATE TABLE IF NOT EXISTS subagents_block (x)")
+        blocker.execute("BEGIN EXCLUSIVE")
+        term.send("when are you open?\n")
+        await term.expect("(the turn failed; error id ")
+        blocker.execute("ROLLBACK")
+        blocker.close()
+        term.send("and today?\n")
+        await term.expect("Open 9 to 5.")
+        term.send("\x04")
+        output = await term.expect("bye")
+        code = await term.close()
+    assert code == 0
+    failed_at = output.index("(the turn failed; error id ")
+    assert "went wrong on my side" in output[:failed_at]  # the internal-error reply came first
