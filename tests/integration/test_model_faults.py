@@ -143,3 +143,30 @@ async def test_an_agent_without_its_own_timeout_is_bounded_by_the_turn_deadline(
     assert failed.value.cause_code == "python.TimeoutError"
     assert channel.texts[-1] == assistant.internal_error_text()
     assert state["events"] == []
+
+
+@pytest.mark.parametrize("response", [
+    Response(b"<html>bad gateway</html>", media_type="application/json"),
+    JSONResponse({"choices": [{"message": {"tool_calls": "x"}}]}),
+], ids=["garbage", "tool-calls-not-a-list"])
+async def test_a_broken_agent_model_reply_ends_in_the_internal_error_pattern(project, response):
+    def factory(caller, settings):
+        settings.api_base = url if caller == "weather_agent" else fake.base_url(caller)
+        settings.api_key = None
+        settings.max_retries = 0
+        return LLMClient(settings, name=caller)
+
+    async with FakeModelServer({"command_generator": ["start flow weather_flow"]}) as fake, \
+            broken_model(response) as (url, calls):
+        assistant = Assistant.load(project, llm_factory=factory, retry_delays=(0.0,),
+                                   tracker_store=InMemoryTrackerStore())
+        async with assistant, serve_app(create_app(assistant)) as base, \
+                httpx2.AsyncClient(base_url=base, timeout=30) as client:
+            with anyio.fail_after(60):
+                answer = await client.post("/webhooks/rest/webhook",
+                                           json={"sender": "a-1", "message": "weather?"})
+            state = await assistant.state("a-1")
+    assert answer.status_code == 200
+    assert calls  # the agent did call its (broken) model
+    assert assistant.internal_error_text() in [m["text"] for m in answer.json()]
+    assert [e["text"] for e in state["events"] if e["event"] == "user"] == ["weather?"]
