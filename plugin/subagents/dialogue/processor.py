@@ -284,11 +284,16 @@ class Assistant:
 
 def _env_turn_timeout() -> float:
     raw = os.environ.get("SUBAGENTS_TURN_TIMEOUT")
+    if not raw:
+        return DEFAULT_TURN_TIMEOUT
     try:
-        value = float(raw) if raw else DEFAULT_TURN_TIMEOUT
+        value = float(raw)
     except ValueError:
-        value = DEFAULT_TURN_TIMEOUT
-    return value if value > 0 else DEFAULT_TURN_TIMEOUT
+        value = -1.0
+    if not 0 < value < float("inf"):
+        log.warning("dialogue.turn_timeout.invalid", value=raw, used=DEFAULT_TURN_TIMEOUT)
+        return DEFAULT_TURN_TIMEOUT
+    return value
 
 
 def _model_deadline(turn_timeout: float) -> float:
