@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", default=None,
                        help="bearer token required on every route but /health "
                             "(default: $SUBAGENTS_TOKEN)")
+    serve.add_argument("--cors", nargs="*", default=None, metavar="ORIGIN",
+                       help="browser origins allowed to call the API, or '*' "
+                            "(default: $SUBAGENTS_CORS_ORIGINS; none)")
     test = sub.add_parser("test", help="run conversation tests (default: tests/e2e/)")
     test.add_argument("paths", nargs="*", type=Path, help="fixture files or folders")
     _project_arg(test)
@@ -172,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .server import serve
 
         serve(Assistant.load(args.project), host=args.host, port=args.port,
-              token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
+              token=args.token or os.environ.get("SUBAGENTS_TOKEN"), cors_origins=args.cors)
         return 0
     if args.command == "test":
         return cmd_test(args)

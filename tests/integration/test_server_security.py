@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -150,3 +151,37 @@ def test_bench_serve_help_prints_help_and_runs_nothing():
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0
     assert done.stdout.startswith("usage: bench_serve.py")
+
+
+async def test_serve_on_a_public_address_warns_and_honours_cors(tmp_path):
+    import signal
+    import socket
+
+    from tests.integration.test_shell_and_demo import shell_project
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with FakeModelServer({}) as fake:
+        root = shell_project(tmp_path / "p", fake)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "subagents.cli", "serve", "--project", str(root), "--host",
+            "0.0.0.0", "--port", str(port), "--cors", "https://shop.example",
+            stderr=asyncio.subprocess.PIPE, env={**os.environ, "SUBAGENTS_TOKEN": ""})
+        assert proc.stderr is not None
+        seen = b""
+        async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            with anyio.fail_after(60):
+                while b"subagents: serving on" not in (line := await proc.stderr.readline()):
+                    assert line, "the server exited before it was ready"
+                    seen += line
+                preflight = await client.options("/webhooks/rest/webhook", headers={
+                    "origin": "https://shop.example", "access-control-request-method": "POST"})
+                foreign = await client.post("/webhooks/rest/webhook", json=BODY,
+                                            headers={"origin": "https://evil.example"})
+                proc.send_signal(signal.SIGTERM)
+                await proc.wait()
+    assert b"WARNING" in seen
+    assert b"without a token" in seen
+    assert preflight.headers["access-control-allow-origin"] == "https://shop.example"
+    assert foreign.status_code == 403
