@@ -140,7 +140,7 @@ async def test_an_agent_without_its_own_timeout_is_bounded_by_the_turn_deadline(
         with anyio.fail_after(20), pytest.raises(TurnFailedError) as failed:
             await assistant.handle_message("t-1", "weather?", None, channel)
         state = await assistant.state("t-1")
-    assert failed.value.cause_code == "python.TimeoutError"
+    assert failed.value.cause_code == "dialogue.turn_deadline"
     assert channel.texts[-1] == assistant.internal_error_text()
     assert state["events"] == []
 

@@ -231,7 +231,8 @@ class Assistant:
                            output_channel: OutputChannel | None) -> TurnFailedError:
         """Log the failure with an id, tell the user, and describe it for the caller."""
         error_id = uuid.uuid4().hex[:16]
-        code = getattr(exc, "code", None) or f"python.{type(exc).__name__}"
+        code = "dialogue.turn_deadline" if isinstance(exc, TimeoutError) else (
+            getattr(exc, "code", None) or f"python.{type(exc).__name__}")
         log.error("dialogue.turn.failed", sender=sender_id, error_id=error_id,
                   error_code=code, error_type=type(exc).__name__, error=str(exc),
                   exc_info=exc)
