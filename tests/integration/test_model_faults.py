@@ -115,13 +115,10 @@ async def test_retry_after_waits_are_capped_by_the_turn_deadline(project):
     async with FakeModelServer({}) as fake, broken_model(slow_down) as (url, calls), \
             routed_assistant(project, fake, url, max_retries=3, turn_timeout=3) as assistant:
         channel = CollectingOutputChannel()
-        started = time.monotonic()
-        with anyio.fail_after(20):
+        with anyio.fail_after(20):  # far below the 50 s the endpoint asked to wait
             await assistant.handle_message("r-1", "hello", None, channel)
-        took = time.monotonic() - started
     assert channel.texts == [UNAVAILABLE]
-    assert len(calls) == 1  # the 50 s wait before the retry was cut short by the deadline
-    assert took < 20
+    assert len(calls) == 1  # the wait before the retry was cut short by the deadline
 
 
 async def test_an_agent_without_its_own_timeout_is_bounded_by_the_turn_deadline(project):
@@ -135,9 +132,9 @@ async def test_an_agent_without_its_own_timeout_is_bounded_by_the_turn_deadline(
         """
     (project / "sub_agents/weather/config.yml").write_text(textwrap.dedent(agent))
     async with FakeModelServer(script) as fake, \
-            assistant_for(project, fake, turn_timeout=2) as assistant:
+            assistant_for(project, fake, turn_timeout=6) as assistant:
         channel = CollectingOutputChannel()
-        with anyio.fail_after(20), pytest.raises(TurnFailedError) as failed:
+        with anyio.fail_after(30), pytest.raises(TurnFailedError) as failed:
             await assistant.handle_message("t-1", "weather?", None, channel)
         state = await assistant.state("t-1")
     assert failed.value.cause_code == "dialogue.turn_deadline"
