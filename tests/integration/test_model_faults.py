@@ -113,7 +113,7 @@ async def test_retry_after_waits_are_capped_by_the_turn_deadline(project):
     slow_down = JSONResponse({"error": {"message": "slow down"}}, status_code=429,
                              headers={"retry-after": "50"})
     async with FakeModelServer({}) as fake, broken_model(slow_down) as (url, calls), \
-            routed_assistant(project, fake, url, max_retries=3, turn_timeout=3) as assistant:
+            routed_assistant(project, fake, url, max_retries=3, turn_timeout=5) as assistant:
         channel = CollectingOutputChannel()
         with anyio.fail_after(20):  # far below the 50 s the endpoint asked to wait
             await assistant.handle_message("r-1", "hello", None, channel)

@@ -198,8 +198,8 @@ async def test_a_held_redis_lock_outlives_its_expiry_while_the_turn_runs():
             extended.set()
 
     sender = f"lock-{uuid.uuid4().hex[:8]}"
-    holder = RedisLockStore(url=REDIS, lock_timeout=0.3, on_extend=on_extend)
-    other = RedisLockStore(url=REDIS, lock_timeout=0.3, wait_timeout=0.01)
+    holder = RedisLockStore(url=REDIS, lock_timeout=1.5, on_extend=on_extend)
+    other = RedisLockStore(url=REDIS, lock_timeout=1.5, wait_timeout=0.01)
     try:
         async with holder.lock(sender):
             with anyio.fail_after(10):
