@@ -164,6 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                             "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, unset means no tracing)")
     serve.add_argument("--credentials", type=Path, default=None,
                        help="input channels to open (default: <project>/credentials.yml)")
+    serve.add_argument("--cors", nargs="*", default=None, metavar="ORIGIN",
+                       help="browser origins allowed to call the API, or '*' "
+                            "(default: $SUBAGENTS_CORS_ORIGINS; none)")
     _model_check_arg(serve)
     return parser
 
@@ -365,7 +368,8 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     channels = load_channels(args.project, args.credentials)
     serve(Assistant.load(args.project), host=args.host, port=args.port,
-          token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels)
+          token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels,
+          cors_origins=args.cors)
     return 0
 
 
