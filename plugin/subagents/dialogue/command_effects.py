@@ -1,0 +1,183 @@
+"""What the commands of a user turn do to the stack and the slots."""
+
+from __future__ import annotations
+
+from typing import Any, assert_never
+
+import structlog
+
+from .. import events as ev
+from ..agents.schemas import AgentInputSlot
+from ..agents.task_agent import coerce_slot_value
+from ..conditions import ConditionSyntaxError, parse_condition
+from ..config.project import Project
+from .commands import (
+    CancelFlow,
+    CannotHandle,
+    ChitChat,
+    Command,
+    ContinueAgent,
+    RestartAgent,
+    SetSlot,
+    StartFlow,
+)
+from .navigation import Navigator
+from .patterns import CANNOT_HANDLE, CHITCHAT, CONTINUE_INTERRUPTED, CONTINUE_SLOT, Patterns
+from .stack import AgentFrame, FlowFrame, FrameType
+from .turn import Turn
+from .understanding import completed_agents
+
+log = structlog.get_logger("subagents.dialogue")
+
+
+def coerce_command_value(kind: str, values: list[Any] | None, value: Any) -> Any:
+    """Coerce a value set by a command to its slot's type.
+
+    Bool, float and categorical slots are coerced the way the task agent's ``set_slot`` tools
+    coerce them; values of other slot types (and categorical slots without values) are kept as
+    given.
+
+    Raises:
+        ValueError: The value does not fit the slot type.
+    """
+    categorical = kind in ("categorical", "strict_categorical") and bool(values)
+    if kind not in ("bool", "float") and not categorical:
+        return value
+    return coerce_slot_value(AgentInputSlot(name="value", type=kind, allowed_values=values),
+                             value)
+
+
+class CommandEffects:
+    """Cleans a turn's commands and applies them.
+
+    Args:
+        project: The loaded project.
+        navigator: Stack transitions (interrupting flows).
+        patterns: Pushes the patterns commands lead to.
+    """
+
+    def __init__(self, project: Project, *, navigator: Navigator, patterns: Patterns) -> None:
+        self.project = project
+        self.flows = project.flows
+        self.navigator = navigator
+        self.patterns = patterns
+
+    def clean(self, turn: Turn, commands: list[Command]) -> list[Command]:
+        """Drop commands that cannot apply now and duplicates.
+
+        While an agent waits, a turn whose only commands are ``CannotHandle`` goes to the agent.
+        """
+        active = turn.stack.active_agent()
+        done = set(completed_agents(turn.events))
+        cleaned: list[Command] = []
+        for command in commands:
+            if isinstance(command, StartFlow) and (command.flow not in self.flows
+                                                   or not self.guard_allows(turn, command.flow)):
+                continue
+            if isinstance(command, ContinueAgent) and active is None:
+                continue
+            if isinstance(command, RestartAgent) and (command.agent not in self.project.agents
+                                                      or command.agent not in done):
+                continue
+            if command not in cleaned:
+                cleaned.append(command)
+        if active is not None and all(isinstance(c, CannotHandle) for c in cleaned):
+            cleaned = [ContinueAgent()]
+        return cleaned
+
+    def guard_allows(self, turn: Turn, flow_id: str) -> bool:
+        """A flow's ``if:`` guard (``if: False`` makes it startable only by links/calls)."""
+        guard = self.flows[flow_id].model.if_
+        if guard is None:
+            return True
+        if str(guard).strip().lower() == "false":
+            return False
+        try:
+            condition = parse_condition(str(guard))
+        except ConditionSyntaxError:
+            return False
+        return condition.evaluate({"slots": dict(turn.slots)})
+
+    def apply(self, turn: Turn, commands: list[Command]) -> None:
+        """Apply cleaned commands in order."""
+        for command in commands:
+            match command:
+                case SetSlot():
+                    self.set_slot(turn, command.name, command.value)
+                case StartFlow():
+                    self.start_flow(turn, command.flow)
+                case CancelFlow():
+                    self.cancel_flow(turn)
+                case RestartAgent():
+                    self.restart_agent(turn, command.agent)
+                case ChitChat():
+                    self.navigator.interrupt_active(turn)
+                    self.patterns.push(turn, CHITCHAT)
+                case CannotHandle():
+                    self.patterns.push(turn, CANNOT_HANDLE)
+                case ContinueAgent():
+                    pass  # the waiting agent runs when the executor reaches its frame
+                case _:
+                    assert_never(command)
+
+    def set_slot(self, turn: Turn, name: str, value: Any) -> None:
+        """Set a domain slot, coerced to its type (unknown slots and bad values are dropped)."""
+        definition = self.project.domain.slots.get(name)
+        if definition is None:
+            log.info("dialogue.slot.unknown", slot=name)
+            return
+        try:
+            coerced = coerce_command_value(definition.type, definition.values, value)
+        except ValueError:
+            log.info("dialogue.slot.invalid_value", slot=name, value=str(value)[:80])
+            return
+        if turn.slots.get(name) != coerced:
+            turn.add(ev.slot_set(name, coerced))
+
+    def start_flow(self, turn: Turn, flow_id: str) -> None:
+        """Start ``flow_id`` on top, interrupting the running user flow."""
+        stack = turn.stack
+        top_flow = stack.top_flow()
+        if top_flow is not None and top_flow.flow_id == CONTINUE_INTERRUPTED:
+            interrupted = top_flow.info.get("interrupted_flow")
+            if interrupted == flow_id:
+                self.set_slot(turn, CONTINUE_SLOT, True)
+                return
+        host = stack.top_user_flow()
+        if host is not None and host.flow_id == flow_id:
+            return
+        if host is not None:
+            self.navigator.interrupt(turn, host)
+        stack.push(FlowFrame(flow_id,
+                             frame_type=FrameType.INTERRUPT if host else FrameType.REGULAR))
+
+    def cancel_flow(self, turn: Turn) -> None:
+        """Cancel the top user flow through ``pattern_cancel_flow``."""
+        target = turn.stack.top_user_flow()
+        if target is not None:
+            self.patterns.cancel(turn, target)
+
+    def restart_agent(self, turn: Turn, agent: str) -> None:
+        """Run a completed agent's call step again, in the flow that last started it."""
+        started = [e for e in turn.events if e.get("event") == "agent_started"
+                   and e.get("agent_id") == agent]
+        flow_id = started[-1].get("flow_id") if started else None
+        flow = self.flows.get(str(flow_id)) if flow_id else None
+        steps = flow.call_steps_for(agent) if flow else []
+        if flow is None or not steps:
+            return
+        host = turn.stack.top_user_flow()
+        if host is not None and host.flow_id != flow.id:
+            self.navigator.interrupt(turn, host)
+        frame = turn.stack.frame_of_flow(flow.id)
+        if frame is None:
+            frame = FlowFrame(flow.id, step_id=steps[0].id)
+            turn.stack.push(frame)
+        else:
+            frame.step_id, frame.interrupted = steps[0].id, False
+            turn.stack.frames = [f for f in turn.stack.frames
+                                 if not (isinstance(f, AgentFrame) and f.agent_id == agent)]
+            turn.stack.remove(frame)
+            turn.stack.push(frame)
+        turn.stack.push(AgentFrame(flow.id, steps[0].id, agent, is_restart=True,
+                                   frame_id=f"restart_agent_{agent}"))

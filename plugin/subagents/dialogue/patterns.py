@@ -1,0 +1,72 @@
+"""Conversation patterns: the flows the assistant runs on its own (``pattern_*``).
+
+A project overrides a pattern by defining a flow with the same id. A pattern frame carries a
+context (``FlowFrame.info``) that its steps and responses read, e.g. the flow that was cancelled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import events as ev
+from ..config.project import Project
+from .stack import FlowFrame
+from .turn import Turn
+
+CANCEL_FLOW = "pattern_cancel_flow"
+CANNOT_HANDLE = "pattern_cannot_handle"
+CHITCHAT = "pattern_chitchat"
+COMPLETED = "pattern_completed"
+CONTINUE_INTERRUPTED = "pattern_continue_interrupted"
+INTERNAL_ERROR = "pattern_internal_error"
+CONTINUE_SLOT = "continue_interrupted_flow_confirmation"
+
+
+class Patterns:
+    """Pushes pattern frames with their context.
+
+    Args:
+        project: The loaded project (its flows, default patterns included).
+    """
+
+    def __init__(self, project: Project) -> None:
+        self.flows = project.flows
+
+    def push(self, turn: Turn, flow_id: str, info: dict[str, Any] | None = None) -> None:
+        """Push the pattern ``flow_id`` with context ``info`` (nothing if it is not defined)."""
+        if flow_id not in self.flows:
+            return
+        turn.stack.push(FlowFrame(flow_id, info=dict(info or {})))
+
+    def cancel(self, turn: Turn, target: FlowFrame) -> None:
+        """Push the cancel pattern for the user flow ``target``."""
+        flow = self.flows.get(target.flow_id)
+        self.push(turn, CANCEL_FLOW, {
+            "cancelled_flow": target.flow_id, "frame_id": target.frame_id,
+            "canceled_name": flow.name if flow is not None else target.flow_id,
+            "canceled_frames": [target.frame_id]})
+
+    def internal_error(self, turn: Turn, **info: Any) -> None:
+        """Push the internal-error pattern; ``info`` says what failed."""
+        self.push(turn, INTERNAL_ERROR, info)
+
+    def ask_to_continue(self, turn: Turn) -> None:
+        """An interrupted flow is on top again: ask whether to go back to it."""
+        host = turn.stack.top_user_flow()
+        if host is None or CONTINUE_INTERRUPTED not in self.flows:
+            return
+        if turn.slots.get(CONTINUE_SLOT) is not None:
+            turn.add(ev.slot_set(CONTINUE_SLOT, None))
+        self.push(turn, CONTINUE_INTERRUPTED, {"interrupted_flow": host.flow_id})
+
+    def push_completed_once(self, turn: Turn) -> bool:
+        """After the last user flow of the turn ended, push ``pattern_completed`` once.
+
+        Returns:
+            Whether the pattern was pushed (the stack may still be empty if it is undefined).
+        """
+        if not turn.flow_completed or turn.metadata.get("_completed_pattern"):
+            return False
+        turn.metadata["_completed_pattern"] = True
+        self.push(turn, COMPLETED)
+        return True
