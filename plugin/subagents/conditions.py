@@ -419,13 +419,16 @@ class Condition:
     """
 
     text: str
-    _ast: Node
+    _ast: Node | None
+    """The parsed form; None for a condition that did not parse, which is always false."""
 
     @property
     def slot_names(self) -> list[str]:
         """Slot names referenced as ``slots.<name>``, in order, without duplicates."""
         found: list[str] = []
-        for ref in _refs(self._ast):
+        refs = (_refs(self._ast) if self._ast is not None
+                else [f"slots.{name}" for name in _SLOT_IN_JINJA.findall(self.text)])
+        for ref in refs:
             if not ref.startswith("slots."):
                 continue
             name = ref.split(".")[1]
@@ -442,6 +445,8 @@ class Condition:
         Returns:
             Whether the condition holds; a placeholder that cannot be evaluated makes it false.
         """
+        if self._ast is None:
+            return False
         try:
             return _truthy(_eval(self._ast, context))
         except _RenderFailedError:
