@@ -180,7 +180,8 @@ class FlowExecutor:
                 continue
             if condition.evaluate({"slots": dict(turn.slots)}):
                 if rejection.get("utter"):
-                    await self.responder.utter(turn, str(rejection["utter"]))
+                    await self.responder.utter(turn, str(rejection["utter"]),
+                                               value=turn.slots.get(slot))
                 turn.add(ev.slot_set(slot, None))
                 return True
         return False
