@@ -9,7 +9,7 @@ import structlog
 from .. import events as ev
 from ..agents.schemas import AgentInputSlot
 from ..agents.task_agent import coerce_slot_value
-from ..conditions import ConditionSyntaxError, parse_condition
+from ..conditions import ConditionSyntaxError, parse_condition, referenced_slots
 from ..config.project import Project
 from .commands import (
     CancelFlow,
@@ -47,6 +47,25 @@ def coerce_command_value(kind: str, values: list[Any] | None, value: Any) -> Any
                              value)
 
 
+def agent_owned_slots(project: Project) -> frozenset[str]:
+    """Slots that only agents, flows and actions may fill, never a ``SetSlot`` command.
+
+    A slot belongs to the agents when the ``exit_if`` of a sub agent's call step reads it and
+    no ``collect`` step asks the user for it: its value is the outcome of the agent's work (a
+    booking reference, an order id), so a user who types ``/SetSlots(...)`` or talks the
+    command generator into ``set slot`` must not be able to fake it.
+    """
+    read: list[str] = []
+    collected: set[str] = set()
+    for flow in project.flows.values():
+        for step in flow.steps:
+            if step.kind == "call" and step.exit_if:
+                read += referenced_slots(step.exit_if)
+            elif step.kind == "collect" and step.model.collect:
+                collected.add(step.model.collect)
+    return frozenset(read) - collected
+
+
 class CommandEffects:
     """Cleans a turn's commands and applies them.
 
@@ -61,11 +80,14 @@ class CommandEffects:
         self.flows = project.flows
         self.navigator = navigator
         self.patterns = patterns
+        self.agent_owned = agent_owned_slots(project)
+        """Slots no ``SetSlot`` command may set (see :func:`agent_owned_slots`)."""
 
     def clean(self, turn: Turn, commands: list[Command]) -> list[Command]:
         """Drop commands that cannot apply now and duplicates.
 
-        While an agent waits, a turn whose only commands are ``CannotHandle`` goes to the agent.
+        ``SetSlot`` commands for agent-owned slots are dropped. While an agent waits, a turn
+        whose only commands are ``CannotHandle`` goes to the agent.
         """
         active = turn.stack.active_agent()
         done = set(completed_agents(turn.events))
@@ -78,6 +100,9 @@ class CommandEffects:
                 continue
             if isinstance(command, RestartAgent) and (command.agent not in self.project.agents
                                                       or command.agent not in done):
+                continue
+            if isinstance(command, SetSlot) and command.name in self.agent_owned:
+                log.warning("dialogue.slot.agent_owned", slot=command.name)
                 continue
             if command not in cleaned:
                 cleaned.append(command)
