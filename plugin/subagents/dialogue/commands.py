@@ -15,37 +15,45 @@ from typing import Any
 
 @dataclass(frozen=True)
 class StartFlow:
+    """Start the flow ``flow`` (interrupting the running one)."""
+
     flow: str
 
 
 @dataclass(frozen=True)
 class SetSlot:
+    """Set the slot ``name`` to ``value`` (coerced to the slot's type)."""
+
     name: str
     value: Any
 
 
 @dataclass(frozen=True)
 class CancelFlow:
-    pass
+    """Cancel the running user flow."""
 
 
 @dataclass(frozen=True)
 class ContinueAgent:
-    pass
+    """The message is for the sub agent that is waiting for the user."""
 
 
 @dataclass(frozen=True)
 class RestartAgent:
+    """Run the completed sub agent ``agent`` again."""
+
     agent: str
 
 
 @dataclass(frozen=True)
 class ChitChat:
-    pass
+    """Small talk or an off-topic message."""
 
 
 @dataclass(frozen=True)
 class CannotHandle:
+    """The message could not be understood."""
+
     reason: str | None = None
 
 

@@ -91,12 +91,14 @@ class CommandGenerator:
 
     def render(self, text: str, stack: Stack, slots: dict[str, Any],
                events: list[dict[str, Any]]) -> str:
+        """The prompt for the message ``text`` in the given conversation state."""
         state, agent_commands = self._state(stack, slots, events)
         return PROMPT.format(flows=self._flows(), state=state, agent_commands=agent_commands,
                              conversation=transcript(events, 20) or "(empty)", message=text)
 
     async def predict(self, text: str, stack: Stack, slots: dict[str, Any],
                       events: list[dict[str, Any]]) -> list[Command]:
+        """Ask the model which commands the message ``text`` means."""
         prompt = self.render(text, stack, slots, events)
         response = await self.llm.complete([{"role": "user", "content": prompt}], None)
         commands = parse_commands(response.text)
