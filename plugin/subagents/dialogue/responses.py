@@ -30,10 +30,8 @@ the payloads as keyword arguments.
 
 from __future__ import annotations
 
-import functools
 import os
 import random
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +42,7 @@ from ..channels.base import OutputChannel
 from ..conditions import ConditionSyntaxError, parse_condition
 from ..config.domain import ResponseVariation
 from ..config.project import Project
+from ..templating import render_format, render_jinja
 from .turn import Turn
 
 log = structlog.get_logger("subagents.dialogue")
@@ -54,48 +53,8 @@ SEED_ENV = "SUBAGENTS_RESPONSE_SEED"
 RENDERED_KEYS = ("text", "buttons", "image", "attachment", "custom", "quick_replies", "elements")
 """The parts of a variation that are filled in and sent."""
 
-_FORMAT = re.compile(r"\{\{|\}\}|\{([^\n{}]+?)\}")
-
-
-def render_template(text: str, values: Mapping[str, Any]) -> str:
-    """Fill ``{name}`` placeholders with ``values`` (unset names stay as written).
-
-    Args:
-        text: The text, e.g. ``"Booked in {city}."``; ``{{`` and ``}}`` are literal braces.
-        values: Values by name; None counts as unset.
-
-    Returns:
-        The filled-in text.
-    """
-    def replace(match: re.Match[str]) -> str:
-        key = match.group(1)
-        if key is None:
-            return match.group(0)[0]
-        value = values.get(key.strip())
-        return match.group(0) if value is None else str(value)
-
-    return _FORMAT.sub(replace, text)
-
-
-@functools.cache
-def _jinja_env() -> Any:
-    from jinja2.sandbox import SandboxedEnvironment
-
-    return SandboxedEnvironment()
-
-
-@functools.lru_cache(maxsize=512)
-def _jinja_template(text: str) -> Any:
-    return _jinja_env().from_string(text)
-
-
-def render_jinja(text: str, values: Mapping[str, Any]) -> str:
-    """Render ``text`` as a sandboxed Jinja template; on any error the text is kept as written."""
-    try:
-        return str(_jinja_template(text).render(**values))
-    except Exception as exc:  # noqa: BLE001 - a bad template must not end the turn
-        log.warning("dialogue.response.render_failed", error=str(exc)[:200])
-        return text
+render_template = render_format
+"""Fill ``{name}`` placeholders (see :func:`subagents.templating.render_format`)."""
 
 
 def condition_holds(condition: Any, values: Mapping[str, Any]) -> bool:
@@ -256,7 +215,7 @@ def _template_engine(variation: ResponseVariation, name: str) -> str:
 def _fill(part: Any, values: Mapping[str, Any], jinja: bool) -> Any:
     """Render every string inside ``part`` (recursively through lists and mappings)."""
     if isinstance(part, str):
-        return render_jinja(part, values) if jinja else render_template(part, values)
+        return render_jinja(part, values) if jinja else render_format(part, values)
     if isinstance(part, list):
         return [_fill(item, values, jinja) for item in part]
     if isinstance(part, dict):
