@@ -22,7 +22,7 @@ from .commands import (
     StartFlow,
 )
 from .navigation import Navigator
-from .patterns import CANNOT_HANDLE, CHITCHAT, CONTINUE_INTERRUPTED, CONTINUE_SLOT, Patterns
+from .patterns import CHITCHAT, CONTINUE_INTERRUPTED, CONTINUE_SLOT, Patterns
 from .stack import AgentFrame, FlowFrame, FrameType
 from .turn import Turn
 from .understanding import completed_agents
@@ -139,7 +139,7 @@ class CommandEffects:
                     self.navigator.interrupt_active(turn)
                     self.patterns.push(turn, CHITCHAT)
                 case CannotHandle():
-                    self.patterns.push(turn, CANNOT_HANDLE)
+                    self.patterns.cannot_handle(turn, command.reason)
                 case ContinueAgent():
                     pass  # the waiting agent runs when the executor reaches its frame
                 case _:

@@ -11,6 +11,7 @@ to :class:`~subagents.dialogue.action_steps.ActionSteps`, ``call`` of a sub agen
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 from typing import Any, assert_never
 
@@ -52,17 +53,20 @@ class FlowExecutor:
         model_id: Sent to agents as ``model_id`` metadata.
         retry_delays: Pauses (seconds) between agent attempts after a recoverable error.
         sleep: The pause function (tests pass one that does not wait).
+        rng: The random source for choosing among response variations (see
+            :class:`~subagents.dialogue.responses.Responder`).
     """
 
     def __init__(self, project: Project, agents: dict[AgentKey, MCPBaseAgent],
                  actions: ActionRunner, *, assistant_id: str, model_id: str,
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Any] = asyncio.sleep,
+                 rng: random.Random | None = None) -> None:
         self.project = project
         self.flows = project.flows
         self.navigator = Navigator(project)
         self.patterns = Patterns(project)
-        self.responder = Responder(project)
+        self.responder = Responder(project, rng=rng)
         self.commands = CommandEffects(project, navigator=self.navigator,
                                        patterns=self.patterns)
         self.action_steps = ActionSteps(project, actions, responder=self.responder,

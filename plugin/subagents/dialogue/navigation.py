@@ -21,7 +21,7 @@ class Navigator:
 
     async def move_next(self, turn: Turn, frame: FlowFrame, flow: Flow, step: Step) -> None:
         """Follow ``step``'s ``next`` rules: go to the first matching target or end the flow."""
-        context = {"slots": dict(turn.slots), "context": {"flow_id": flow.id}}
+        context = {"slots": dict(turn.slots), "context": frame.context()}
         target = next((t for cond, t in step.next if cond is None or cond.evaluate(context)), END)
         if target == END:
             await self.complete_flow(turn, frame)
@@ -45,6 +45,7 @@ class Navigator:
             turn.stack.push(FlowFrame(link, frame_type=frame.frame_type))
             return
         if not frame.is_pattern:
+            turn.metadata["_previous_flow_name"] = flow.name if flow is not None else frame.flow_id
             turn.flow_completed = turn.flow_completed or (flow is None or
                                                           flow.run_pattern_completed)
         caller = turn.stack.top()

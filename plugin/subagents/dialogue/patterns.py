@@ -1,7 +1,15 @@
 """Conversation patterns: the flows the assistant runs on its own (``pattern_*``).
 
 A project overrides a pattern by defining a flow with the same id. A pattern frame carries a
-context (``FlowFrame.info``) that its steps and responses read, e.g. the flow that was cancelled.
+context (``FlowFrame.info``) that its conditions and responses read as ``context.<key>``:
+
+* ``pattern_cancel_flow``: ``canceled_name`` (the flow's name), ``cancelled_flow`` (its id),
+  ``canceled_frames``, ``frame_id``;
+* ``pattern_continue_interrupted``: ``interrupted_flow``, ``interrupted_flow_ids``,
+  ``interrupted_flow_names``, ``interrupted_flow_options``, ``multiple_flows_interrupted``;
+* ``pattern_internal_error``: ``error_type`` and what failed (``error_source``, ...);
+* ``pattern_cannot_handle``: ``reason``;
+* ``pattern_completed``: ``previous_flow_name``.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ COMPLETED = "pattern_completed"
 CONTINUE_INTERRUPTED = "pattern_continue_interrupted"
 INTERNAL_ERROR = "pattern_internal_error"
 CONTINUE_SLOT = "continue_interrupted_flow_confirmation"
+DEFAULT_ERROR_TYPE = "rasa_internal_error_default"
+DEFAULT_CANNOT_HANDLE_REASON = "cannot_handle_default"
 
 
 class Patterns:
@@ -47,8 +57,16 @@ class Patterns:
             "canceled_frames": [target.frame_id]})
 
     def internal_error(self, turn: Turn, **info: Any) -> None:
-        """Push the internal-error pattern; ``info`` says what failed."""
-        self.push(turn, INTERNAL_ERROR, info)
+        """Push the internal-error pattern; ``info`` says what failed.
+
+        The context's ``error_type`` is ``rasa_internal_error_default`` unless ``info`` says
+        otherwise, so projects can branch on it as on Rasa's.
+        """
+        self.push(turn, INTERNAL_ERROR, {"error_type": DEFAULT_ERROR_TYPE, **info})
+
+    def cannot_handle(self, turn: Turn, reason: str | None = None) -> None:
+        """Push the cannot-handle pattern with ``reason`` (default ``cannot_handle_default``)."""
+        self.push(turn, CANNOT_HANDLE, {"reason": reason or DEFAULT_CANNOT_HANDLE_REASON})
 
     def ask_to_continue(self, turn: Turn) -> None:
         """An interrupted flow is on top again: ask whether to go back to it."""
@@ -57,7 +75,12 @@ class Patterns:
             return
         if turn.slots.get(CONTINUE_SLOT) is not None:
             turn.add(ev.slot_set(CONTINUE_SLOT, None))
-        self.push(turn, CONTINUE_INTERRUPTED, {"interrupted_flow": host.flow_id})
+        flow = self.flows.get(host.flow_id)
+        name = flow.name if flow is not None else host.flow_id
+        self.push(turn, CONTINUE_INTERRUPTED, {
+            "interrupted_flow": host.flow_id, "interrupted_flow_ids": [host.flow_id],
+            "interrupted_flow_names": [name], "interrupted_flow_options": name,
+            "multiple_flows_interrupted": False})
 
     def push_completed_once(self, turn: Turn) -> bool:
         """After the last user flow of the turn ended, push ``pattern_completed`` once.
@@ -68,5 +91,6 @@ class Patterns:
         if not turn.flow_completed or turn.metadata.get("_completed_pattern"):
             return False
         turn.metadata["_completed_pattern"] = True
-        self.push(turn, COMPLETED)
+        previous = turn.metadata.get("_previous_flow_name")
+        self.push(turn, COMPLETED, {"previous_flow_name": previous} if previous else None)
         return True

@@ -135,11 +135,7 @@ class Responder:
     def values(self, turn: Turn, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """What a response can refer to: slots by name, ``context``, ``slots`` and ``extra``."""
         frame = turn.stack.top_flow()
-        context: dict[str, Any] = {}
-        if frame is not None:
-            context = {"flow_id": frame.flow_id, "step_id": frame.step_id,
-                       "frame_id": frame.frame_id, "frame_type": str(frame.frame_type),
-                       **frame.info}
+        context = frame.context() if frame is not None else {}
         return {**turn.slots, "slots": dict(turn.slots), "context": context, **(extra or {})}
 
     def choose(self, turn: Turn, name: str,

@@ -62,6 +62,11 @@ class FlowFrame:
         """Whether the frame runs a conversation pattern (``pattern_*``) rather than a user flow."""
         return self.flow_id.startswith("pattern_")
 
+    def context(self) -> dict[str, Any]:
+        """What conditions and responses read as ``context.<key>`` while this frame runs."""
+        return {"flow_id": self.flow_id, "step_id": self.step_id, "frame_id": self.frame_id,
+                "frame_type": str(self.frame_type), **self.info}
+
 
 @dataclass
 class AgentFrame:
