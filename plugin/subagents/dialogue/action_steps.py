@@ -1,20 +1,19 @@
 """Action steps: built-in actions, responses used as actions, and custom actions.
 
 An ``action:`` step names one of three things, looked up in this order: a built-in action
-(``action_cancel_flow``, ...), a response of the domain (``utter_*``), or a custom action run by
-:class:`~subagents.dialogue.actions.ActionRunner`. A custom action that fails cancels the user
-flow it ran in and runs ``pattern_internal_error``.
+(see :mod:`~subagents.dialogue.builtin_actions`), a response of the domain (``utter_*``), or a
+custom action run by :class:`~subagents.dialogue.actions.ActionRunner`. A custom action that
+fails cancels the user flow it ran in and runs ``pattern_internal_error``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Awaitable, Callable
 
 import structlog
 
 from .. import events as ev
 from ..config.project import Project
 from .actions import ActionFailedError, ActionRunner
+from .builtin_actions import BuiltinActions
 from .navigation import Navigator
 from .patterns import Patterns
 from .responses import Responder
@@ -23,8 +22,6 @@ from .stack import FlowFrame
 from .turn import Turn
 
 log = structlog.get_logger("subagents.dialogue")
-
-BuiltinAction = Callable[[Turn, FlowFrame], Awaitable[StepResult]]
 
 
 class ActionSteps:
@@ -45,13 +42,8 @@ class ActionSteps:
         self.responder = responder
         self.navigator = navigator
         self.patterns = patterns
-        self.builtins: dict[str, BuiltinAction] = {
-            "action_cancel_flow": self._cancel_flow,
-            "action_continue_interrupted_flow": self._continue_interrupted_flow,
-            "action_cancel_interrupted_flow": self._cancel_interrupted_flow,
-            "action_send_text": self._send_text,
-        }
-        """Built-in actions by name."""
+        self.builtins = BuiltinActions(project, responder=responder, navigator=navigator,
+                                       patterns=patterns)
 
     async def run(self, turn: Turn, frame: FlowFrame, name: str) -> StepResult:
         """Run the action ``name`` for the step ``frame`` is at."""
@@ -78,34 +70,4 @@ class ActionSteps:
             turn.add(event)
         for message in messages:
             await self.responder.send_custom_message(turn, message)
-        return StepResult.NEXT
-
-    async def _cancel_flow(self, turn: Turn, frame: FlowFrame) -> StepResult:
-        """In ``pattern_cancel_flow``: cancel the flow named in the pattern's context."""
-        target_id = frame.info.get("frame_id")
-        target = next((f for f in turn.stack.flow_frames() if f.frame_id == target_id), None)
-        if target is not None:
-            self.navigator.cancel_flow(turn, target, reason=None)
-        return StepResult.NEXT
-
-    async def _continue_interrupted_flow(self, turn: Turn, frame: FlowFrame) -> StepResult:
-        """In ``pattern_continue_interrupted``: go back to the interrupted flow."""
-        host = turn.stack.frame_of_flow(str(frame.info.get("interrupted_flow")))
-        if host is not None:
-            self.navigator.resume(turn, host)
-        return StepResult.NEXT
-
-    async def _cancel_interrupted_flow(self, turn: Turn, frame: FlowFrame) -> StepResult:
-        """In ``pattern_continue_interrupted``: drop the interrupted flow (and say so)."""
-        host = turn.stack.frame_of_flow(str(frame.info.get("interrupted_flow")))
-        flow = self.project.flows.get(frame.flow_id)
-        step = flow.step(frame.step_id) if flow is not None else None
-        if host is None or flow is None or step is None:
-            return StepResult.NEXT
-        await self.navigator.move_next(turn, frame, flow, step)
-        self.patterns.cancel(turn, host)
-        return StepResult.CHANGED
-
-    async def _send_text(self, turn: Turn, frame: FlowFrame) -> StepResult:
-        """Agents send their texts themselves; as a step this does nothing."""
         return StepResult.NEXT

@@ -40,6 +40,7 @@ class Turn:
         self.events = list(events)
         self.new_events: list[dict[str, Any]] = []
         self.stack = stack
+        self.domain = domain
         self.slots = slots_from_events(domain, events)
         self.channel = channel
         self.metadata = metadata or {}
@@ -62,6 +63,8 @@ class Turn:
         if event.get("event") == "slot":
             self.slots[event["name"]] = event.get("value")
             self.pending_channel_events.append(event)
+        elif event.get("event") in ("restart", "reset_slots"):
+            self.slots = slots_from_events(self.domain, [])
         return event
 
     async def flush_channel_events(self) -> None:
