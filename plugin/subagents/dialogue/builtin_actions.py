@@ -37,8 +37,9 @@ the collect step; no search backend; metrics only; intent-based dialogue managem
 DEFAULT_MAX_CLARIFICATION_OPTIONS = 3
 
 
-def _event(kind: str, **fields: Any) -> dict[str, Any]:
-    return {"event": kind, "timestamp": time.time(), **fields}
+def lifecycle_event(kind: str) -> dict[str, Any]:
+    """A ``restart``, ``session_started`` or ``session_ended`` event."""
+    return {"event": kind, "timestamp": time.time()}
 
 
 def _joined(names: list[str]) -> str:
@@ -107,7 +108,7 @@ class BuiltinActions:
         """Say ``utter_restart`` if the domain has it, then start the conversation afresh."""
         if "utter_restart" in self.project.domain.responses:
             await self.responder.utter(turn, "utter_restart")
-        turn.add(_event("restart"))
+        turn.add(lifecycle_event("restart"))
         turn.stack.frames = []
         turn.flow_completed = False
         return StepResult.WAIT
@@ -119,7 +120,7 @@ class BuiltinActions:
                 return StepResult.NEXT
             if event.get("event") == "user":
                 break
-        turn.add(_event("session_started"))
+        turn.add(lifecycle_event("session_started"))
         return StepResult.NEXT
 
     async def _default_fallback(self, turn: Turn, frame: FlowFrame) -> StepResult:
@@ -134,7 +135,7 @@ class BuiltinActions:
 
     async def _hangup(self, turn: Turn, frame: FlowFrame) -> StepResult:
         """End the session; nothing else runs in this turn."""
-        turn.add(_event("session_ended"))
+        turn.add(lifecycle_event("session_ended"))
         turn.stack.frames = []
         turn.flow_completed = False
         return StepResult.WAIT

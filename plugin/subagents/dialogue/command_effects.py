@@ -11,23 +11,70 @@ from ..agents.schemas import AgentInputSlot
 from ..agents.task_agent import coerce_slot_value
 from ..conditions import ConditionSyntaxError, parse_condition, referenced_slots
 from ..config.project import Project
+from .builtin_actions import lifecycle_event
 from .commands import (
     CancelFlow,
     CannotHandle,
     ChitChat,
+    Clarify,
     Command,
     ContinueAgent,
+    Intent,
+    RepeatBotMessages,
+    Restart,
     RestartAgent,
+    SessionEnd,
+    SessionStart,
     SetSlot,
+    SkipQuestion,
     StartFlow,
 )
 from .navigation import Navigator
-from .patterns import CHITCHAT, CONTINUE_INTERRUPTED, CONTINUE_SLOT, Patterns
+from .patterns import (
+    CHITCHAT,
+    CLARIFICATION,
+    CONTINUE_INTERRUPTED,
+    CONTINUE_SLOT,
+    REPEAT_BOT_MESSAGES,
+    RESTART,
+    SESSION_END,
+    SESSION_START,
+    SKIP_QUESTION,
+    Patterns,
+)
 from .stack import AgentFrame, FlowFrame, FrameType
 from .turn import Turn
 from .understanding import completed_agents
 
 log = structlog.get_logger("subagents.dialogue")
+
+BUILTIN_INTENTS: dict[str, Command] = {"session_start": SessionStart(), "restart": Restart(),
+                                       "session_end": SessionEnd()}
+"""Intents that work even when no flow's ``nlu_trigger`` names them."""
+PATTERN_COMMANDS: dict[str, Command] = {
+    "pattern_cancel_flow": CancelFlow(), "pattern_chitchat": ChitChat(),
+    "pattern_cannot_handle": CannotHandle(), "pattern_skip_question": SkipQuestion(),
+    "pattern_restart": Restart(), "pattern_session_start": SessionStart(),
+    "pattern_session_end": SessionEnd()}
+"""What an intent that triggers a pattern means (other patterns cannot be triggered)."""
+INVALID_INTENT = "cannot_handle_invalid_intent"
+PatternCommand = (ChitChat | CannotHandle | Clarify | RepeatBotMessages | SkipQuestion
+                  | SessionStart | SessionEnd | Restart)
+
+
+def trigger_intents(nlu_trigger: Any) -> list[str]:
+    """The intent names of a flow's ``nlu_trigger`` (``- intent: x`` or ``- intent: {name: x}``).
+
+    A payload intent has confidence 1.0, so every confidence threshold is met.
+    """
+    names: list[str] = []
+    for item in nlu_trigger if isinstance(nlu_trigger, list) else []:
+        intent = item.get("intent") if isinstance(item, dict) else item
+        if isinstance(intent, dict):
+            intent = intent.get("name")
+        if isinstance(intent, str) and intent:
+            names.append(intent)
+    return names
 
 
 def coerce_command_value(kind: str, values: list[Any] | None, value: Any) -> Any:
@@ -82,6 +129,11 @@ class CommandEffects:
         self.patterns = patterns
         self.agent_owned = agent_owned_slots(project)
         """Slots no ``SetSlot`` command may set (see :func:`agent_owned_slots`)."""
+        self.triggers: dict[str, str] = {}
+        """Intent -> the first flow whose ``nlu_trigger`` names it."""
+        for flow in self.flows.values():
+            for intent in trigger_intents(flow.model.nlu_trigger):
+                self.triggers.setdefault(intent, flow.id)
 
     def clean(self, turn: Turn, commands: list[Command]) -> list[Command]:
         """Drop commands that cannot apply now and duplicates.
@@ -90,25 +142,52 @@ class CommandEffects:
         whose only commands are ``CannotHandle`` goes to the agent.
         """
         active = turn.stack.active_agent()
-        done = set(completed_agents(turn.events))
         cleaned: list[Command] = []
-        for command in commands:
-            if isinstance(command, StartFlow) and (command.flow not in self.flows
-                                                   or not self.guard_allows(turn, command.flow)):
-                continue
-            if isinstance(command, ContinueAgent) and active is None:
-                continue
-            if isinstance(command, RestartAgent) and (command.agent not in self.project.agents
-                                                      or command.agent not in done):
-                continue
-            if isinstance(command, SetSlot) and command.name in self.agent_owned:
-                log.warning("dialogue.slot.agent_owned", slot=command.name)
-                continue
-            if command not in cleaned:
+        for command in self._resolve(commands):
+            if self._applies(turn, command) and command not in cleaned:
                 cleaned.append(command)
         if active is not None and all(isinstance(c, CannotHandle) for c in cleaned):
             cleaned = [ContinueAgent()]
         return cleaned
+
+    def _resolve(self, commands: list[Command]) -> list[Command]:
+        """Intents become what they trigger; clarification stands only on its own."""
+        resolved: list[Command] = []
+        for command in commands:
+            resolved += self._intent(command.name) if isinstance(command, Intent) else [command]
+        clarify = [c for c in resolved if isinstance(c, Clarify)]
+        if not clarify:
+            return resolved
+        if len(clarify) < len(resolved):
+            return [c for c in resolved if not isinstance(c, Clarify)]
+        options = [f for f in dict.fromkeys(clarify[0].flows)
+                   if f in self.flows and not f.startswith("pattern_")]
+        if len(options) == 1:
+            return [StartFlow(options[0])]
+        return [Clarify(tuple(options))] if options else []
+
+    def _intent(self, name: str) -> list[Command]:
+        flow_id = self.triggers.get(name)
+        if flow_id is None:
+            fixed = BUILTIN_INTENTS.get(name)
+            return [fixed] if fixed is not None else [CannotHandle(INVALID_INTENT)]
+        if not flow_id.startswith("pattern_"):
+            return [StartFlow(flow_id)]
+        command = PATTERN_COMMANDS.get(flow_id)
+        return [command] if command is not None else []
+
+    def _applies(self, turn: Turn, command: Command) -> bool:
+        if isinstance(command, StartFlow):
+            return command.flow in self.flows and self.guard_allows(turn, command.flow)
+        if isinstance(command, ContinueAgent):
+            return turn.stack.active_agent() is not None
+        if isinstance(command, RestartAgent):
+            return (command.agent in self.project.agents
+                    and command.agent in completed_agents(turn.events))
+        if isinstance(command, SetSlot) and command.name in self.agent_owned:
+            log.warning("dialogue.slot.agent_owned", slot=command.name)
+            return False
+        return True
 
     def guard_allows(self, turn: Turn, flow_id: str) -> bool:
         """A flow's ``if:`` guard (``if: False`` makes it startable only by links/calls)."""
@@ -135,15 +214,56 @@ class CommandEffects:
                     self.cancel_flow(turn)
                 case RestartAgent():
                     self.restart_agent(turn, command.agent)
-                case ChitChat():
-                    self.navigator.interrupt_active(turn)
-                    self.patterns.push(turn, CHITCHAT)
-                case CannotHandle():
-                    self.patterns.cannot_handle(turn, command.reason)
-                case ContinueAgent():
-                    pass  # the waiting agent runs when the executor reaches its frame
+                case ContinueAgent() | Intent():
+                    pass  # the waiting agent runs when reached; intents were resolved in clean
+                case (ChitChat() | CannotHandle() | Clarify() | RepeatBotMessages()
+                      | SkipQuestion() | SessionStart() | SessionEnd() | Restart()):
+                    self._pattern_command(turn, command)
                 case _:
                     assert_never(command)
+
+    def _pattern_command(self, turn: Turn, command: PatternCommand) -> None:
+        """Commands that run a conversation pattern."""
+        match command:
+            case ChitChat():
+                self.navigator.interrupt_active(turn)
+                self.patterns.push(turn, CHITCHAT)
+            case CannotHandle():
+                self.patterns.cannot_handle(turn, command.reason)
+            case Clarify():
+                self.clarify(turn, command.flows)
+            case RepeatBotMessages():
+                self._pattern_or_cannot_handle(turn, REPEAT_BOT_MESSAGES)
+            case SkipQuestion():
+                self._pattern_or_cannot_handle(turn, SKIP_QUESTION)
+            case SessionStart():
+                if not self.patterns.push(turn, SESSION_START):
+                    turn.add(lifecycle_event("session_started"))
+            case SessionEnd() | Restart():
+                self.end(turn, command)
+            case _:
+                assert_never(command)
+
+    def clarify(self, turn: Turn, flow_ids: tuple[str, ...]) -> None:
+        """Ask which of several flows the user meant (``pattern_clarification``)."""
+        self.navigator.interrupt_active(turn)
+        names = [self.flows[f].name for f in flow_ids]
+        if not self.patterns.push(turn, CLARIFICATION, {"names": names,
+                                                        "clarification_ids": list(flow_ids)}):
+            self.patterns.cannot_handle(turn)
+
+    def _pattern_or_cannot_handle(self, turn: Turn, flow_id: str) -> None:
+        if not self.patterns.push(turn, flow_id):
+            self.patterns.cannot_handle(turn)
+
+    def end(self, turn: Turn, command: SessionEnd | Restart) -> None:
+        """End the session or restart, through its pattern when the project has one."""
+        pattern = RESTART if isinstance(command, Restart) else SESSION_END
+        if self.patterns.push(turn, pattern):
+            return
+        turn.add(lifecycle_event("restart" if isinstance(command, Restart)
+                                  else "session_ended"))
+        turn.stack.frames = []
 
     def set_slot(self, turn: Turn, name: str, value: Any) -> None:
         """Set a domain slot, coerced to its type (unknown slots and bad values are dropped)."""

@@ -9,7 +9,9 @@ context (``FlowFrame.info``) that its conditions and responses read as ``context
   ``interrupted_flow_names``, ``interrupted_flow_options``, ``multiple_flows_interrupted``;
 * ``pattern_internal_error``: ``error_type`` and what failed (``error_source``, ...);
 * ``pattern_cannot_handle``: ``reason``;
-* ``pattern_completed``: ``previous_flow_name``.
+* ``pattern_completed``: ``previous_flow_name``;
+* ``pattern_clarification``: ``names`` (readable names), ``clarification_ids`` and, once
+  ``action_clarify_flows`` ran, ``clarification_options``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ from .stack import FlowFrame
 from .turn import Turn
 
 CANCEL_FLOW = "pattern_cancel_flow"
+CLARIFICATION = "pattern_clarification"
+REPEAT_BOT_MESSAGES = "pattern_repeat_bot_messages"
+RESTART = "pattern_restart"
+SESSION_END = "pattern_session_end"
+SESSION_START = "pattern_session_start"
+SKIP_QUESTION = "pattern_skip_question"
 CANNOT_HANDLE = "pattern_cannot_handle"
 CHITCHAT = "pattern_chitchat"
 COMPLETED = "pattern_completed"
@@ -42,11 +50,16 @@ class Patterns:
     def __init__(self, project: Project) -> None:
         self.flows = project.flows
 
-    def push(self, turn: Turn, flow_id: str, info: dict[str, Any] | None = None) -> None:
-        """Push the pattern ``flow_id`` with context ``info`` (nothing if it is not defined)."""
+    def push(self, turn: Turn, flow_id: str, info: dict[str, Any] | None = None) -> bool:
+        """Push the pattern ``flow_id`` with context ``info``.
+
+        Returns:
+            False (and nothing is pushed) when the project has no such pattern.
+        """
         if flow_id not in self.flows:
-            return
+            return False
         turn.stack.push(FlowFrame(flow_id, info=dict(info or {})))
+        return True
 
     def cancel(self, turn: Turn, target: FlowFrame) -> None:
         """Push the cancel pattern for the user flow ``target``."""
