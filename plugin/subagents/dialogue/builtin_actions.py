@@ -203,9 +203,17 @@ class BuiltinActions:
         return StepResult.CHANGED
 
     async def _correct_flow_slot(self, turn: Turn, frame: FlowFrame) -> StepResult:
-        """In ``pattern_correction``: set the corrected slots from the pattern's context."""
-        corrected = frame.info.get("corrected_slots") or {}
-        for name, value in dict(corrected).items():
+        """In ``pattern_correction``: move the flow back to the corrected collect step, then set
+        the new values; agents of that flow that were waiting are cancelled."""
+        flow_id, step_id = frame.info.get("reset_flow_id"), frame.info.get("reset_step_id")
+        target = turn.stack.frame_of_flow(str(flow_id)) if flow_id and step_id else None
+        if target is not None:
+            for agent in turn.stack.agent_frames(target.flow_id):
+                turn.add(ev.agent_event("agent_cancelled", agent.agent_id, target.flow_id,
+                                        reason="the user corrected an earlier answer"))
+                turn.stack.remove(agent)
+            target.step_id, target.awaiting = str(step_id), None
+        for name, value in dict(frame.info.get("corrected_slots") or {}).items():
             if isinstance(value, dict) and "value" in value:
                 value = value["value"]
             if turn.slots.get(name) != value:

@@ -29,6 +29,7 @@ from .commands import (
     SkipQuestion,
     StartFlow,
 )
+from .corrections import CORRECTION, plan_correction
 from .navigation import Navigator
 from .patterns import (
     CHITCHAT,
@@ -58,6 +59,7 @@ PATTERN_COMMANDS: dict[str, Command] = {
     "pattern_session_end": SessionEnd()}
 """What an intent that triggers a pattern means (other patterns cannot be triggered)."""
 INVALID_INTENT = "cannot_handle_invalid_intent"
+_INVALID = object()
 PatternCommand = (ChitChat | CannotHandle | Clarify | RepeatBotMessages | SkipQuestion
                   | SessionStart | SessionEnd | Restart)
 
@@ -203,24 +205,38 @@ class CommandEffects:
         return condition.evaluate({"slots": dict(turn.slots)})
 
     def apply(self, turn: Turn, commands: list[Command]) -> None:
-        """Apply cleaned commands in order."""
+        """Apply cleaned commands in order; corrections of collected slots come last."""
+        correction = None
+        if CORRECTION in self.flows:
+            values = {c.name: v for c in commands if isinstance(c, SetSlot)
+                      if (v := self.coerced(c.name, c.value)) is not _INVALID}
+            correction = plan_correction(self.project, turn, values)
         for command in commands:
-            match command:
-                case SetSlot():
-                    self.set_slot(turn, command.name, command.value)
-                case StartFlow():
-                    self.start_flow(turn, command.flow)
-                case CancelFlow():
-                    self.cancel_flow(turn)
-                case RestartAgent():
-                    self.restart_agent(turn, command.agent)
-                case ContinueAgent() | Intent():
-                    pass  # the waiting agent runs when reached; intents were resolved in clean
-                case (ChitChat() | CannotHandle() | Clarify() | RepeatBotMessages()
-                      | SkipQuestion() | SessionStart() | SessionEnd() | Restart()):
-                    self._pattern_command(turn, command)
-                case _:
-                    assert_never(command)
+            if correction is not None and isinstance(command, SetSlot) \
+                    and command.name in correction.slots:
+                continue
+            self._apply_one(turn, command)
+        if correction is not None:
+            self.patterns.push(turn, CORRECTION, correction.context)
+
+    def _apply_one(self, turn: Turn, command: Command) -> None:
+        """Apply one command."""
+        match command:
+            case SetSlot():
+                self.set_slot(turn, command.name, command.value)
+            case StartFlow():
+                self.start_flow(turn, command.flow)
+            case CancelFlow():
+                self.cancel_flow(turn)
+            case RestartAgent():
+                self.restart_agent(turn, command.agent)
+            case ContinueAgent() | Intent():
+                pass  # the waiting agent runs when reached; intents were resolved in clean
+            case (ChitChat() | CannotHandle() | Clarify() | RepeatBotMessages()
+                  | SkipQuestion() | SessionStart() | SessionEnd() | Restart()):
+                self._pattern_command(turn, command)
+            case _:
+                assert_never(command)
 
     def _pattern_command(self, turn: Turn, command: PatternCommand) -> None:
         """Commands that run a conversation pattern."""
@@ -265,18 +281,22 @@ class CommandEffects:
                                   else "session_ended"))
         turn.stack.frames = []
 
-    def set_slot(self, turn: Turn, name: str, value: Any) -> None:
-        """Set a domain slot, coerced to its type (unknown slots and bad values are dropped)."""
+    def coerced(self, name: str, value: Any) -> Any:
+        """``value`` coerced to the type of the slot ``name``; ``_INVALID`` if it cannot be."""
         definition = self.project.domain.slots.get(name)
         if definition is None:
             log.info("dialogue.slot.unknown", slot=name)
-            return
+            return _INVALID
         try:
-            coerced = coerce_command_value(definition.type, definition.values, value)
+            return coerce_command_value(definition.type, definition.values, value)
         except ValueError:
             log.info("dialogue.slot.invalid_value", slot=name, value=str(value)[:80])
-            return
-        if turn.slots.get(name) != coerced:
+            return _INVALID
+
+    def set_slot(self, turn: Turn, name: str, value: Any) -> None:
+        """Set a domain slot, coerced to its type (unknown slots and bad values are dropped)."""
+        coerced = self.coerced(name, value)
+        if coerced is not _INVALID and turn.slots.get(name) != coerced:
             turn.add(ev.slot_set(name, coerced))
 
     def start_flow(self, turn: Turn, flow_id: str) -> None:
