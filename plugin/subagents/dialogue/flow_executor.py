@@ -29,6 +29,7 @@ from .command_effects import CommandEffects, coerce_command_value
 from .commands import Command
 from .navigation import Navigator
 from .patterns import Patterns
+from .rephraser import LLMFactory, Rephraser
 from .responses import Responder, render_template
 from .results import StepResult
 from .stack import START, AgentFrame, FlowFrame, FrameType
@@ -55,18 +56,21 @@ class FlowExecutor:
         sleep: The pause function (tests pass one that does not wait).
         rng: The random source for choosing among response variations (see
             :class:`~subagents.dialogue.responses.Responder`).
+        llm_factory: Builds model clients (the response rephraser's, when configured).
     """
 
     def __init__(self, project: Project, agents: dict[AgentKey, MCPBaseAgent],
                  actions: ActionRunner, *, assistant_id: str, model_id: str,
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
                  sleep: Callable[[float], Any] = asyncio.sleep,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 llm_factory: LLMFactory | None = None) -> None:
         self.project = project
         self.flows = project.flows
         self.navigator = Navigator(project)
         self.patterns = Patterns(project)
-        self.responder = Responder(project, rng=rng)
+        self.responder = Responder(project, rng=rng,
+                                   rephraser=Rephraser.from_project(project, llm_factory))
         self.commands = CommandEffects(project, navigator=self.navigator,
                                        patterns=self.patterns)
         self.action_steps = ActionSteps(project, actions, responder=self.responder,

@@ -43,11 +43,14 @@ from ..conditions import ConditionSyntaxError, parse_condition
 from ..config.domain import ResponseVariation
 from ..config.project import Project
 from ..templating import render_format, render_jinja
+from .rephraser import Rephraser
 from .turn import Turn
 
 log = structlog.get_logger("subagents.dialogue")
 
 INTERNAL_ERROR_RESPONSE = "utter_internal_error_rasa"
+TEMPLATED, REPHRASED = "TemplatedNaturalLanguageGenerator", "ContextualResponseRephraser"
+"""``utter_source`` of a response as written and of a rephrased one (set with a rephraser)."""
 SEED_ENV = "SUBAGENTS_RESPONSE_SEED"
 """Environment variable: an integer seed that makes the choice among variations repeatable."""
 RENDERED_KEYS = ("text", "buttons", "image", "attachment", "custom", "quick_replies", "elements")
@@ -126,11 +129,14 @@ class Responder:
         project: The loaded project (its domain responses).
         rng: The random source for choosing among variations; by default seeded from
             ``SUBAGENTS_RESPONSE_SEED`` when that is set.
+        rephraser: Rephrases responses when the project configures it.
     """
 
-    def __init__(self, project: Project, *, rng: random.Random | None = None) -> None:
+    def __init__(self, project: Project, *, rng: random.Random | None = None,
+                 rephraser: Rephraser | None = None) -> None:
         self.responses = project.domain.responses
         self.rng = rng or _default_rng()
+        self.rephraser = rephraser
 
     def values(self, turn: Turn, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """What a response can refer to: slots by name, ``context``, ``slots`` and ``extra``."""
@@ -164,8 +170,14 @@ class Responder:
         rendered = {key: _fill(parts[key], values, jinja) for key in RENDERED_KEYS
                     if parts.get(key)}
         text = str(rendered.pop("text", "") or "")
-        await self.say(turn, text, {"utter_action": name, **(variation.metadata or {})},
-                       rendered)
+        metadata = {"utter_action": name, **(variation.metadata or {})}
+        if self.rephraser is not None:
+            metadata["utter_source"] = TEMPLATED
+            if text and self.rephraser.wants(variation):
+                rephrased = await self.rephraser.rephrase(turn, text, variation)
+                if rephrased is not None:
+                    text, metadata["utter_source"] = rephrased, REPHRASED
+        await self.say(turn, text, metadata, rendered)
 
     async def say(self, turn: Turn, text: str, metadata: dict[str, Any],
                   data: dict[str, Any] | None = None) -> None:
