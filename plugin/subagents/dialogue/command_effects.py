@@ -294,8 +294,16 @@ class CommandEffects:
             return _INVALID
 
     def set_slot(self, turn: Turn, name: str, value: Any) -> None:
-        """Set a domain slot, coerced to its type (unknown slots and bad values are dropped)."""
+        """Set a domain slot, coerced to its type (unknown slots and bad values are dropped).
+
+        A value that does not fit the slot being asked for is remembered on the turn, so the
+        collect step can say why it asks again.
+        """
         coerced = self.coerced(name, value)
+        top = turn.stack.top_flow()
+        if coerced is _INVALID and name in self.project.domain.slots and top is not None \
+                and top.awaiting == name:
+            turn.rejected_values[name] = value
         if coerced is not _INVALID and turn.slots.get(name) != coerced:
             turn.add(ev.slot_set(name, coerced))
 

@@ -39,6 +39,10 @@ __all__ = ["FlowExecutor", "coerce_command_value", "render_template"]
 
 log = structlog.get_logger("subagents.dialogue")
 
+TYPE_REJECTIONS = {"bool": "utter_boolean_slot_rejection", "float": "utter_float_slot_rejection",
+                   "categorical": "utter_categorical_slot_rejection",
+                   "strict_categorical": "utter_categorical_slot_rejection"}
+"""The response that says an answer does not fit the slot's type, by slot type."""
 MAX_LOOP_STEPS = 500
 """A turn that runs more steps than this is stopped (a flow that loops without asking)."""
 
@@ -167,6 +171,8 @@ class FlowExecutor:
                 return StepResult.NEXT
         elif value is not None:  # ask_before_filling: ask even though a value is there
             turn.add(ev.slot_set(slot, None))
+        if slot in turn.rejected_values:
+            await self._type_rejection(turn, slot, turn.rejected_values.pop(slot))
         frame.awaiting = slot
         name = step.model.utter or f"utter_ask_{slot}"
         if name in self.project.domain.responses:
@@ -178,6 +184,13 @@ class FlowExecutor:
                                      {"utter_action": name})
         turn.add(ev.action_executed(name))
         return StepResult.WAIT
+
+    async def _type_rejection(self, turn: Turn, slot: str, value: Any) -> None:
+        """The answer did not fit the slot's type: say so (``utter_<type>_slot_rejection``)."""
+        definition = self.project.domain.slots.get(slot)
+        name = TYPE_REJECTIONS.get(definition.type if definition else "")
+        if name is not None and name in self.project.domain.responses:
+            await self.responder.utter(turn, name, value=value)
 
     async def _rejected(self, turn: Turn, step: Step, slot: str) -> bool:
         """Collect ``rejections``: the first matching condition utters and resets the slot."""

@@ -50,6 +50,8 @@ class Turn:
         self.flow_completed = False
         self.pending_channel_events: list[dict[str, Any]] = []
         self.agent_ran = False
+        self.rejected_values: dict[str, Any] = {}
+        """Slot -> a value a command gave that does not fit the slot's type."""
 
     def add(self, event: dict[str, Any]) -> dict[str, Any]:
         """Record a new event (stamped with the running step); a ``slot`` event sets the slot."""
