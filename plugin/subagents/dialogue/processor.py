@@ -219,7 +219,7 @@ class Assistant:
         """Run only the model-unavailable pattern; the conversation's stack stays as it was."""
         stack = turn.stack
         turn.stack = Stack()
-        self.executor.push_pattern(turn, MODEL_UNAVAILABLE_PATTERN)
+        self.executor.patterns.push(turn, MODEL_UNAVAILABLE_PATTERN)
         try:
             await self.executor.advance(turn)
         finally:
