@@ -18,6 +18,8 @@ def case_line(result: CaseResult) -> str:
 def failure_text(result: CaseResult) -> str:
     lines = [f"__ {result.case.name} ({result.case.file}:{result.case.line}) __"]
     lines += [f"  {failure}" for failure in result.failures if failure]
+    lines += [f"  warning: {warning}" for warning in result.warnings]
+    lines += [f"  note: {note}" for note in result.notes]
     if result.transcript:
         lines.append("  conversation so far:")
         lines += [f"    {line}" for line in result.transcript]
