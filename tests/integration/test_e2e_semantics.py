@@ -80,8 +80,8 @@ def write(tmp_path: Path, text: str, name: str = "cases.yml") -> Path:
     return path
 
 
-async def outcomes(project: Path, path: Path, *, strict: bool = False):
-    loaded = load_file(path)
+async def outcomes(project: Path, path: Path, *, strict: bool = False, root: Path | None = None):
+    loaded = load_file(path, root=root)
     assert loaded.issues == [], [i.format() for i in loaded.issues]
     async with Runner(project, strict=strict) as runner:
         results = [await runner.run_case(case) for case in loaded.cases]

@@ -305,8 +305,9 @@ def _tool_test(spec: dict[str, Any]) -> Any:
         if spec.get("arguments") is not None and not subset(e.get("arguments"),
                                                             spec["arguments"]):
             return False
-        if spec.get("agent_id") is not None and \
-                (e.get("metadata") or {}).get("agent_id") != spec["agent_id"]:
+        agent = str((e.get("metadata") or {}).get("agent_id") or "")
+        if spec.get("agent_id") is not None and spec["agent_id"] not in (
+                agent, agent.split("::", 1)[0]):
             return False
         return all(spec.get(k) is None or e.get(k) == spec[k] for k in ("is_error", "result"))
     return test

@@ -615,7 +615,7 @@ def _slot_items(value: Any) -> list[tuple[str, Any, bool]]:
     items: list[tuple[str, Any, bool]] = []
     for item in value if isinstance(value, list) else [value]:
         if isinstance(item, dict):
-            if "name" in item and set(item) <= {"name", "value"}:
+            if set(item) == {"name", "value"}:  # a {slot: value} mapping otherwise, as Rasa
                 items.append((str(item["name"]), item.get("value"), "value" in item))
             else:
                 items += [(str(k), v, True) for k, v in item.items()]
