@@ -357,3 +357,29 @@ async def test_every_rasa_assertion_passes_and_fails(project, tmp_path):
     first = results["fail_the_first_failing_assertion_ends_the_case"].failures
     assert len(first) == 1
     assert "step 1" in first[0]
+
+
+async def test_session_start_runs_the_projects_session_start_pattern(project, tmp_path):
+    (project / "data" / "session.yml").write_text(textwrap.dedent("""
+        flows:
+          pattern_session_start:
+            description: greets
+            steps:
+              - action: utter_starting
+        """), encoding="utf-8")
+    results = await outcomes(project, write(tmp_path, """
+    test_cases:
+      - test_case: pass_session_start_in_an_assertion_style_case
+        llm_script: {}
+        steps:
+          - user: /session_start
+            assertions:
+              - flow_started: pattern_session_start
+              - bot_uttered: {text_matches: "^Starting"}
+      - test_case: pass_session_start_in_a_step_style_case
+        llm_script: {}
+        steps:
+          - user: /session_start
+          - bot: "Starting."
+    """))
+    assert_named_outcomes(results)

@@ -20,7 +20,7 @@ CLARIFY = ev.flow_event("flow_started", "pattern_clarification", metadata={
     ({"flow_ids": ["transfer_money", "nope"], "operator": "any"}, True),
     ({"flow_ids": ["transfer_money"], "operator": "all"}, False),
     ({"flow_ids": ["check_balance", "transfer_money"], "operator": "all"}, True),
-    ({"flow_ids": ["nope"]}, False),
+    ({"flow_ids": ["nope"], "operator": "any"}, False),
 ])
 def test_pattern_clarification_contains(spec, holds):
     window = Window([CLARIFY], [])
@@ -79,6 +79,7 @@ def test_the_window_runs_to_the_next_different_user_text():
 @pytest.mark.parametrize(("name", "spec", "problem"), [
     ("flow_started", {"flow_ids": ["a", "b"], "operator": "all"}, "exactly one flow id"),
     ("flow_started", {"flow_ids": ["a"], "operator": "some"}, "operator is"),
+    ("flow_started", {"flow_ids": ["a"]}, "needs 'operator'"),
     ("generative_response_is_relevant", {"utter_name": "x"}, "needs 'threshold'"),
     ("bot_uttered", {}, "needs at least one"),
     ("tool_executed", {"tool": "x"}, "unknown key(s) tool"),

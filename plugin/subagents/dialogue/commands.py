@@ -116,6 +116,8 @@ def parse_deterministic(text: str, flows: set[str]) -> list[Command] | None:
     match = _FLOW.match(stripped)
     if match and match.group(1) in flows:
         return [StartFlow(match.group(1))]
+    if stripped == "/session_start" and "pattern_session_start" in flows:
+        return [StartFlow("pattern_session_start")]  # how projects greet (e2e tests send it)
     return None
 
 

@@ -127,7 +127,9 @@ def _required_problem(name: str, spec: dict[str, Any]) -> str | None:
     if name in ("bot_uttered", "bot_did_not_utter") and not spec:
         return "needs at least one of utter_name, text_matches, buttons, metadata"
     operator = spec.get("operator")
-    if operator is not None and operator not in ("any", "all"):
+    if name in ("flow_started", "pattern_clarification_contains") and operator is None:
+        return "needs 'operator' (any or all) beside flow_ids"
+    if operator is not None and str(operator).lower() not in ("any", "all"):
         return "operator is 'any' or 'all'"
     if name == "flow_started" and operator == "all" and len(spec.get("flow_ids") or []) != 1:
         return "operator 'all' needs exactly one flow id"
@@ -199,8 +201,8 @@ def _clarification(spec: Any, events: list[dict[str, Any]]) -> dict[str, Any]:
                 return event
             continue
         ids, found = set(spec.get("flow_ids") or []), set(info.get("clarification_ids") or [])
-        if (spec.get("operator") == "all" and ids == found) or \
-                (spec.get("operator", "any") == "any" and ids & found):
+        operator = str(spec.get("operator", "any")).lower()
+        if (operator == "all" and ids == found) or (operator == "any" and ids & found):
             return event
     raise AssertionFailed(f"the clarification offered something else than {spec!r}")
 
