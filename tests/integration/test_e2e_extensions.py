@@ -402,3 +402,15 @@ def test_the_cli_says_when_there_are_no_test_cases(tmp_path):
                           timeout=120, check=False)
     assert done.returncode == 1
     assert "no test cases found" in done.stderr
+
+
+def test_a_fixture_named_twice_in_a_file_is_an_error(tmp_path):
+    loaded = load_file(write(tmp_path, """
+    fixtures:
+      - who: [{name: Ada}]
+      - who: [{name: Bob}]
+    test_cases:
+      - test_case: one
+        steps: [{user: hi}]
+    """))
+    assert [(i.code, i.line) for i in loaded.issues] == [("e2e.validation.duplicate_fixtures", 3)]

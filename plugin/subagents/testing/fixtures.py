@@ -164,6 +164,7 @@ def load_file(path: Path, display: str | None = None, *, root: Path | None = Non
     if "strict" in data and not isinstance(data["strict"], bool):
         result.issues.append(doc.issue("e2e.validation.invalid_value",
                                        "strict is true or false", ("strict",)))
+    _check_duplicates(doc, data, result.issues)
     shared, judge = conftest_data(path, root)
     fixtures = {**shared, **_named(data.get("fixtures"))}
     presets = _named(data.get("metadata"))
@@ -193,6 +194,19 @@ def load_file(path: Path, display: str | None = None, *, root: Path | None = Non
         names.setdefault(case.name, case.line)
         result.cases.append(case)
     return result
+
+
+def _check_duplicates(doc: YamlDoc, data: dict[str, Any], issues: list[ConfigIssue]) -> None:
+    """Fixtures and metadata presets are named once per file (as Rasa requires)."""
+    for key in ("fixtures", "metadata"):
+        seen: set[str] = set()
+        for index, item in enumerate(data.get(key) or []):
+            for name in item if isinstance(item, dict) else []:
+                if name in seen:
+                    issues.append(doc.issue(f"e2e.validation.duplicate_{key}",
+                                            f"{key} {name!r} is defined twice in this file",
+                                            (key, index, name)))
+                seen.add(name)
 
 
 def _load_case(doc: YamlDoc, index: int, raw: Any, fixtures: dict[str, Any],
