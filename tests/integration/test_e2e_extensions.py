@@ -414,3 +414,22 @@ def test_a_fixture_named_twice_in_a_file_is_an_error(tmp_path):
         steps: [{user: hi}]
     """))
     assert [(i.code, i.line) for i in loaded.issues] == [("e2e.validation.duplicate_fixtures", 3)]
+
+
+async def test_an_actions_package_that_cannot_be_imported_fails_the_case_not_the_run(
+        tmp_path, tools_url):
+    project = write_project(tmp_path / "assistant", tools_url, {
+        **EXTRA_FILES, "actions/needs_rasa.py": "import rasa.nlu.utils  # not installed here\n"})
+    results = await outcomes(project, write(tmp_path, """
+    test_cases:
+      - test_case: fail_the_custom_action_cannot_be_imported
+        steps:
+          - user: /custom_action_flow
+      - test_case: pass_the_run_goes_on
+        steps:
+          - user: /opening_hours
+          - utter: utter_hours
+    """))
+    assert_named_outcomes(results)
+    failures = "\n".join(results["fail_the_custom_action_cannot_be_imported"].failures)
+    assert "pattern_internal_error ran 1 time(s)" in failures

@@ -189,7 +189,7 @@ class Runner:
                 result.failures.append(f"the assistant raised ConfigError: {exc}")
                 if exc.issue.code == "llm.api_key_missing" and case.llm_script is None:
                     result.failures.append(OFFLINE_HINT)
-            except Exception as exc:  # noqa: BLE001 - a crashing case fails, the run goes on
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a crashing case fails, the run goes on
                 result.failures.append(f"the assistant raised {type(exc).__name__}: {exc}")
         events = conversation.all_events if conversation else []
         result.failures += _unexpected_errors(case, errors, events)
