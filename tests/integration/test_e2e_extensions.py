@@ -433,3 +433,24 @@ async def test_an_actions_package_that_cannot_be_imported_fails_the_case_not_the
     assert_named_outcomes(results)
     failures = "\n".join(results["fail_the_custom_action_cannot_be_imported"].failures)
     assert "pattern_internal_error ran 1 time(s)" in failures
+
+
+async def test_hook_calls_are_counted_per_turn(project, tmp_path):
+    results = await outcomes(project, write(tmp_path, """
+    test_cases:
+      - test_case: pass_three_attempts_three_process_input_calls
+        steps:
+          - user: /flaky_flow
+            assertions:
+              - hook_called: {agent_id: flaky_agent, hook: process_input, times: 3}
+              - hook_called: {hook: process_output}
+              - hook_called: {agent_id: weather_agent, hook: process_input, times: 0}
+      - test_case: fail_a_wrong_count
+        steps:
+          - user: /opening_hours
+            assertions:
+              - hook_called: {hook: process_input}
+    """))
+    assert_named_outcomes(results)
+    assert "process_input was called 0 time(s), expected at least once" in \
+        results["fail_a_wrong_count"].failures[0]

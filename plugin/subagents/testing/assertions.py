@@ -39,6 +39,7 @@ OUR_ASSERTIONS: dict[str, frozenset[str] | None] = {
     "event_happened": None,
     "event_not_happened": None,
     "streamed": frozenset({"min_chunks", "max_first_text_ms", "text_matches"}),
+    "hook_called": frozenset({"agent_id", "hook", "times"}),
 }
 ASSERTIONS: dict[str, frozenset[str] | None] = {**RASA_ASSERTIONS, **OUR_ASSERTIONS}
 
@@ -47,8 +48,14 @@ MANTLE_NAMES = frozenset({"tools_within_one_turn"})
 """Assertion types of Rasa's other (non-CALM) engine: known, but not supported here."""
 
 NEGATIVE = frozenset({"bot_did_not_utter", "slot_was_not_set", "agent_not_started",
-                      "tool_not_called", "event_not_happened"})
+                      "tool_not_called", "event_not_happened", "hook_called", "streamed"})
 """Assertions that match no event; with ``assertion_order_enabled`` they do not move on."""
+
+AGENT_HOOKS = ("process_input", "process_output", "process_tool_output",
+               "build_custom_tool_call_metadata", "get_custom_tool_definitions",
+               "get_agent_specific_built_in_tools", "render_prompt_template",
+               "build_messages_for_llm_request", "create_bot_uttered")
+"""Agent methods a project may override; ``hook_called`` counts their calls in a turn."""
 
 GENERATIVE = frozenset({"generative_response_is_relevant", "generative_response_is_grounded"})
 
@@ -118,12 +125,15 @@ def _required_problem(name: str, spec: dict[str, Any]) -> str | None:
                 "generative_response_is_grounded": "threshold",
                 "tool_executed": "tool_name", "tool_not_called": "tool_name",
                 "client_tool_requested": "tool_name", "agent_not_started": "agent_id",
+                "hook_called": "hook",
                 "flow_started": "flow_ids", "pattern_clarification_contains": "flow_ids"}
     if name in AGENT_ASSERTIONS:
         required[name] = "agent_id"
     key = required.get(name)
     if key and key not in spec:
         return f"needs {key!r}"
+    if name == "hook_called" and spec["hook"] not in AGENT_HOOKS:
+        return f"hook is one of {', '.join(AGENT_HOOKS)}"
     if name in ("bot_uttered", "bot_did_not_utter") and not spec:
         return "needs at least one of utter_name, text_matches, buttons, metadata"
     operator = spec.get("operator")

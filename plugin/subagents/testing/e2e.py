@@ -13,6 +13,8 @@ user step is judged by its assertions only. Strict mode (``strict: true`` in a f
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import json
 import os
 import re
@@ -30,6 +32,7 @@ from ..channels.base import CollectingOutputChannel
 from ..exceptions import ConfigError
 from ..stores import InMemoryTrackerStore
 from .assertions import (
+    AGENT_HOOKS,
     GENERATIVE,
     NEGATIVE,
     AssertionFailed,
@@ -110,9 +113,12 @@ class _Turn:
     """Index of the user step that started this turn; None for the events before any."""
     events: list[dict[str, Any]]
     channel: _TimedChannel | None = None
+    hook_calls: list[tuple[str, str]] = field(default_factory=list)
+    """(agent name, hook) of every agent hook called during the turn."""
 
 
 _ERROR_LEVELS = {"error", "exception", "critical", "fatal"}
+_MAX_EVENTS_SHOWN = 40
 
 
 @contextlib.contextmanager
@@ -145,6 +151,8 @@ class Runner:
         self._scripted: Any = None
         self._real: Any = None
         self._judges: dict[tuple[bool, str], Judge] = {}
+        self.hook_calls: list[tuple[str, str]] = []
+        """(agent name, hook) of every agent hook call, in order."""
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Runner:
@@ -163,10 +171,20 @@ class Runner:
             self._scripted = await self._stack.enter_async_context(Assistant.load(
                 self.project_dir, tracker_store=InMemoryTrackerStore(),
                 llm_factory=self.fake.llm_factory(), retry_delays=(0.0,)))
+            self._count_hooks(self._scripted)
         if not scripted and self._real is None:
             self._real = await self._stack.enter_async_context(Assistant.load(
                 self.project_dir, tracker_store=InMemoryTrackerStore()))
+            self._count_hooks(self._real)
         return self._scripted if scripted else self._real
+
+    def _count_hooks(self, assistant: Any) -> None:
+        """Record each call of an agent hook (the hook itself runs unchanged)."""
+        for agent in assistant.agents.values():
+            for hook in AGENT_HOOKS:
+                method = getattr(agent, hook, None)
+                if callable(method):
+                    setattr(agent, hook, _counted(method, agent.name, hook, self.hook_calls))
 
     async def run_case(self, case: TestCase) -> CaseResult:
         """Run one test case; never raises for a failing or crashing case."""
@@ -257,6 +275,21 @@ class Runner:
             content = str(message.get("content") or "").replace("\n", " ")
             lines.append(f"    {message.get('role')}: {content[:160]}")
         return "\n".join(lines)
+
+
+def _counted(method: Any, agent: str, hook: str, calls: list[tuple[str, str]]) -> Any:
+    if inspect.iscoroutinefunction(method):
+        @functools.wraps(method)
+        async def counted_async(*args: Any, **kwargs: Any) -> Any:
+            calls.append((agent, hook))
+            return await method(*args, **kwargs)
+        return counted_async
+
+    @functools.wraps(method)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append((agent, hook))
+        return method(*args, **kwargs)
+    return counted
 
 
 def _expects_internal_error(case: TestCase) -> bool:
@@ -364,6 +397,7 @@ class _Conversation:
         if step.get("metadata"):
             metadata.update(self.case.metadata_presets.get(step["metadata"], {}))
         channel = _TimedChannel(streaming=self.case.streaming)
+        calls_before = len(self.runner.hook_calls)
         if "client_tool_result" in step:
             result = step["client_tool_result"]
             text = f"[client tool {result['id']} returned]"
@@ -373,7 +407,7 @@ class _Conversation:
             text = str(step["user"])
             events = await self.assistant.handle_message(self.sender, text, metadata or None,
                                                          channel)
-        turn = _Turn(index, list(events), channel)
+        turn = _Turn(index, list(events), channel, self.runner.hook_calls[calls_before:])
         self.turns.append(turn)
         self.turn_of_step[index] = turn
         self.pointer = 0
@@ -513,6 +547,9 @@ class _Conversation:
                 elif name == "streamed":
                     _streamed(spec, turn)
                     match = None
+                elif name == "hook_called":
+                    _hook_called(spec, turn)
+                    match = None
                 else:
                     match = check(name, spec, current)
             except AssertionFailed as exc:
@@ -563,6 +600,16 @@ def _streamed(spec: dict[str, Any], turn: _Turn | None) -> None:
                                   f"{spec['text_matches']!r}")
 
 
+def _hook_called(spec: dict[str, Any], turn: _Turn | None) -> None:
+    calls = [agent for agent, hook in (turn.hook_calls if turn else [])
+             if hook == spec["hook"] and spec.get("agent_id") in (None, agent)]
+    times = spec.get("times")
+    if (times is None and not calls) or (times is not None and len(calls) != int(times)):
+        raise AssertionFailed(f"{spec['hook']} was called {len(calls)} time(s)" + (
+            f" for {spec['agent_id']!r}" if spec.get("agent_id") else "") +
+            (f", expected {times}" if times is not None else ", expected at least once"))
+
+
 def _domain_texts(assistant: Any) -> dict[str, list[str]]:
     responses = assistant.project.domain.responses
     return {name: [str(v.text) for v in variations if getattr(v, "text", None)]
@@ -571,7 +618,11 @@ def _domain_texts(assistant: Any) -> dict[str, list[str]]:
 
 def _events_dump(prior: list[dict[str, Any]], events: list[dict[str, Any]]) -> str:
     lines = ["  events of the turn:" if not prior else "  events before and in the turn:"]
-    for event in [*prior, *events]:
+    shown = [*prior, *events]
+    if len(shown) > _MAX_EVENTS_SHOWN:
+        lines.append(f"    ... {len(shown) - _MAX_EVENTS_SHOWN} earlier events not shown")
+        shown = shown[-_MAX_EVENTS_SHOWN:]
+    for event in shown:
         kind = event.get("event")
         if kind in ("user", "bot"):
             detail = repr(event.get("text"))
