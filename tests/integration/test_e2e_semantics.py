@@ -8,9 +8,12 @@ of every case must match its name.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import textwrap
 from pathlib import Path
 
+import anyio
 import pytest
 from subagents.testing.e2e import Runner
 from subagents.testing.fixtures import load_file
@@ -383,3 +386,17 @@ async def test_session_start_runs_the_projects_session_start_pattern(project, tm
           - bot: "Starting."
     """))
     assert_named_outcomes(results)
+
+
+@pytest.mark.parametrize(("flags", "status"), [([], 0), (["--strict"], 1)])
+async def test_the_cli_strict_flag(project, tmp_path, flags, status):
+    path = write(tmp_path, STRICT_CASES)
+    # async, so that this event loop keeps serving the in-process MCP server meanwhile
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "subagents.cli", "test", str(path), "--project", str(project),
+        *flags, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    with anyio.fail_after(120):
+        out, _ = await proc.communicate()
+    assert proc.returncode == status, out.decode()
+    assert out.decode().strip().splitlines()[-1] == ("2 passed, 0 failed" if status == 0
+                                                     else "0 passed, 2 failed")
