@@ -68,3 +68,21 @@ def test_the_ini_option_enables_it(pytester):
         """})
     result = pytester.runpytest_subprocess("tests/e2e", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
+
+
+def test_the_strict_option_applies_to_files_that_do_not_choose(pytester):
+    lenient = """
+        test_cases:
+          - test_case: a_message_no_step_names
+            steps:
+              - user: /hours
+              - bot: "Open 9 to 5."
+              - user: /hours
+        """
+    write(pytester, {**FILES, "tests/e2e/cases.yml": lenient})
+    result = pytester.runpytest_subprocess("tests/e2e", "-p", "no:cacheprovider",
+                                           "-p", "subagents")
+    result.assert_outcomes(passed=1)
+    result = pytester.runpytest_subprocess("tests/e2e", "-p", "no:cacheprovider",
+                                           "-p", "subagents", "--subagents-strict")
+    result.assert_outcomes(failed=1)
