@@ -400,3 +400,23 @@ async def test_the_cli_strict_flag(project, tmp_path, flags, status):
     assert proc.returncode == status, out.decode()
     assert out.decode().strip().splitlines()[-1] == ("2 passed, 0 failed" if status == 0
                                                      else "0 passed, 2 failed")
+
+
+async def test_step_metadata_overrides_the_cases_with_a_warning(project, tmp_path):
+    results = await outcomes(project, write(tmp_path, """
+    metadata:
+      - base: {channel: web, tenant: a}
+      - other: {tenant: b}
+    test_cases:
+      - test_case: pass_metadata_is_merged
+        metadata: base
+        steps:
+          - user: /opening_hours
+            metadata: other
+          - utter: utter_hours
+            assertions:
+              - event_happened: {event: user, metadata: {channel: web, tenant: b}}
+    """))
+    assert_named_outcomes(results)
+    [warning] = results["pass_metadata_is_merged"].warnings
+    assert "overrides the test case's ['tenant']" in warning

@@ -395,7 +395,12 @@ class _Conversation:
     async def send(self, step: dict[str, Any], index: int) -> None:
         metadata = dict(self.case.metadata)
         if step.get("metadata"):
-            metadata.update(self.case.metadata_presets.get(step["metadata"], {}))
+            preset = self.case.metadata_presets.get(step["metadata"], {})
+            overridden = sorted(set(metadata) & set(preset))
+            if overridden:
+                self.result.warnings.append(f"{self.where(index)}: the step's metadata "
+                                            f"overrides the test case's {overridden}")
+            metadata.update(preset)
         channel = _TimedChannel(streaming=self.case.streaming)
         calls_before = len(self.runner.hook_calls)
         if "client_tool_result" in step:
