@@ -96,12 +96,16 @@ def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Col
 
 
 class E2EFailedError(Exception):
+    """A conversation test case failed; carries its result for the report."""
+
     def __init__(self, result: CaseResult) -> None:
         super().__init__(result.case.name)
         self.result = result
 
 
 class E2EFile(pytest.File):
+    """A conversation test file: one item per test case."""
+
     def collect(self) -> Iterator[pytest.Item]:
         project = self.project()
         try:
@@ -120,6 +124,8 @@ class E2EFile(pytest.File):
 
 
 class E2EItem(pytest.Item):
+    """One conversation test case, run by the session's runner for its project."""
+
     def __init__(self, *, case: TestCase, project: Path, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.case = case
