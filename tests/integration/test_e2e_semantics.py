@@ -230,6 +230,7 @@ async def test_strict_mode_matches_every_message_in_order(project, tmp_path, how
     assert not strict["extra_message"].passed
     assert "unmatched bot messages before the next user step" in \
         strict["extra_message"].failures[0]
+    assert strict["extra_message"].transcript.count("user: /opening_hours") == 1  # not sent
     assert not strict["out_of_order"].passed
 
 

@@ -312,15 +312,17 @@ def _unexpected_errors(case: TestCase, errors: list[dict[str, Any]],
     """Runtime errors of the case that it did not declare in ``expected_errors``."""
     allowed = set(case.expected_errors)
     failures = []
-    if "*" not in allowed:
-        for record in errors:
-            name = str(record.get("event"))
-            if name in allowed:
-                continue
-            data = ", ".join(f"{k}={v!r}" for k, v in record.items()
-                             if k not in ("event", "timestamp", "logger", "level"))
-            failures.append(f"the assistant logged an error: {name} ({data}); list it under "
-                            f"expected_errors if the case expects it")
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for record in errors:
+        by_name.setdefault(str(record.get("event")), []).append(record)
+    for name, records in by_name.items():
+        if "*" in allowed or name in allowed:
+            continue
+        data = ", ".join(f"{k}={v!r}" for k, v in records[0].items()
+                         if k not in ("event", "timestamp", "logger", "level"))
+        times = f" {len(records)} times, first" if len(records) > 1 else ""
+        failures.append(f"the assistant logged an error{times}: {name} ({data}); list it "
+                        f"under expected_errors if the case expects it")
     internal = [e for e in events if e.get("event") == "flow_started" and
                 e.get("flow_id") == INTERNAL_ERROR_PATTERN]
     if internal and not _expects_internal_error(case):
@@ -377,6 +379,8 @@ class _Conversation:
                     continue
                 if self.strict:
                     self.check_all_matched(index)
+                    if self.mismatch:
+                        continue
                 if "user" in step and not str(step["user"]).strip():
                     self.result.warnings.append(f"{self.where(index)}: empty user message "
                                                 "skipped")
