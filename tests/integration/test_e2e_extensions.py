@@ -229,7 +229,9 @@ async def test_generative_assertions_are_judged_by_the_scripted_judge(project, t
                           "      weather_agent: &weather\n", 1)
     text = text.replace("      weather_agent: *weather\n",
                         "      command_generator: *start\n      weather_agent: *weather\n")
-    results = await outcomes(project, write(tmp_path, text))
+    write(tmp_path, "llm_judge:\n  llm: {model_group: llm}\n"
+          "  embeddings: {provider: openai, model: embedder}\n", "conftest.yml")
+    results = await outcomes(project, write(tmp_path, text), root=tmp_path)
     assert_named_outcomes(results)
     assert any("score 1.00" in note for note in results["pass_grounded"].notes)
     assert "score 0.50, threshold 0.90" in results["fail_grounded_below_the_threshold"] \
@@ -269,6 +271,14 @@ async def test_runtime_errors_fail_a_case_unless_it_expects_them(project, tmp_pa
     assert "pattern_internal_error ran 1 time(s)" in action
     crash = "\n".join(results["fail_a_crashing_agent"].failures)
     assert "the assistant logged an error: dialogue.agent.crashed" in crash
+
+
+async def test_a_judge_with_an_unknown_model_group_fails_the_assertion(project, tmp_path):
+    write(tmp_path, "llm_judge:\n  llm: {model_group: nowhere}\n", "conftest.yml")
+    results = await outcomes(project, write(tmp_path, JUDGED), root=tmp_path)
+    failure = results["pass_relevant"].failures[0]
+    assert "the judge is misconfigured (llm_judge in conftest.yml)" in failure
+    assert "nowhere" in failure
 
 
 async def test_a_case_without_script_or_key_says_how_to_run_offline(project, tmp_path,

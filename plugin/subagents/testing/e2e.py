@@ -549,7 +549,11 @@ class _Conversation:
             current = Window(events, window.prior, window.first_step, window.user_text)
             try:
                 if name in GENERATIVE:
-                    judge = self.runner.judge(self.case, self.assistant)
+                    try:
+                        judge = self.runner.judge(self.case, self.assistant)
+                    except ConfigError as exc:
+                        raise AssertionFailed(f"the judge is misconfigured (llm_judge in "
+                                              f"conftest.yml): {exc}") from exc
                     self.result.notes.append(await judge.judge(
                         name, spec, current, _domain_texts(self.assistant)))
                     match = None
