@@ -269,6 +269,7 @@ async def test_runtime_errors_fail_a_case_unless_it_expects_them(project, tmp_pa
     assert_named_outcomes(results)
     action = "\n".join(results["fail_a_failing_custom_action"].failures)
     assert "pattern_internal_error ran 1 time(s)" in action
+    assert "the action server is on fire" in action  # the reason, from the runtime's log
     crash = "\n".join(results["fail_a_crashing_agent"].failures)
     assert "the assistant logged an error: dialogue.agent.crashed" in crash
 

@@ -118,17 +118,19 @@ class _Turn:
 
 
 _ERROR_LEVELS = {"error", "exception", "critical", "fatal"}
+_CAPTURED_LEVELS = {*_ERROR_LEVELS, "warning", "warn"}
 _MAX_EVENTS_SHOWN = 40
 
 
 @contextlib.contextmanager
 def _capture_errors() -> Iterator[list[dict[str, Any]]]:
-    """Record every error-level log event (structlog) while the block runs."""
+    """Record every warning- and error-level log event (structlog) while the block runs."""
     captured: list[dict[str, Any]] = []
 
     def processor(logger: Any, method: str, event_dict: Any) -> Any:
-        if method in _ERROR_LEVELS and isinstance(event_dict, dict):
-            captured.append({k: v for k, v in event_dict.items() if k != "exc_info"})
+        if method in _CAPTURED_LEVELS and isinstance(event_dict, dict):
+            record = {k: v for k, v in event_dict.items() if k != "exc_info"}
+            captured.append({**record, "_level": method})
         return event_dict
 
     processors = structlog.get_config()["processors"]
@@ -314,21 +316,23 @@ def _unexpected_errors(case: TestCase, errors: list[dict[str, Any]],
     failures = []
     by_name: dict[str, list[dict[str, Any]]] = {}
     for record in errors:
-        by_name.setdefault(str(record.get("event")), []).append(record)
+        if record.get("_level") in _ERROR_LEVELS:
+            by_name.setdefault(str(record.get("event")), []).append(record)
     for name, records in by_name.items():
         if "*" in allowed or name in allowed:
             continue
         data = ", ".join(f"{k}={v!r}" for k, v in records[0].items()
-                         if k not in ("event", "timestamp", "logger", "level"))
+                         if k not in ("event", "timestamp", "logger", "level", "_level"))
         times = f" {len(records)} times, first" if len(records) > 1 else ""
         failures.append(f"the assistant logged an error{times}: {name} ({data}); list it "
                         f"under expected_errors if the case expects it")
     internal = [e for e in events if e.get("event") == "flow_started" and
                 e.get("flow_id") == INTERNAL_ERROR_PATTERN]
     if internal and not _expects_internal_error(case):
-        failures.append(f"{INTERNAL_ERROR_PATTERN} ran {len(internal)} time(s) (something "
-                        f"failed inside the assistant; see the log); expect it with "
-                        f"utter: {INTERNAL_ERROR_UTTER} or expected_errors: "
+        reasons = list(dict.fromkeys(str(r["error"]) for r in errors if r.get("error")))
+        why = "; ".join(reasons[:3]) or "something failed inside the assistant"
+        failures.append(f"{INTERNAL_ERROR_PATTERN} ran {len(internal)} time(s) ({why}); expect "
+                        f"it with utter: {INTERNAL_ERROR_UTTER} or expected_errors: "
                         f"[{INTERNAL_ERROR_PATTERN}]")
     return failures
 
@@ -544,36 +548,40 @@ class _Conversation:
                         turn: _Turn | None) -> str | None:
         ordered = bool(step.get("assertion_order_enabled"))
         events = window.events
-        for assertion in step["assertions"]:
+        for number, assertion in enumerate(step["assertions"]):
             name, spec = next(iter(assertion.items()))
             current = Window(events, window.prior, window.first_step, window.user_text)
             try:
-                if name in GENERATIVE:
-                    try:
-                        judge = self.runner.judge(self.case, self.assistant)
-                    except ConfigError as exc:
-                        raise AssertionFailed(f"the judge is misconfigured (llm_judge in "
-                                              f"conftest.yml): {exc}") from exc
-                    self.result.notes.append(await judge.judge(
-                        name, spec, current, _domain_texts(self.assistant)))
-                    match = None
-                elif name == "streamed":
-                    _streamed(spec, turn)
-                    match = None
-                elif name == "hook_called":
-                    _hook_called(spec, turn)
-                    match = None
-                else:
-                    match = check(name, spec, current)
+                match = await self.judge_one(name, spec, current, turn)
             except AssertionFailed as exc:
                 suffix = " (assertion_order_enabled: a matching event may exist, but not " \
                     "after the assertions before it)" if ordered and events is not window.events \
                     else ""
-                return f"assertion {name} failed: {exc}{suffix}\n" + _events_dump(
-                    window.prior if window.first_step else [], window.events)
+                return f"assertion {name} failed: {exc}{suffix}\n" + _assertion_table(
+                    step["assertions"], number, window)
             if ordered and match is not None:
                 position = next(i for i, e in enumerate(events) if e is match)
                 events = events[position + 1:]
+        return None
+
+    async def judge_one(self, name: str, spec: Any, window: Window,
+                        turn: _Turn | None) -> dict[str, Any] | None:
+        """Judge one assertion; the matching event, None, or AssertionFailed."""
+        if name == "streamed":
+            _streamed(spec, turn)
+            return None
+        if name == "hook_called":
+            _hook_called(spec, turn)
+            return None
+        if name not in GENERATIVE:
+            return check(name, spec, window)
+        try:
+            judge = self.runner.judge(self.case, self.assistant)
+        except ConfigError as exc:
+            raise AssertionFailed(f"the judge is misconfigured (llm_judge in conftest.yml): "
+                                  f"{exc}") from exc
+        self.result.notes.append(await judge.judge(name, spec, window,
+                                                   _domain_texts(self.assistant)))
         return None
 
 
@@ -629,30 +637,39 @@ def _domain_texts(assistant: Any) -> dict[str, list[str]]:
             for name, variations in responses.items()}
 
 
-def _events_dump(prior: list[dict[str, Any]], events: list[dict[str, Any]]) -> str:
-    lines = ["  events of the turn:" if not prior else "  events before and in the turn:"]
-    shown = [*prior, *events]
+def _assertion_table(assertions: list[dict[str, Any]], failed: int, window: Window) -> str:
+    """The step's assertions (the failing one marked) beside the events they looked at."""
+    left = []
+    for number, assertion in enumerate(assertions):
+        name, spec = next(iter(assertion.items()))
+        mark = ">" if number == failed else " "
+        left.append(f"{mark} {name}: {json.dumps(spec, default=str)}")
+    shown = [*(window.prior if window.first_step else []), *window.events]
+    right = []
     if len(shown) > _MAX_EVENTS_SHOWN:
-        lines.append(f"    ... {len(shown) - _MAX_EVENTS_SHOWN} earlier events not shown")
+        right.append(f"... {len(shown) - _MAX_EVENTS_SHOWN} earlier events not shown")
         shown = shown[-_MAX_EVENTS_SHOWN:]
-    for event in shown:
-        kind = event.get("event")
-        if kind in ("user", "bot"):
-            detail = repr(event.get("text"))
-            if kind == "bot" and (event.get("metadata") or {}).get("utter_action"):
-                detail += f" ({event['metadata']['utter_action']})"
-        elif kind == "slot":
-            detail = f"{event.get('name')}={event.get('value')!r}"
-        elif kind == "mcp_tool_executed":
-            detail = f"{event.get('tool_name')}({event.get('arguments')}) " \
-                     f"is_error={event.get('is_error')}"
-        else:
-            detail = str(event.get("flow_id") or event.get("agent_id") or event.get("name")
-                         or "")
-            if event.get("agent_id") and event.get("flow_id"):
-                detail = f"{event['agent_id']} in {event['flow_id']}"
-        lines.append(f"    {kind}: {detail}")
-    return "\n".join(lines)
+    right += [_event_line(event) for event in shown]
+    return side_by_side(left, right, titles=("assertions", "events")).replace(
+        "the turn:", "the assertions and the events they looked at:", 1)
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    kind = event.get("event")
+    if kind in ("user", "bot"):
+        detail = repr(event.get("text"))
+        if kind == "bot" and (event.get("metadata") or {}).get("utter_action"):
+            detail += f" ({event['metadata']['utter_action']})"
+    elif kind == "slot":
+        detail = f"{event.get('name')}={event.get('value')!r}"
+    elif kind == "mcp_tool_executed":
+        detail = f"{event.get('tool_name')}({event.get('arguments')}) " \
+                 f"is_error={event.get('is_error')}"
+    elif event.get("agent_id") and event.get("flow_id"):
+        detail = f"{event['agent_id']} in {event['flow_id']}"
+    else:
+        detail = str(event.get("flow_id") or event.get("agent_id") or event.get("name") or "")
+    return f"{kind}: {detail}"
 
 
 def _bot_text_matches(expected: Any, message: dict[str, Any]) -> bool:
