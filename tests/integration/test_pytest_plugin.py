@@ -86,3 +86,18 @@ def test_the_strict_option_applies_to_files_that_do_not_choose(pytester):
     result = pytester.runpytest_subprocess("tests/e2e", "-p", "no:cacheprovider",
                                            "-p", "subagents", "--subagents-strict")
     result.assert_outcomes(failed=1)
+
+
+def test_duplicate_names_run_both_and_warn(pytester):
+    twice = """
+        test_cases:
+          - test_case: hours
+            steps: [{user: /hours}, {bot: "Open 9 to 5."}]
+          - test_case: hours
+            steps: [{user: /hours}, {utter: utter_hours}]
+        """
+    write(pytester, {**FILES, "tests/e2e/cases.yml": twice})
+    result = pytester.runpytest_subprocess("tests/e2e", "-p", "no:cacheprovider",
+                                           "-p", "subagents")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(["*e2e.validation.duplicate_test_case*"])

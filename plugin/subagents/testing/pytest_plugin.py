@@ -115,6 +115,8 @@ class E2EFile(pytest.File):
         loaded = load_file(self.path, display=shown, root=project)
         if loaded.issues:
             raise self.CollectError("\n".join(i.format() for i in loaded.issues))
+        for warning in loaded.warnings:
+            self.warn(pytest.PytestWarning(warning.format()))
         for case in loaded.cases:
             yield E2EItem.from_parent(self, name=case.name, case=case, project=project)
 
