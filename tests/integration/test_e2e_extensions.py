@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from subagents.testing.fixtures import load_file
+from subagents.testing.fixtures import load_file, load_files
 
 from tests.dialogue_harness import write_project
 from tests.integration.test_e2e_semantics import (
@@ -465,3 +465,22 @@ async def test_hook_calls_are_counted_per_turn(project, tmp_path):
     assert_named_outcomes(results)
     assert "process_input was called 0 time(s), expected at least once" in \
         results["fail_a_wrong_count"].failures[0]
+
+
+def test_metadata_presets_are_shared_by_the_files_of_a_run(tmp_path):
+    first = write(tmp_path, "metadata:\n  - web: {channel: web}\n"
+                  "test_cases:\n  - test_case: a\n    steps: [{user: hi, metadata: web}]\n",
+                  "a.yml")
+    second = write(tmp_path, "metadata:\n  - web: {channel: other}\n"
+                   "test_cases:\n  - test_case: b\n    metadata: web\n    steps: [{user: hi}]\n"
+                   "  - test_case: c\n    steps: [{user: hi, metadata: mobile}]\n", "b.yml")
+    loaded = load_files([first, second], tmp_path)
+    assert [(i.code, i.file) for i in loaded.issues] == [("e2e.validation.unknown_metadata",
+                                                           "b.yml")]
+    alone = load_file(second)
+    assert alone.cases[0].metadata == {"channel": "other"}
+    loaded = load_files([first, write(tmp_path, "test_cases:\n  - test_case: b\n"
+                                      "    metadata: web\n    steps: [{user: hi}]\n", "b.yml")],
+                        tmp_path)
+    assert loaded.issues == []
+    assert loaded.cases[1].metadata == {"channel": "web"}  # the first definition wins

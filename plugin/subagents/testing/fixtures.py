@@ -141,8 +141,17 @@ def conftest_data(path: Path, root: Path | None) -> tuple[dict[str, Any], dict[s
     return fixtures, judge
 
 
-def load_file(path: Path, display: str | None = None, *, root: Path | None = None) -> LoadResult:
-    """Load one test file. A file without ``test_cases`` is skipped (as Rasa does)."""
+def load_file(path: Path, display: str | None = None, *, root: Path | None = None,
+              metadata: dict[str, Any] | None = None) -> LoadResult:
+    """Load one test file. A file without ``test_cases`` is skipped (as Rasa does).
+
+    Args:
+        path: The file.
+        display: How to name the file in messages (default: the path).
+        root: The project folder: ``conftest.yml`` files are looked for up to it.
+        metadata: Metadata presets defined by other files of the run; a name defined there
+            first wins over this file's own definition.
+    """
     result = LoadResult()
     if path.name == "conftest.yml":
         result.skipped = True
@@ -167,7 +176,7 @@ def load_file(path: Path, display: str | None = None, *, root: Path | None = Non
     _check_duplicates(doc, data, result.issues)
     shared, judge = conftest_data(path, root)
     fixtures = {**shared, **_named(data.get("fixtures"))}
-    presets = _named(data.get("metadata"))
+    presets = {**_named(data.get("metadata")), **(metadata or {})}
     stubs = dict(data.get("stub_custom_actions") or {})
     names: dict[str, int | None] = {}
     cases = data.get("test_cases") or []
@@ -376,12 +385,21 @@ def _check_script(doc: YamlDoc, loc: tuple[Any, ...], script: Any,
 def load_files(files: list[Path], project: Path) -> LoadResult:
     """Load several test files; paths are shown relative to ``project`` when inside it."""
     result = LoadResult()
+    shared: dict[str, Any] = {}
+    for path in files:  # metadata presets are shared by all files; the first definition wins
+        try:
+            data = load_yaml(path).data
+        except YamlSyntaxError:
+            continue
+        if isinstance(data, dict) and "test_cases" in data:
+            for name, value in _named(data.get("metadata")).items():
+                shared.setdefault(name, value)
     for path in files:
         try:
             shown = str(path.relative_to(project))
         except ValueError:
             shown = str(path)
-        loaded = load_file(path, display=shown, root=project)
+        loaded = load_file(path, display=shown, root=project, metadata=shared)
         result.cases += loaded.cases
         result.issues += loaded.issues
         result.warnings += loaded.warnings
