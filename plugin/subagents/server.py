@@ -12,14 +12,14 @@
 * ``GET /health``, ``GET /version``.
 
 With a token (``--token`` or ``SUBAGENTS_TOKEN``) every route but ``/health`` needs
-``Authorization: Bearer <token>``. One sender's messages are serialised by the assistant.
+``Authorization: Bearer <token>`` or ``?token=<token>``. One sender's messages are serialised
+by the assistant.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import signal
 import sys
@@ -36,6 +36,7 @@ from . import __version__
 from .channels.base import CollectingOutputChannel
 from .channels.sse import QueueOutputChannel, sse_frame
 from .dialogue.processor import Assistant
+from .rest_contract import extra_routes, token_matches, wants_stream
 
 log = structlog.get_logger("subagents.server")
 MAX_BODY = 1_000_000
@@ -96,8 +97,7 @@ class _Api:
     def guard(self, handler: Any) -> Any:
         """Bearer-token check and clear 4xx errors around a handler."""
         async def wrapped(request: Request) -> Response:
-            header = request.headers.get("authorization", "")
-            if self.token and not hmac.compare_digest(header, f"Bearer {self.token}"):
+            if self.token and not token_matches(request, self.token):
                 return _error(401, "missing or wrong bearer token")
             try:
                 return await handler(request)  # type: ignore[no-any-return]
@@ -110,6 +110,8 @@ class _Api:
         task.add_done_callback(self.inflight.discard)
 
     async def rest(self, request: Request) -> Response:
+        if wants_stream(request):
+            return await self.stream(request)
         sender, message, metadata = await _message_body(request, self.max_body)
         channel = CollectingOutputChannel()
         task = asyncio.ensure_future(self.assistant.handle_message(sender, message, metadata,
@@ -188,6 +190,7 @@ def create_app(assistant: Assistant, *, token: str | None = None,
         Route("/conversations/{sender}/tracker", api.guard(api.tracker), methods=["GET"]),
         Route("/conversations/{sender}/client_tool_results",
               api.guard(api.client_tool_results), methods=["POST"]),
+        *extra_routes(api.guard),
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]

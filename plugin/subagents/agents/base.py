@@ -35,6 +35,7 @@ from ..channels.base import OutputChannel
 from ..config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
 from ..exceptions import LLMError
 from ..llm import LLMClient, LLMResponse, resolve_model_settings
+from ..observability import traced_agent_run
 from ..tools.base import CallContext, PlannedCall, Tool, ToolOutcome
 from ..tools.executor import execute_calls
 from ..tools.mcp_tools import MCPToolset
@@ -224,6 +225,7 @@ class MCPBaseAgent:
         return ev.bot_uttered(text, metadata=meta)
 
     # ------------------------------------------------------------------ the run
+    @traced_agent_run
     async def run(self, input: AgentInput, output_channel: OutputChannel | None = None,
                   cancellation_token: Any = None) -> AgentOutput:
         """``process_input`` -> the loop -> ``process_output``."""

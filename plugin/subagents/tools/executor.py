@@ -19,6 +19,7 @@ import structlog
 
 from ..agents.schemas import AgentToolResult
 from ..exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutError
+from ..observability import traced_tool_call
 from .base import CallContext, PlannedCall, Tool, ToolOutcome
 
 log = structlog.get_logger("subagents.tools")
@@ -55,6 +56,7 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     return filled
 
 
+@traced_tool_call
 async def invoke_tool(tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
     """Run one tool; every failure becomes an error result (never an exception)."""
     timeout = tool.timeout or ctx.timeout
