@@ -484,3 +484,21 @@ def test_metadata_presets_are_shared_by_the_files_of_a_run(tmp_path):
                         tmp_path)
     assert loaded.issues == []
     assert loaded.cases[1].metadata == {"channel": "web"}  # the first definition wins
+
+
+def test_stubs_are_checked_like_action_server_replies(tmp_path):
+    loaded = load_file(write(tmp_path, """
+    stub_custom_actions:
+      action_ok:
+        events: [{event: slot, name: x, value: 1}]
+        responses: [{text: "hi"}]
+      action_typo:
+        event: []
+      action_bad_event:
+        events: [{name: x, value: 1}]
+    test_cases:
+      - test_case: one
+        steps: [{user: hi}]
+    """))
+    assert [(i.code, i.line) for i in loaded.issues] == [
+        ("e2e.validation.invalid_stub", 5), ("e2e.validation.invalid_stub", 8)]

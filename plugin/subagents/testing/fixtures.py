@@ -174,6 +174,7 @@ def load_file(path: Path, display: str | None = None, *, root: Path | None = Non
         result.issues.append(doc.issue("e2e.validation.invalid_value",
                                        "strict is true or false", ("strict",)))
     _check_duplicates(doc, data, result.issues)
+    _check_stubs(doc, data.get("stub_custom_actions"), result.issues)
     shared, judge = conftest_data(path, root)
     fixtures = {**shared, **_named(data.get("fixtures"))}
     presets = {**_named(data.get("metadata")), **(metadata or {})}
@@ -203,6 +204,35 @@ def load_file(path: Path, display: str | None = None, *, root: Path | None = Non
         names.setdefault(case.name, case.line)
         result.cases.append(case)
     return result
+
+
+def _check_stubs(doc: YamlDoc, stubs: Any, issues: list[ConfigIssue]) -> None:
+    """A stub is ``{events: [...], responses: [...]}`` in the action server's reply format."""
+    if stubs is None:
+        return
+    if not isinstance(stubs, dict):
+        issues.append(doc.issue("e2e.validation.invalid_stub", "stub_custom_actions maps "
+                                "action names to {events, responses}", ("stub_custom_actions",)))
+        return
+    for name, stub in stubs.items():
+        loc = ("stub_custom_actions", name)
+        if stub is None:
+            continue
+        unknown = sorted(set(stub) - {"events", "responses"}) if isinstance(stub, dict) else []
+        if not isinstance(stub, dict) or unknown:
+            what = f"unknown key(s) {', '.join(unknown)}" if unknown else "no mapping"
+            issues.append(doc.issue("e2e.validation.invalid_stub", f"the stub of {name!r} has "
+                                    f"{what}; a stub is {{events: [...], responses: [...]}}",
+                                    loc))
+            continue
+        for key, what in (("events", "an event mapping with 'event: <type>'"),
+                          ("responses", "a mapping")):
+            items = stub.get(key) or []
+            bad = [i for i, item in enumerate(items if isinstance(items, list) else [None])
+                   if not isinstance(item, dict) or (key == "events" and "event" not in item)]
+            if bad:
+                issues.append(doc.issue("e2e.validation.invalid_stub", f"each of {key} is "
+                                        f"{what}", (*loc, key, bad[0])))
 
 
 def _check_duplicates(doc: YamlDoc, data: dict[str, Any], issues: list[ConfigIssue]) -> None:
