@@ -166,6 +166,11 @@ test_cases:
     steps:
       - user: /SetSlots(city=Berlin)
       - bot: {{any: true}}
+  - test_case: pass_an_empty_user_message_is_skipped
+    steps:
+      - user: ""
+      - user: /opening_hours
+      - bot: "{HOURS}"
   - test_case: pass_assertion_style_cases_do_not_check_bot_steps
     steps:
       - user: /opening_hours
@@ -189,6 +194,8 @@ async def test_rasa_matching_rules(project, tmp_path):
     stopped = results["fail_a_mismatch_stops_later_user_messages_in_assertion_style"]
     assert "was never sent" in stopped.failures[0]
     assert "/ask_name" not in "\n".join(stopped.transcript)
+    assert "empty user message skipped" in \
+        results["pass_an_empty_user_message_is_skipped"].warnings[0]
     later = results["fail_a_later_turn_cannot_satisfy_an_earlier_step"]
     assert "user: /ask_name" not in later.transcript  # fail-fast: not sent after a mismatch
 
