@@ -3,7 +3,11 @@
 The ``mcp`` client runs in a task of its own: any failure inside ``async with Client`` (which
 comes out as nested exception groups) only marks the connection dead; the next call reconnects.
 An in-flight call that loses the connection is retried once after reconnecting if the tool is
-read-only; any other becomes an error result saying it may or may not have run.
+read-only; any other becomes an error result saying it may or may not have run. A streamable-HTTP
+session the server no longer knows (HTTP 404 on a request carrying the session id, e.g. after a
+server restart) is re-established and the call resent: the server never saw it, so this is safe for
+every tool. Progress notifications restart a call's timeout (up to ``PROGRESS_MAX_FACTOR`` times
+the timeout in total), and the server's log messages go to our structured log.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sys
 import time
 from dataclasses import dataclass
@@ -19,6 +24,7 @@ from typing import Any
 
 import structlog
 
+from .. import __version__
 from ..agents.schemas import AgentToolResult
 from ..config._base import resolve_env
 from ..config.endpoints import McpServerConfig
@@ -28,11 +34,30 @@ from ..exceptions import (
     ToolTimeoutError,
 )
 from .auth import HeaderBuilder
+from .content import convert_result
 
 log = structlog.get_logger("subagents.mcp")
 
 REQUEST_TIMEOUT = -32001
 CONNECTION_CLOSED = -32000
+PROGRESS_MAX_FACTOR = 10
+"""A call that keeps reporting progress may run at most this many times its timeout."""
+
+_MCP_TO_STDLIB = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
+                  "warning": logging.WARNING, "error": logging.ERROR,
+                  "critical": logging.CRITICAL, "alert": logging.CRITICAL,
+                  "emergency": logging.CRITICAL}
+
+
+def mcp_log_level(level: int) -> str:
+    """The MCP ``logging/setLevel`` value matching a stdlib log level."""
+    if level <= logging.DEBUG:
+        return "debug"
+    if level <= logging.INFO:
+        return "info"
+    if level <= logging.WARNING:
+        return "warning"
+    return "error" if level <= logging.ERROR else "critical"
 
 
 @dataclass(frozen=True)
@@ -48,6 +73,10 @@ class MCPTool:
 
 class _ConnectionLostError(Exception):
     pass
+
+
+class _SessionExpiredError(Exception):
+    """The server answered 404 to our session id: it never handled the request."""
 
 
 class MCPServerConnection:
@@ -70,6 +99,8 @@ class MCPServerConnection:
         self._lock = asyncio.Lock()
         self._call_grace = call_grace
         self._http: Any = None
+        self._session_lost = False
+        self._last_status: int | None = None
         self.connects = 0
         """How many times a session was opened (1 + reconnects)."""
 
@@ -95,9 +126,17 @@ class MCPServerConnection:
         from mcp.client.streamable_http import streamable_http_client
 
         http = httpx2.AsyncClient(headers=headers, follow_redirects=True,
-                                  timeout=httpx2.Timeout(cfg.timeout, read=300))
+                                  timeout=httpx2.Timeout(cfg.timeout, read=300),
+                                  event_hooks={"response": [self._on_http_response]})
         self._http = http
         return streamable_http_client(str(cfg.url), http_client=http)
+
+    async def _on_http_response(self, response: Any) -> None:
+        status = response.status_code
+        if status >= 400:
+            self._last_status = status
+        if status == 404 and "mcp-session-id" in response.request.headers:
+            self._session_lost = True
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, attempts: int = 5, *, base_delay: float = 0.2,
@@ -112,17 +151,22 @@ class MCPServerConnection:
                 last = exc
                 log.warning("mcp.connect.failed", server=self.name, attempt=attempt,
                             attempts=attempts, error=str(exc))
+                if exc.code == "mcp.unauthorized":
+                    break  # the same credentials will be refused again
                 if attempt < attempts:
                     await asyncio.sleep(min(base_delay * 2 ** (attempt - 1), 5.0))
         who = f"agent {agent!r}: " if agent else ""
         raise MCPConnectionError(
             f"{who}cannot connect to MCP server {self.name!r} at {self.config.address} "
-            f"after {attempts} attempt(s): {last}", code="mcp.connection_failed")
+            f"after {attempt} attempt(s): {last}",
+            code=getattr(last, "code", None) or "mcp.connection_failed")
 
     async def _open(self) -> None:
         await self._shutdown_task()
         self._stop = asyncio.Event()
         self._dead = asyncio.Event()
+        self._session_lost = False
+        self._last_status = None
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(ready), name=f"mcp:{self.name}")
         try:
@@ -130,15 +174,24 @@ class MCPServerConnection:
         except TimeoutError as exc:
             await self._shutdown_task()
             raise MCPConnectionError(f"no answer within {self.config.timeout:g}s") from exc
+        except MCPConnectionError as exc:
+            if self._last_status == 401:
+                raise MCPConnectionError(f"unauthorized (HTTP 401): {exc}",
+                                         code="mcp.unauthorized") from exc
+            raise
 
     async def _run(self, ready: asyncio.Future[None]) -> None:
         from mcp import Client
+        from mcp.types import Implementation
 
         try:
             transport = await self._transport()
             async with Client(transport, mode="legacy", message_handler=self._on_message,
-                              cache=None) as client:
+                              logging_callback=self._on_log, cache=None,
+                              client_info=Implementation(name="subagents", version=__version__)
+                              ) as client:
                 self._client = client
+                await self._set_log_level(client)
                 self._tools = await self._list(client)
                 self.connects += 1
                 log.info("mcp.connected", server=self.name, transport=self.config.type,
@@ -176,8 +229,9 @@ class MCPServerConnection:
 
     @property
     def connected(self) -> bool:
+        """True while a live session is open (an expired HTTP session counts as closed)."""
         return (self._client is not None and not self._dead.is_set()
-                and not self._stop.is_set())
+                and not self._stop.is_set() and not self._session_lost)
 
     async def _ensure(self) -> Any:
         async with self._lock:
@@ -185,6 +239,28 @@ class MCPServerConnection:
                 log.info("mcp.reconnecting", server=self.name)
                 await self.start(attempts=2, base_delay=0.1)
             return self._client
+
+    # ------------------------------------------------------------------ server logging
+    async def _set_log_level(self, client: Any) -> None:
+        """Ask a server that logs to send what our own ``subagents.mcp`` level lets through."""
+        caps = client.server_capabilities
+        if caps is None or caps.logging is None:
+            return
+        level = mcp_log_level(logging.getLogger("subagents.mcp").getEffectiveLevel())
+        try:
+            await client.set_logging_level(level)
+        except Exception as exc:  # noqa: BLE001 - a server may refuse; logging is optional
+            log.debug("mcp.logging.set_level_failed", server=self.name, error=str(exc))
+
+    async def _on_log(self, params: Any) -> None:
+        level = _MCP_TO_STDLIB.get(str(params.level), logging.INFO)
+        if not logging.getLogger("subagents.mcp").isEnabledFor(level):
+            return  # a server that ignores logging/setLevel
+        data = params.data
+        if not isinstance(data, str | int | float | bool | type(None)):
+            data = json.dumps(data, ensure_ascii=False, default=str)[:2000]
+        log.log(level, "mcp.server.log", server=self.name, logger=params.logger,
+                mcp_level=str(params.level), data=data)
 
     # ------------------------------------------------------------------ tools
     async def _on_message(self, message: Any) -> None:
@@ -200,6 +276,12 @@ class MCPServerConnection:
             result = await client.list_tools(cursor=cursor) if cursor else \
                 await client.list_tools()
             for tool in result.tools:
+                execution = getattr(tool, "execution", None)
+                if execution is not None and execution.task_support == "required":
+                    # Task-augmented calls (tasks/get polling) are not supported: a tool that
+                    # can only run as a task would fail every call, so the model never sees it.
+                    log.info("mcp.tools.task_only_skipped", server=self.name, tool=tool.name)
+                    continue
                 annotations = tool.annotations
                 read_only = bool(annotations and annotations.read_only_hint)
                 tools.append(MCPTool(self.name, tool.name, tool.description,
@@ -224,7 +306,7 @@ class MCPServerConnection:
                         ) -> AgentToolResult:
         """Call a tool; failures the model should see raise ToolInvocationError."""
         try:
-            return await self._call_once(name, arguments, timeout, meta)
+            return await self._call_fresh_session(name, arguments, timeout, meta)
         except _ConnectionLostError as exc:
             self._stop.set()
             if not read_only:
@@ -234,11 +316,46 @@ class MCPServerConnection:
                     code="tool.connection_lost") from exc
             log.info("mcp.call.retry_after_reconnect", server=self.name, tool=name)
             try:
-                return await self._call_once(name, arguments, timeout, meta)
+                return await self._call_fresh_session(name, arguments, timeout, meta)
             except _ConnectionLostError as again:
                 self._stop.set()
                 raise ToolInvocationError(f"MCP server {self.name!r} is unreachable: {again}",
                                           code="tool.connection_lost") from again
+
+    async def _call_fresh_session(self, name: str, arguments: dict[str, Any], timeout: float,
+                                  meta: dict[str, Any] | None) -> AgentToolResult:
+        """One call; resent once on a new session if the server had forgotten ours."""
+        try:
+            return await self._call_once(name, arguments, timeout, meta)
+        except _SessionExpiredError:
+            log.info("mcp.session.expired", server=self.name, tool=name)
+            self._stop.set()
+        try:
+            return await self._call_once(name, arguments, timeout, meta)
+        except _SessionExpiredError as exc:
+            raise _ConnectionLostError("the server rejected a new session as well") from exc
+
+    async def _await_call(self, call: asyncio.Future[Any], progressed: asyncio.Event,
+                          timeout: float) -> bool:
+        """Wait for ``call``; each progress report restarts the timeout. False if it expired."""
+        limit = time.monotonic() + timeout * PROGRESS_MAX_FACTOR
+        while True:
+            progressed.clear()
+            window = min(timeout, max(limit - time.monotonic(), 0.0))
+            dead = asyncio.ensure_future(self._dead.wait())
+            progress = asyncio.ensure_future(progressed.wait())
+            try:
+                done, _ = await asyncio.wait({call, dead, progress}, timeout=window,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                dead.cancel()
+                progress.cancel()
+            if call in done:
+                return True
+            if dead in done:
+                raise _ConnectionLostError("the server went away")
+            if progress not in done or time.monotonic() >= limit:
+                return False
 
     async def _call_once(self, name: str, arguments: dict[str, Any], timeout: float,
                          meta: dict[str, Any] | None) -> AgentToolResult:
@@ -249,24 +366,32 @@ class MCPServerConnection:
         except MCPConnectionError as exc:
             raise _ConnectionLostError(str(exc)) from exc
         started = time.perf_counter()
+        progressed = asyncio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            progressed.set()
+
         call = asyncio.ensure_future(client.call_tool(
-            name, arguments, read_timeout_seconds=timeout, meta=meta or None))
-        dead = asyncio.ensure_future(self._dead.wait())
+            name, arguments, read_timeout_seconds=timeout * PROGRESS_MAX_FACTOR,
+            progress_callback=on_progress, meta=meta or None))
         try:
-            done, _ = await asyncio.wait({call, dead}, timeout=timeout + self._call_grace,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            finished = await self._await_call(call, progressed, timeout)
         finally:
-            dead.cancel()
-        if call not in done:
-            call.cancel()
-            with contextlib.suppress(BaseException):
-                await call
-            if dead in done:
-                raise _ConnectionLostError("the server went away")
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(BaseException):
+                    await call
+        if not finished:
             raise ToolTimeoutError(self._timeout_text(name, timeout))
         try:
             result = call.result()
         except MCPError as exc:
+            if self._session_lost:
+                raise _SessionExpiredError(exc.message) from exc
+            if self._last_status == 401:
+                raise ToolInvocationError(
+                    f"MCP server {self.name!r} refused the call to {name!r}: unauthorized "
+                    "(HTTP 401)", code="mcp.unauthorized") from exc
             if exc.code == REQUEST_TIMEOUT:
                 raise ToolTimeoutError(self._timeout_text(name, timeout)) from exc
             if exc.code == CONNECTION_CLOSED:
@@ -283,29 +408,6 @@ class MCPServerConnection:
     def _timeout_text(self, name: str, timeout: float) -> str:
         return (f"tool {name!r} on MCP server {self.name!r} did not answer within {timeout:g}s "
                 "(tool_timeout)")
-
-
-def convert_result(tool_name: str, result: Any) -> AgentToolResult:
-    """MCP ``CallToolResult`` -> AgentToolResult: text joined as text, structured as JSON."""
-    texts = []
-    for item in result.content or []:
-        text = getattr(item, "text", None)
-        if text is not None:
-            texts.append(str(text))
-        else:
-            texts.append(json.dumps(item.model_dump(by_alias=True, mode="json",
-                                                    exclude_none=True)))
-    joined = "\n".join(texts)
-    if result.is_error:
-        return AgentToolResult(tool_name=tool_name, is_error=True,
-                               error_message=joined or f"tool {tool_name!r} reported an error")
-    structured = result.structured_content
-    if structured is not None:
-        value = structured.get("result", structured) if isinstance(structured, dict) \
-            and set(structured) == {"result"} else structured
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return AgentToolResult(tool_name=tool_name, result=text)
-    return AgentToolResult(tool_name=tool_name, result=joined)
 
 
 def _describe(exc: BaseException) -> str:

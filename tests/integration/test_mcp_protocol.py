@@ -1,0 +1,162 @@
+"""MCP protocol behaviour against a real server (stdio subprocess or HTTP on 127.0.0.1): binary
+content, task-only tools, progress, server logging, client identity, lost HTTP sessions, 401."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+import uvicorn
+from structlog.testing import capture_logs
+from subagents import __version__
+from subagents.config.endpoints import McpServerConfig
+from subagents.exceptions import MCPConnectionError
+from subagents.mcp import MCPServerConnection
+from subagents.testing.mcp_http import serve_mcp
+
+from tests.servers.mcp_features_server import server as features_server
+
+REPO = Path(__file__).resolve().parents[2]
+STDIO = {"type": "stdio", "command": "python", "args": ["-m", "tests.servers.mcp_features_server"],
+         "cwd": str(REPO)}
+
+
+@contextlib.asynccontextmanager
+async def connected(transport: str, **extra) -> AsyncIterator[MCPServerConnection]:
+    async with contextlib.AsyncExitStack() as stack:
+        if transport == "stdio":
+            config = McpServerConfig(name="features", **STDIO, **extra)
+        else:
+            url = await stack.enter_async_context(serve_mcp(features_server, transport))
+            config = McpServerConfig(name="features", type=transport, url=url, **extra)
+        conn = MCPServerConnection(config, root=REPO)
+        await conn.start(attempts=1)
+        try:
+            yield conn
+        finally:
+            await conn.close()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_binary_content_reaches_the_model_as_short_placeholders(transport):
+    with anyio.fail_after(30):
+        async with connected(transport) as conn:
+            picture = await conn.call_tool("picture", {}, timeout=5)
+            audio = await conn.call_tool("recording", {}, timeout=5)
+            files = await conn.call_tool("report_files", {}, timeout=5)
+    assert picture.result == "Revenue chart\n[image: image/png, 4096 bytes]"
+    assert audio.result == "[audio: audio/wav, 2000 bytes]"
+    assert files.result.splitlines() == [
+        "[resource: file:///reports/q3.pdf, application/pdf, 1000 bytes]",
+        "[resource link: file:///reports/q3-full.pdf, q3-full.pdf, application/pdf, 123456 bytes]",
+    ]
+
+
+async def test_task_only_tools_are_left_out_with_a_log_line():
+    with anyio.fail_after(30), capture_logs() as logs:
+        async with connected("stdio") as conn:
+            names = {t.name for t in await conn.tools()}
+    assert "picture" in names
+    assert "long_report" not in names
+    skipped = [e for e in logs if e["event"] == "mcp.tools.task_only_skipped"]
+    assert [(e["server"], e["tool"]) for e in skipped] == [("features", "long_report")]
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_our_client_name_and_version_reach_the_server(transport):
+    with anyio.fail_after(30):
+        async with connected(transport) as conn:
+            who = await conn.call_tool("client_name", {}, timeout=5)
+    assert who.result == f"subagents {__version__}"
+
+
+async def test_progress_notifications_extend_a_running_calls_timeout():
+    # Five steps of 0.4 s take 2 s in all, twice the 1 s timeout; each step reports progress.
+    with anyio.fail_after(30):
+        async with connected("http") as conn:
+            result = await conn.call_tool("crawl_with_progress", {"steps": 5, "step_ms": 400},
+                                          timeout=1)
+    assert (result.result, result.is_error) == ("crawled 5 pages", False)
+
+
+@pytest.fixture
+def mcp_log_level_info():
+    logger = logging.getLogger("subagents.mcp")
+    previous = logger.level
+    logger.setLevel(logging.INFO)
+    yield
+    logger.setLevel(previous)
+
+
+@pytest.mark.usefixtures("mcp_log_level_info")
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_server_log_messages_reach_our_log_at_our_level(transport):
+    with anyio.fail_after(30), capture_logs() as logs:
+        async with connected(transport) as conn:
+            await conn.call_tool("chatty", {}, timeout=5)
+            # the notifications travel ahead of the result on stdio, but not always on HTTP
+            for _ in range(200):
+                if len([e for e in logs if e["event"] == "mcp.server.log"]) >= 2:
+                    break
+                await asyncio.sleep(0.01)
+    server_logs = [e for e in logs if e["event"] == "mcp.server.log"]
+    assert [(e["server"], e["logger"], e["mcp_level"]) for e in server_logs] == [
+        ("features", "crawler", "info"), ("features", "crawler", "warning")]
+    assert server_logs[0]["data"] == "fetched 3 pages"
+    assert server_logs[1]["log_level"] == "warning"
+
+
+@contextlib.asynccontextmanager
+async def serve_on(port: int) -> AsyncIterator[int]:
+    """A fresh app (new session manager, no sessions) for the features server on ``port``."""
+    config = uvicorn.Config(features_server.streamable_http_app(), host="127.0.0.1", port=port,
+                            log_level="error", lifespan="on")
+    uv = uvicorn.Server(config)
+    task = asyncio.create_task(uv.serve())
+    try:
+        while not uv.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.01)
+        yield uv.servers[0].sockets[0].getsockname()[1]
+    finally:
+        uv.should_exit = True
+        await task
+
+
+async def test_a_lost_http_session_is_re_established_and_the_call_resent():
+    with anyio.fail_after(60), capture_logs() as logs:
+        async with serve_on(0) as port:
+            config = McpServerConfig(name="features", type="http",
+                                     url=f"http://127.0.0.1:{port}/mcp")
+            conn = MCPServerConnection(config, root=REPO)
+            await conn.start(attempts=1)
+            first = await conn.call_tool("client_name", {}, timeout=5)
+        try:
+            async with serve_on(port):  # restarted: it knows no session
+                # not read-only: resent only because the server never saw it
+                again = await conn.call_tool("client_name", {}, timeout=5)
+                later = await conn.call_tool("client_name", {}, timeout=5)
+        finally:
+            await conn.close()
+    assert first.result == again.result == later.result == f"subagents {__version__}"
+    assert conn.connects == 2
+    assert any(e["event"] in ("mcp.session.expired", "mcp.reconnecting") for e in logs)
+
+
+async def test_a_401_at_connect_says_unauthorized(monkeypatch):
+    monkeypatch.setenv("FEATURES_TOKEN", "wrong")
+    with anyio.fail_after(30):
+        async with serve_mcp(features_server, "http",
+                             require_header=("authorization", "Bearer right")) as url:
+            config = McpServerConfig(name="features", type="http", url=url,
+                                     token="${FEATURES_TOKEN}")
+            conn = MCPServerConnection(config, root=REPO)
+            with pytest.raises(MCPConnectionError) as caught:
+                await conn.start(attempts=1)
+    assert caught.value.code == "mcp.unauthorized"
