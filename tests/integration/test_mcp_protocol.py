@@ -20,6 +20,7 @@ from subagents.mcp import MCPServerConnection
 from subagents.testing.mcp_http import serve_mcp
 
 from tests.servers.mcp_features_server import server as features_server
+from tests.servers.oauth_standin import AuthServer, protected_mcp
 
 REPO = Path(__file__).resolve().parents[2]
 STDIO = {"type": "stdio", "command": "python", "args": ["-m", "tests.servers.mcp_features_server"],
@@ -160,3 +161,65 @@ async def test_a_401_at_connect_says_unauthorized(monkeypatch):
             with pytest.raises(MCPConnectionError) as caught:
                 await conn.start(attempts=1)
     assert caught.value.code == "mcp.unauthorized"
+
+
+@pytest.mark.parametrize("auth_method", ["client_secret_basic", "client_secret_post"])
+async def test_oauth_client_credentials_discover_the_token_endpoint_and_send_resource(
+        auth_method, monkeypatch):
+    monkeypatch.setenv("FEATURES_SECRET", "s3cret:/&")
+    auth = AuthServer(client_id="agent one", client_secret="s3cret:/&")
+    with anyio.fail_after(30):
+        async with protected_mcp(features_server, auth) as url:
+            oauth = {"client_id": "agent one", "client_secret": "${FEATURES_SECRET}",
+                     "auth_method": auth_method, "issuer": auth.base, "scope": "tools"}
+            async with connected_to(url, oauth=oauth) as conn:
+                who = await conn.call_tool("client_name", {}, timeout=5)
+    assert who.result == f"subagents {__version__}"
+    assert len(auth.grants) == 1
+    grant = auth.grants[0]
+    assert grant["auth_method"] == ("basic" if auth_method == "client_secret_basic" else "post")
+    assert ("client_secret" in grant) == (auth_method == "client_secret_post")
+    assert grant["grant_type"] == "client_credentials"
+    assert grant["resource"] == url
+    assert grant["scope"] == "tools"
+
+
+async def test_oauth_fetches_a_new_token_after_a_401(monkeypatch):
+    monkeypatch.setenv("FEATURES_SECRET", "s3cret")
+    auth = AuthServer(client_id="agent", client_secret="s3cret")
+    with anyio.fail_after(30):
+        async with protected_mcp(features_server, auth) as url:
+            oauth = {"client_id": "agent", "client_secret": "${FEATURES_SECRET}",
+                     "issuer": auth.base}
+            async with connected_to(url, oauth=oauth) as conn:
+                first = await conn.call_tool("client_name", {}, timeout=5)
+                auth.revoke_all()  # the token expires or is revoked mid-session
+                second = await conn.call_tool("client_name", {}, timeout=5)
+    assert first.result == second.result == f"subagents {__version__}"
+    assert len(auth.grants) == 2
+    assert conn.connects == 1
+
+
+async def test_oauth_with_a_wrong_secret_fails_to_connect(monkeypatch):
+    monkeypatch.setenv("FEATURES_SECRET", "wrong")
+    auth = AuthServer(client_id="agent", client_secret="s3cret")
+    with anyio.fail_after(30):
+        async with protected_mcp(features_server, auth) as url:
+            config = McpServerConfig(name="features", type="http", url=url, oauth={
+                "client_id": "agent", "client_secret": "${FEATURES_SECRET}",
+                "issuer": auth.base})
+            conn = MCPServerConnection(config, root=REPO)
+            with pytest.raises(MCPConnectionError):
+                await conn.start(attempts=1)
+    assert auth.grants[0]["grant_type"] == "client_credentials"
+
+
+@contextlib.asynccontextmanager
+async def connected_to(url: str, **extra) -> AsyncIterator[MCPServerConnection]:
+    conn = MCPServerConnection(McpServerConfig(name="features", type="http", url=url, **extra),
+                               root=REPO)
+    await conn.start(attempts=1)
+    try:
+        yield conn
+    finally:
+        await conn.close()

@@ -50,12 +50,16 @@ class MetaMap(StrictModel):
 
 
 class OAuthConfig(StrictModel):
-    token_url: str
+    token_url: str | None = None
+    """Without it the token endpoint is discovered from the server's OAuth metadata."""
     client_id: str
     client_secret: str
     scope: str | None = None
     audience: str | None = None
     timeout: float | None = None
+    auth_method: Literal["client_secret_post", "client_secret_basic"] = "client_secret_post"
+    issuer: str | None = None
+    resource: str | None = None
 
     @field_validator("client_secret")
     @classmethod

@@ -33,7 +33,7 @@ from ..exceptions import (
     ToolInvocationError,
     ToolTimeoutError,
 )
-from .auth import HeaderBuilder
+from .auth import HeaderBuilder, oauth_provider
 from .content import convert_result
 
 log = structlog.get_logger("subagents.mcp")
@@ -88,6 +88,7 @@ class MCPServerConnection:
         self.name = config.name
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
+        self._oauth: Any = None
         self._client: Any = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -117,16 +118,19 @@ class MCPServerConnection:
             return StdioServerParameters(command=command, args=list(cfg.args), env=env,
                                          cwd=str(cwd))
         headers = await self._headers.headers()
+        if self._oauth is None:
+            self._oauth = oauth_provider(cfg)  # once: its tokens outlive reconnects
         if cfg.type == "sse":
             from mcp.client.sse import sse_client
 
             return sse_client(str(cfg.url), headers=headers, timeout=cfg.timeout,
-                              sse_read_timeout=300)
+                              sse_read_timeout=300, auth=self._oauth)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
         http = httpx2.AsyncClient(headers=headers, follow_redirects=True,
                                   timeout=httpx2.Timeout(cfg.timeout, read=300),
+                                  auth=self._oauth,
                                   event_hooks={"response": [self._on_http_response]})
         self._http = http
         return streamable_http_client(str(cfg.url), http_client=http)
