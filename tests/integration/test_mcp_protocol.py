@@ -14,9 +14,10 @@ import pytest
 import uvicorn
 from structlog.testing import capture_logs
 from subagents import __version__
-from subagents.config.endpoints import McpServerConfig
+from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.exceptions import MCPConnectionError
 from subagents.mcp import MCPServerConnection
+from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_mcp
 
 from tests.servers.mcp_features_server import server as features_server
@@ -223,3 +224,46 @@ async def connected_to(url: str, **extra) -> AsyncIterator[MCPServerConnection]:
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_roots_are_offered_only_when_configured(transport, tmp_path):
+    (tmp_path / "docs").mkdir()
+    with anyio.fail_after(30):
+        async with connected(transport) as conn:
+            none = await conn.call_tool("show_roots", {}, timeout=5)
+        async with connected(transport, roots=[str(tmp_path / "docs"), "file:///srv/data"]
+                             ) as conn:
+            some = await conn.call_tool("show_roots", {}, timeout=5)
+    assert none.result == "no roots"
+    assert some.result.splitlines() == [(tmp_path / "docs").resolve().as_uri(),
+                                        "file:///srv/data"]
+
+
+async def test_sampling_is_answered_by_the_configured_model_group_with_a_token_cap():
+    async with FakeModelServer({"sampler": ["Shares rose 3% on strong demand."]}) as fake:
+        endpoints = EndpointsConfig(model_groups=[{"id": "cheap", "models": [
+            {"provider": "openai", "model": "small-model",
+             "api_base": fake.base_url("sampler")}]}])
+        with anyio.fail_after(30):
+            async with contextlib.AsyncExitStack() as stack:
+                url = await stack.enter_async_context(serve_mcp(features_server, "http"))
+                config = McpServerConfig(name="features", type="http", url=url,
+                                         sampling={"model_group": "cheap", "max_tokens": 200})
+                conn = MCPServerConnection(config, root=REPO, endpoints=endpoints)
+                await conn.start(attempts=1)
+                stack.push_async_callback(conn.close)
+                answer = await conn.call_tool("summarise", {"text": "A long report."},
+                                              timeout=10)
+        [request] = fake.requests_of("sampler")
+    assert answer.result == "small-model: Shares rose 3% on strong demand."
+    assert request.messages == [{"role": "system", "content": "Summarise in one line."},
+                                {"role": "user", "content": "A long report."}]
+    assert request.body["max_completion_tokens"] == 200  # the server asked for 500
+
+
+async def test_sampling_is_not_offered_unless_configured():
+    with anyio.fail_after(30):
+        async with connected("http") as conn:
+            answer = await conn.call_tool("summarise", {"text": "A long report."}, timeout=5)
+    assert answer.result == "sampling not offered"

@@ -104,7 +104,9 @@ async def show_roots(ctx: Context) -> str:
     caps = ctx.client_capabilities
     if caps is None or caps.roots is None:
         return "no roots"
-    result = await ctx.session.list_roots()
+    with warnings.catch_warnings():  # roots are deprecated from protocol 2026-07-28 on
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        result = await ctx.session.list_roots()
     return "\n".join(str(root.uri) for root in result.roots) or "no roots"
 
 
@@ -114,9 +116,11 @@ async def summarise(text: str, ctx: Context) -> str:
     caps = ctx.client_capabilities
     if caps is None or caps.sampling is None:
         return "sampling not offered"
-    result = await ctx.session.create_message(
-        messages=[SamplingMessage(role="user", content=TextContent(type="text", text=text))],
-        max_tokens=500, system_prompt="Summarise in one line.")
+    with warnings.catch_warnings():  # sampling is deprecated from protocol 2026-07-28 on
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        result = await ctx.session.create_message(
+            messages=[SamplingMessage(role="user", content=TextContent(type="text", text=text))],
+            max_tokens=500, system_prompt="Summarise in one line.")
     content = result.content
     return f"{result.model}: {getattr(content, 'text', content)}"
 

@@ -68,6 +68,14 @@ class OAuthConfig(StrictModel):
         return value
 
 
+class McpSamplingConfig(StrictModel):
+    """Lets the server ask our model for a completion (MCP sampling); off unless configured."""
+
+    model_group: str
+    max_tokens: int = Field(default=1000, gt=0)
+    """Cap on the completion length, whatever the server asks for."""
+
+
 class McpServerConfig(StrictModel):
     """An MCP server reachable over streamable HTTP, SSE or stdio (DECISIONS D1, D2)."""
 
@@ -89,6 +97,9 @@ class McpServerConfig(StrictModel):
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     """Connect / HTTP timeout in seconds."""
+    roots: list[str] = Field(default_factory=list)
+    """Directories (relative to the project) or ``file://`` URIs offered to the server as roots."""
+    sampling: McpSamplingConfig | None = None
 
     @field_validator("type", mode="before")
     @classmethod

@@ -27,13 +27,14 @@ import structlog
 from .. import __version__
 from ..agents.schemas import AgentToolResult
 from ..config._base import resolve_env
-from ..config.endpoints import McpServerConfig
+from ..config.endpoints import EndpointsConfig, McpServerConfig
 from ..exceptions import (
     MCPConnectionError,
     ToolInvocationError,
     ToolTimeoutError,
 )
 from .auth import HeaderBuilder, oauth_provider
+from .callbacks import SamplingHandler, roots_callback
 from .content import convert_result
 
 log = structlog.get_logger("subagents.mcp")
@@ -83,11 +84,12 @@ class MCPServerConnection:
     """See the module docstring: :meth:`start`, :meth:`call_tool`, :meth:`tools`, :meth:`close`."""
 
     def __init__(self, config: McpServerConfig, *, root: Path | None = None,
-                 call_grace: float = 2.0) -> None:
+                 call_grace: float = 2.0, endpoints: EndpointsConfig | None = None) -> None:
         self.config = config
         self.name = config.name
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
+        self._sampling = SamplingHandler(config, endpoints) if config.sampling else None
         self._oauth: Any = None
         self._client: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -192,6 +194,8 @@ class MCPServerConnection:
             transport = await self._transport()
             async with Client(transport, mode="legacy", message_handler=self._on_message,
                               logging_callback=self._on_log, cache=None,
+                              list_roots_callback=roots_callback(self.config, self.root),
+                              sampling_callback=self._sampling,
                               client_info=Implementation(name="subagents", version=__version__)
                               ) as client:
                 self._client = client
@@ -230,6 +234,8 @@ class MCPServerConnection:
 
     async def close(self) -> None:
         await self._shutdown_task()
+        if self._sampling is not None:
+            await self._sampling.close()
 
     @property
     def connected(self) -> bool:
