@@ -267,3 +267,67 @@ async def test_sampling_is_not_offered_unless_configured():
         async with connected("http") as conn:
             answer = await conn.call_tool("summarise", {"text": "A long report."}, timeout=5)
     assert answer.result == "sampling not offered"
+
+
+async def run_agent_on_features(script: list, *, server: dict | None = None,
+                                ref: dict | None = None):
+    """One agent turn against the features server over HTTP; return (output, fake)."""
+    from subagents.agents.open_agent import MCPOpenAgent
+    from subagents.channels.base import CollectingOutputChannel
+    from subagents.config.sub_agent import SubAgentConfig
+    from subagents.llm import LLMClient, ModelSettings
+    from subagents.mcp import MCPPool
+
+    from tests.agent_harness import agent_input
+
+    async with FakeModelServer({"reader": script}) as fake, \
+            serve_mcp(features_server, "http") as url:
+        endpoints = EndpointsConfig(mcp_servers=[McpServerConfig(
+            name="features", type="http", url=url, **(server or {}))])
+        pool = MCPPool(endpoints)
+        config = SubAgentConfig.model_validate({
+            "agent": {"name": "reader", "description": "Read the reports."},
+            "configuration": {"include_date_time": False},
+            "connections": {"mcp_servers": [{"name": "features", **(ref or {})}]}})
+        llm = LLMClient(ModelSettings(model="fake", api_base=fake.base_url("reader"),
+                                      max_retries=0, timeout=10), name="reader")
+        agent = MCPOpenAgent.from_config(config, endpoints=endpoints, pool=pool, llm=llm)
+        try:
+            with anyio.fail_after(60):
+                await agent.connect()
+                output = await agent.run(agent_input("Q3?", name="reader"),
+                                         CollectingOutputChannel())
+        finally:
+            await agent.disconnect()
+            await pool.close()
+    return output, fake
+
+
+async def test_the_agent_reads_a_resource_link_through_read_resource():
+    script = [
+        {"tool_calls": [{"report_files": {}}]},
+        {"tool_calls": [{"read_resource": {"uri": "file:///reports/q3-summary.txt"}},
+                        {"read_resource": {"uri": "report://Q2/summary"}},
+                        {"read_resource": {"uri": "file:///reports/q3-full.pdf"}}]},
+        {"text": "Revenue is up 12%.", "tool_calls": [{"task_completed": {}}]},
+    ]
+    _, fake = await run_agent_on_features(script, server={"resources": True})
+    fake.assert_done()
+    first, _, last = fake.requests_of("reader")
+    offered = next(t for t in first.body["tools"] if t["function"]["name"] == "read_resource")
+    assert "file:///reports/q3-summary.txt" in offered["function"]["description"]
+    assert "report://{quarter}/summary" in offered["function"]["description"]
+    tool_texts = [m["content"] for m in last.messages if m.get("role") == "tool"][-3:]
+    assert tool_texts == ["Q3: revenue up 12%, costs flat.", "Q2: nothing unusual.",
+                          "[resource: file:///reports/q3-full.pdf, application/pdf, 1000 bytes]"]
+
+
+@pytest.mark.parametrize(("server", "ref"), [
+    ({}, {}),  # not enabled for the server
+    ({"resources": True}, {"exclude_tools": ["read_resource"]}),
+    ({"resources": True}, {"include_tools": ["report_files"]}),
+])
+async def test_read_resource_is_offered_only_when_enabled_and_allowed(server, ref):
+    script = [{"text": "Done.", "tool_calls": [{"task_completed": {}}]}]
+    _, fake = await run_agent_on_features(script, server=server, ref=ref)
+    assert "read_resource" not in fake.requests_of("reader")[0].tool_names

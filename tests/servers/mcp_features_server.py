@@ -125,5 +125,23 @@ async def summarise(text: str, ctx: Context) -> str:
     return f"{result.model}: {getattr(content, 'text', content)}"
 
 
+@server.resource("file:///reports/q3-full.pdf", mime_type="application/pdf")
+def q3_full() -> bytes:
+    """The full Q3 report (binary)."""
+    return BLOB_BYTES
+
+
+@server.resource("file:///reports/q3-summary.txt", mime_type="text/plain")
+def q3_summary() -> str:
+    """The Q3 summary."""
+    return "Q3: revenue up 12%, costs flat."
+
+
+@server.resource("report://{quarter}/summary", mime_type="text/plain")
+def quarter_summary(quarter: str) -> str:
+    """The summary of any quarter."""
+    return f"{quarter}: nothing unusual."
+
+
 if __name__ == "__main__":
     server.run()

@@ -100,6 +100,8 @@ class McpServerConfig(StrictModel):
     roots: list[str] = Field(default_factory=list)
     """Directories (relative to the project) or ``file://`` URIs offered to the server as roots."""
     sampling: McpSamplingConfig | None = None
+    resources: bool = False
+    """Offer agents a ``read_resource`` tool for this server's resources."""
 
     @field_validator("type", mode="before")
     @classmethod

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import anyio
 import structlog
 
 from .. import __version__
@@ -35,7 +36,7 @@ from ..exceptions import (
 )
 from .auth import HeaderBuilder, oauth_provider
 from .callbacks import SamplingHandler, roots_callback
-from .content import convert_result
+from .content import contents_text, convert_result
 
 log = structlog.get_logger("subagents.mcp")
 
@@ -414,6 +415,51 @@ class MCPServerConnection:
                   duration_ms=round((time.perf_counter() - started) * 1000, 1),
                   is_error=result.is_error)
         return convert_result(name, result)
+
+    # ------------------------------------------------------------------ resources
+    async def resources(self, limit: int = 50) -> tuple[list[str], list[str]]:
+        """Resource URIs and URI templates the server lists (first ``limit`` of each).
+
+        Both lists are empty when the server offers no resources.
+        """
+        client = await self._ensure()
+        caps = client.server_capabilities
+        if caps is None or caps.resources is None:
+            return [], []
+        uris: list[str] = []
+        templates: list[str] = []
+        try:
+            listed = await client.list_resources()
+            uris = [str(r.uri) for r in listed.resources[:limit]]
+            listed_templates = await client.list_resource_templates()
+            templates = [str(t.uri_template) for t in listed_templates.resource_templates[:limit]]
+        except Exception as exc:  # noqa: BLE001 - listing is a hint; reading may still work
+            log.info("mcp.resources.list_failed", server=self.name, error=str(exc))
+        return uris, templates
+
+    async def offers_resources(self) -> bool:
+        """Whether the server declared the resources capability."""
+        client = await self._ensure()
+        caps = client.server_capabilities
+        return caps is not None and caps.resources is not None
+
+    async def read_resource(self, uri: str, *, timeout: float) -> AgentToolResult:
+        """``resources/read`` as a tool result: text as text, blobs as placeholders."""
+        from mcp import MCPError
+
+        try:
+            client = await self._ensure()
+            with anyio.fail_after(timeout):
+                result = await client.read_resource(uri, cache_mode="refresh")
+        except TimeoutError as exc:
+            raise ToolTimeoutError(f"reading {uri!r} from MCP server {self.name!r} took longer "
+                                   f"than {timeout:g}s") from exc
+        except MCPError as exc:
+            raise ToolInvocationError(f"MCP server {self.name!r} could not read {uri!r}: "
+                                      f"{exc.message}", code="mcp.resource_failed") from exc
+        except MCPConnectionError as exc:
+            raise ToolInvocationError(str(exc), code="tool.connection_lost") from exc
+        return AgentToolResult(tool_name="read_resource", result=contents_text(result.contents))
 
     def _timeout_text(self, name: str, timeout: float) -> str:
         return (f"tool {name!r} on MCP server {self.name!r} did not answer within {timeout:g}s "
