@@ -331,3 +331,29 @@ async def test_read_resource_is_offered_only_when_enabled_and_allowed(server, re
     script = [{"text": "Done.", "tool_calls": [{"task_completed": {}}]}]
     _, fake = await run_agent_on_features(script, server=server, ref=ref)
     assert "read_resource" not in fake.requests_of("reader")[0].tool_names
+
+
+async def test_oauth_private_key_jwt_signs_an_assertion_for_the_authorization_server(
+        monkeypatch):
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    monkeypatch.setenv("FEATURES_KEY", key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()).decode())
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    auth = AuthServer(client_id="agent", client_secret="unused", public_key=public)
+    with anyio.fail_after(30):
+        async with protected_mcp(features_server, auth) as url:
+            oauth = {"client_id": "agent", "auth_method": "private_key_jwt",
+                     "private_key": "${FEATURES_KEY}", "signing_algorithm": "ES256",
+                     "issuer": auth.base}
+            async with connected_to(url, oauth=oauth) as conn:
+                who = await conn.call_tool("client_name", {}, timeout=5)
+    assert who.result == f"subagents {__version__}"
+    [grant] = auth.grants
+    assert grant["auth_method"] == "private_key_jwt"
+    assert "client_secret" not in grant
+    assert grant["resource"] == url

@@ -35,6 +35,11 @@ def _config(url: str, scenario: str, context: dict[str, Any]) -> McpServerConfig
         method = "client_secret_post" if scenario.endswith("-post") else "client_secret_basic"
         settings["oauth"] = {"client_id": context["client_id"], "auth_method": method,
                              "client_secret": "${CONFORMANCE_CLIENT_SECRET}"}
+    if "private_key_pem" in context:
+        os.environ["CONFORMANCE_PRIVATE_KEY"] = str(context["private_key_pem"])
+        settings["oauth"] = {"client_id": context["client_id"], "auth_method": "private_key_jwt",
+                             "private_key": "${CONFORMANCE_PRIVATE_KEY}",
+                             "signing_algorithm": context.get("signing_algorithm", "RS256")}
     return McpServerConfig(**settings)
 
 

@@ -32,9 +32,22 @@ class AuthServer:
     grants: list[dict[str, Any]] = field(default_factory=list)
     """Each token request: its form fields plus ``auth_method`` (basic / post)."""
     valid: set[str] = field(default_factory=set)
+    public_key: str | None = None
+    """PEM public key: accept ``private_key_jwt`` assertions signed with its private key."""
 
     def revoke_all(self) -> None:
         self.valid.clear()
+
+    def _verify(self, form: dict[str, str]) -> str:
+        """The client id a valid assertion names ('' when it is not valid)."""
+        import jwt
+
+        try:
+            claims = jwt.decode(form["client_assertion"], self.public_key or "",
+                                algorithms=["ES256", "RS256"], audience=self.base)
+        except jwt.PyJWTError:
+            return ""
+        return str(claims["sub"]) if claims.get("iss") == claims.get("sub") else ""
 
     def app(self) -> Starlette:
         async def metadata(request: Request) -> JSONResponse:
@@ -48,7 +61,10 @@ class AuthServer:
         async def token(request: Request) -> JSONResponse:
             form = {k: str(v) for k, v in (await request.form()).items()}
             header = request.headers.get("authorization", "")
-            if header.startswith("Basic "):
+            if "client_assertion" in form:
+                method, client_id = "private_key_jwt", self._verify(form)
+                secret = self.client_secret
+            elif header.startswith("Basic "):
                 user, _, password = base64.b64decode(header[6:]).decode().partition(":")
                 method, client_id, secret = "basic", unquote(user), unquote(password)
             else:

@@ -53,19 +53,31 @@ class OAuthConfig(StrictModel):
     token_url: str | None = None
     """Without it the token endpoint is discovered from the server's OAuth metadata."""
     client_id: str
-    client_secret: str
+    client_secret: str | None = None
     scope: str | None = None
     audience: str | None = None
     timeout: float | None = None
-    auth_method: Literal["client_secret_post", "client_secret_basic"] = "client_secret_post"
+    auth_method: Literal["client_secret_post", "client_secret_basic",
+                         "private_key_jwt"] = "client_secret_post"
     issuer: str | None = None
     resource: str | None = None
+    private_key: str | None = None
+    """PEM private key for ``private_key_jwt``, as a ``${ENV_VAR}`` reference."""
+    signing_algorithm: str = "RS256"
 
-    @field_validator("client_secret")
+    @field_validator("client_secret", "private_key")
     @classmethod
-    def _secret(cls, value: str) -> str:
-        check_secret(value, "oauth.client_secret")
-        return value
+    def _secret(cls, value: str | None) -> str | None:
+        return check_secret(value, "this key")
+
+    @model_validator(mode="after")
+    def _credentials(self) -> OAuthConfig:
+        if self.auth_method == "private_key_jwt":
+            if not self.private_key:
+                raise ValueError("auth_method private_key_jwt needs 'private_key'")
+        elif not self.client_secret:
+            raise ValueError(f"auth_method {self.auth_method} needs 'client_secret'")
+        return self
 
 
 class McpSamplingConfig(StrictModel):

@@ -81,8 +81,16 @@ def oauth_provider(config: McpServerConfig) -> Any:
     from mcp.shared.exceptions import MCPDeprecationWarning
 
     settings: OAuthConfig = oauth
-    secret = resolve_env(oauth.client_secret,
-                         what=f"oauth.client_secret of MCP server {config.name!r}")
+    where = f"of MCP server {config.name!r}"
+    secret = resolve_env(oauth.client_secret, what=f"oauth.client_secret {where}") \
+        if oauth.client_secret else ""
+    assertion = None
+    if oauth.auth_method == "private_key_jwt":
+        key = resolve_env(str(oauth.private_key), what=f"oauth.private_key {where}")
+        assertion = cc.SignedJWTParameters(
+            issuer=oauth.client_id, subject=oauth.client_id, signing_key=key,
+            signing_algorithm=oauth.signing_algorithm).create_assertion_provider()
+    method: Any = oauth.auth_method
 
     class _ClientCredentials(cc.ClientCredentialsOAuthProvider):
         async def _exchange_token_client_credentials(self) -> httpx2.Request:
@@ -90,6 +98,14 @@ def oauth_provider(config: McpServerConfig) -> Any:
             data, headers = self.context.prepare_token_auth(
                 {"grant_type": "client_credentials"},
                 {"Content-Type": "application/x-www-form-urlencoded"})
+            if assertion is not None:
+                # RFC 7523: the assertion's audience is the authorization server's issuer
+                metadata = self.context.oauth_metadata
+                audience = str(metadata.issuer) if metadata else self._get_token_endpoint()
+                data["client_id"] = settings.client_id
+                data["client_assertion"] = await assertion(audience)
+                data["client_assertion_type"] = (
+                    "urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
             data["resource"] = settings.resource or self.context.get_resource_url()
             scope = settings.scope or self.context.client_metadata.scope
             if scope:
@@ -113,5 +129,5 @@ def oauth_provider(config: McpServerConfig) -> Any:
         return _ClientCredentials(
             server_url=str(config.url), storage=_MemoryTokenStorage(),
             client_id=oauth.client_id, client_secret=secret,
-            token_endpoint_auth_method=oauth.auth_method, scope=oauth.scope,
+            token_endpoint_auth_method=method, scope=oauth.scope,
             issuer=oauth.issuer)
