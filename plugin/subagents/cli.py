@@ -46,6 +46,11 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("--junit", type=Path, help="write JUnit XML to this file")
     test.add_argument("-k", dest="pattern", help="only test cases whose name contains this")
     test.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
+    mcp = sub.add_parser("mcp", help="MCP server tools").add_subparsers(dest="mcp_command",
+                                                                        required=True)
+    mcp_login = mcp.add_parser("login", help="sign in to an MCP server that needs a user login")
+    mcp_login.add_argument("server", help="the server's name in endpoints.yml")
+    _project_arg(mcp_login)
     return parser
 
 
@@ -176,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "test":
         return cmd_test(args)
+    if args.command == "mcp":
+        from .mcp.login import cmd_login
+
+        return cmd_login(args.project, args.server)
     raise AssertionError(f"unhandled command {args.command}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -216,9 +217,10 @@ async def test_oauth_with_a_wrong_secret_fails_to_connect(monkeypatch):
 
 
 @contextlib.asynccontextmanager
-async def connected_to(url: str, **extra) -> AsyncIterator[MCPServerConnection]:
+async def connected_to(url: str, root: Path = REPO, **extra
+                       ) -> AsyncIterator[MCPServerConnection]:
     conn = MCPServerConnection(McpServerConfig(name="features", type="http", url=url, **extra),
-                               root=REPO)
+                               root=root)
     await conn.start(attempts=1)
     try:
         yield conn
@@ -357,3 +359,53 @@ async def test_oauth_private_key_jwt_signs_an_assertion_for_the_authorization_se
     assert grant["auth_method"] == "private_key_jwt"
     assert "client_secret" not in grant
     assert grant["resource"] == url
+
+
+async def browser(url: str) -> None:
+    """The person signing in: the stand-in approves at once and redirects to our callback."""
+    import httpx2
+
+    async with httpx2.AsyncClient(follow_redirects=True, timeout=10) as client:
+        await client.get(url)
+
+
+async def test_a_login_registers_signs_in_and_the_server_process_reuses_and_refreshes_it(
+        tmp_path):
+    from subagents.mcp.login import login, token_file
+
+    auth = AuthServer(client_id="unused", client_secret="unused")
+    with anyio.fail_after(60):
+        async with protected_mcp(features_server, auth) as url:
+            config = McpServerConfig(name="features", type="http", url=url, oauth={
+                "grant": "authorization_code", "scope": "tools", "issuer": auth.base})
+            names = await login(config, tmp_path, open_url=browser)
+            stored = token_file(tmp_path, "features")
+            assert stored.stat().st_mode & 0o077 == 0  # the owner only
+            # the server process: no browser, the stored login
+            async with connected_to(url, oauth=config.oauth.model_dump(), root=tmp_path) as conn:
+                first = await conn.call_tool("client_name", {}, timeout=5)
+            # later, after the access token expired
+            data = json.loads(stored.read_text())
+            data["expires_at"] = 1.0  # long past
+            stored.write_text(json.dumps(data))
+            async with connected_to(url, oauth=config.oauth.model_dump(), root=tmp_path) as conn:
+                second = await conn.call_tool("client_name", {}, timeout=5)
+    assert "client_name" in names
+    assert first.result == second.result == f"subagents {__version__}"
+    assert list(auth.registered) == ["dyn-1"]
+    assert [g["grant_type"] for g in auth.grants] == ["authorization_code", "refresh_token"]
+    assert auth.grants[0]["resource"] == url
+
+
+async def test_without_a_login_the_server_process_says_which_command_to_run(tmp_path):
+    auth = AuthServer(client_id="unused", client_secret="unused")
+    with anyio.fail_after(30):
+        async with protected_mcp(features_server, auth) as url:
+            config = McpServerConfig(name="features", type="http", url=url, oauth={
+                "grant": "authorization_code", "issuer": auth.base})
+            conn = MCPServerConnection(config, root=tmp_path)
+            with pytest.raises(MCPConnectionError) as caught:
+                await conn.start(attempts=3)
+    assert caught.value.code == "mcp.login_required"
+    assert auth.registered == {}  # no client registered behind the user's back
+    assert auth.grants == []

@@ -11,13 +11,18 @@ failed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
+import httpx2
 from subagents.config.endpoints import McpServerConfig
 from subagents.mcp import MCPServerConnection
+from subagents.mcp.login import interactive_connection
 
 _SAMPLE = {"number": 1, "integer": 1, "string": "x", "boolean": True}
 
@@ -28,9 +33,20 @@ def _arguments(schema: dict[str, Any]) -> dict[str, Any]:
             if name in (schema.get("required") or [])}
 
 
+async def _browser(url: str) -> None:
+    """Stands in for the person: the conformance authorization server approves at once and
+    redirects to our local callback."""
+    async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:
+        await client.get(url)
+
+
 def _config(url: str, scenario: str, context: dict[str, Any]) -> McpServerConfig:
     settings: dict[str, Any] = {"name": "conformance", "type": "http", "url": url, "timeout": 30}
-    if "client_secret" in context:
+    if scenario.startswith("auth/") and not context:
+        # the suite's authorization server knows this metadata document (basic-cimd)
+        settings["oauth"] = {"grant": "authorization_code", "client_metadata_url":
+                             "https://conformance-test.local/client-metadata.json"}
+    elif "client_secret" in context:
         os.environ["CONFORMANCE_CLIENT_SECRET"] = str(context["client_secret"])
         method = "client_secret_post" if scenario.endswith("-post") else "client_secret_basic"
         settings["oauth"] = {"client_id": context["client_id"], "auth_method": method,
@@ -46,17 +62,24 @@ def _config(url: str, scenario: str, context: dict[str, Any]) -> McpServerConfig
 async def main(url: str) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-    conn = MCPServerConnection(_config(url, scenario, context))
+    config = _config(url, scenario, context)
+    root = Path(tempfile.mkdtemp(prefix="conformance-"))
     try:
-        await conn.start(attempts=1)
-        for tool in await conn.tools():
-            result = await conn.call_tool(tool.name, _arguments(tool.input_schema), timeout=10)
-            print(f"{tool.name}: {result.result or result.error_message}")
+        async with contextlib.AsyncExitStack() as stack:
+            if config.oauth is not None and config.oauth.grant == "authorization_code":
+                conn = await stack.enter_async_context(
+                    interactive_connection(config, root, open_url=_browser))
+            else:
+                conn = MCPServerConnection(config, root=root)
+                stack.push_async_callback(conn.close)
+                await conn.start(attempts=1)
+            for tool in await conn.tools():
+                result = await conn.call_tool(tool.name, _arguments(tool.input_schema),
+                                              timeout=10)
+                print(f"{tool.name}: {result.result or result.error_message}")
     except Exception as exc:  # the exit status is the report
         print(f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    finally:
-        await conn.close()
     return 0
 
 

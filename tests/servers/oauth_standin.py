@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from urllib.parse import unquote
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from subagents.testing.mcp_http import serve_app
@@ -34,6 +35,11 @@ class AuthServer:
     valid: set[str] = field(default_factory=set)
     public_key: str | None = None
     """PEM public key: accept ``private_key_jwt`` assertions signed with its private key."""
+    registered: dict[str, list[str]] = field(default_factory=dict)
+    """Dynamically registered public clients: client id -> redirect URIs."""
+    codes: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    """Authorization code -> (client id, redirect URI, PKCE challenge)."""
+    refresh_tokens: set[str] = field(default_factory=set)
 
     def revoke_all(self) -> None:
         self.valid.clear()
@@ -49,17 +55,58 @@ class AuthServer:
             return ""
         return str(claims["sub"]) if claims.get("iss") == claims.get("sub") else ""
 
+    def _user_token(self, form: dict[str, str]) -> JSONResponse:
+        """authorization_code (with PKCE) and refresh_token grants for public clients."""
+        self.grants.append({**form, "auth_method": "none"})
+        if form["grant_type"] == "authorization_code":
+            client_id, redirect, challenge = self.codes.pop(form.get("code", ""), ("", "", ""))
+            digest = hashlib.sha256(form.get("code_verifier", "").encode()).digest()
+            verified = base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == challenge
+            if not verified or (form.get("client_id"), form.get("redirect_uri")) != \
+                    (client_id, redirect):
+                return JSONResponse({"error": "invalid_grant"}, status_code=400)
+        elif form.get("refresh_token") not in self.refresh_tokens:
+            return JSONResponse({"error": "invalid_grant"}, status_code=400)
+        issued, refresh = f"token-{len(self.grants)}", f"refresh-{len(self.grants)}"
+        self.valid.add(issued)
+        self.refresh_tokens.add(refresh)
+        return JSONResponse({"access_token": issued, "token_type": "Bearer",
+                             "expires_in": 3600, "refresh_token": refresh})
+
     def app(self) -> Starlette:
         async def metadata(request: Request) -> JSONResponse:
             return JSONResponse({
                 "issuer": self.base, "authorization_endpoint": f"{self.base}/authorize",
                 "token_endpoint": f"{self.base}/token",
-                "grant_types_supported": ["client_credentials"],
+                "registration_endpoint": f"{self.base}/register",
+                "code_challenge_methods_supported": ["S256"],
+                "grant_types_supported": ["client_credentials", "authorization_code",
+                                          "refresh_token"],
                 "token_endpoint_auth_methods_supported": ["client_secret_basic",
                                                           "client_secret_post"]})
 
+        async def register(request: Request) -> JSONResponse:
+            body = await request.json()
+            client_id = f"dyn-{len(self.registered) + 1}"
+            self.registered[client_id] = list(body["redirect_uris"])
+            return JSONResponse({**body, "client_id": client_id,
+                                 "token_endpoint_auth_method": "none"}, status_code=201)
+
+        async def authorize(request: Request) -> Response:
+            query = request.query_params
+            redirect = query["redirect_uri"]
+            if redirect not in self.registered.get(query["client_id"], []) or \
+                    query.get("code_challenge_method") != "S256":
+                return JSONResponse({"error": "invalid_request"}, status_code=400)
+            code = f"code-{len(self.codes) + 1}"
+            self.codes[code] = (query["client_id"], redirect, query["code_challenge"])
+            return RedirectResponse(f"{redirect}?code={code}&state={query['state']}",
+                                    status_code=302)
+
         async def token(request: Request) -> JSONResponse:
             form = {k: str(v) for k, v in (await request.form()).items()}
+            if form.get("grant_type") in ("authorization_code", "refresh_token"):
+                return self._user_token(form)
             header = request.headers.get("authorization", "")
             if "client_assertion" in form:
                 method, client_id = "private_key_jwt", self._verify(form)
@@ -80,6 +127,8 @@ class AuthServer:
 
         return Starlette(routes=[
             Route("/.well-known/oauth-authorization-server", metadata),
+            Route("/register", register, methods=["POST"]),
+            Route("/authorize", authorize),
             Route("/token", token, methods=["POST"])])
 
 

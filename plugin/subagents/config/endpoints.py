@@ -52,7 +52,10 @@ class MetaMap(StrictModel):
 class OAuthConfig(StrictModel):
     token_url: str | None = None
     """Without it the token endpoint is discovered from the server's OAuth metadata."""
-    client_id: str
+    grant: Literal["client_credentials", "authorization_code"] = "client_credentials"
+    """``authorization_code``: a person logs in once with ``subagents mcp login <server>``."""
+    client_id: str | None = None
+    """Required for client credentials; for a login, omit it to register dynamically."""
     client_secret: str | None = None
     scope: str | None = None
     audience: str | None = None
@@ -64,6 +67,11 @@ class OAuthConfig(StrictModel):
     private_key: str | None = None
     """PEM private key for ``private_key_jwt``, as a ``${ENV_VAR}`` reference."""
     signing_algorithm: str = "RS256"
+    client_metadata_url: str | None = None
+    """HTTPS address of this client's metadata document, used as its client id by servers that
+    support client ID metadata documents (instead of registering)."""
+    redirect_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the login's local callback (``http://127.0.0.1:<port>/callback``); 0 = any."""
 
     @field_validator("client_secret", "private_key")
     @classmethod
@@ -72,6 +80,12 @@ class OAuthConfig(StrictModel):
 
     @model_validator(mode="after")
     def _credentials(self) -> OAuthConfig:
+        if self.grant == "authorization_code":
+            if self.auth_method == "private_key_jwt":
+                raise ValueError("a login (authorization_code) cannot use private_key_jwt")
+            return self
+        if not self.client_id:
+            raise ValueError("client credentials need 'client_id'")
         if self.auth_method == "private_key_jwt":
             if not self.private_key:
                 raise ValueError("auth_method private_key_jwt needs 'private_key'")

@@ -13,10 +13,14 @@ from __future__ import annotations
 import importlib
 import inspect
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..config._base import resolve_env
 from ..config.endpoints import McpServerConfig, OAuthConfig
+
+if TYPE_CHECKING:
+    from .login import LoginHandlers
 
 
 class HeaderBuilder:
@@ -71,16 +75,31 @@ class _MemoryTokenStorage:
         self._client_info = client_info
 
 
-def oauth_provider(config: McpServerConfig) -> Any:
-    """An ``httpx2.Auth`` running OAuth client credentials for ``config`` (None without oauth)."""
+def oauth_provider(config: McpServerConfig, root: Path | None = None,
+                   login: LoginHandlers | None = None) -> Any:
+    """An ``httpx2.Auth`` running the configured OAuth grant for ``config`` (None without oauth).
+
+    For the ``authorization_code`` grant, ``login`` supplies the browser and callback handlers
+    (``subagents mcp login``); without them a missing or unusable login fails the connection
+    with the command to run.
+    """
     oauth = config.oauth
     if oauth is None or not config.url:
         return None
+    if oauth.grant == "authorization_code":
+        from .login import authorization_code_provider
+
+        return authorization_code_provider(config, root or Path.cwd(), login)
+    return _client_credentials_provider(config, oauth)
+
+
+def _client_credentials_provider(config: McpServerConfig, oauth: OAuthConfig) -> Any:
     import httpx2
     from mcp.client.auth.extensions import client_credentials as cc
     from mcp.shared.exceptions import MCPDeprecationWarning
 
-    settings: OAuthConfig = oauth
+    settings = oauth
+    client_id = str(oauth.client_id)
     where = f"of MCP server {config.name!r}"
     secret = resolve_env(oauth.client_secret, what=f"oauth.client_secret {where}") \
         if oauth.client_secret else ""
@@ -88,7 +107,7 @@ def oauth_provider(config: McpServerConfig) -> Any:
     if oauth.auth_method == "private_key_jwt":
         key = resolve_env(str(oauth.private_key), what=f"oauth.private_key {where}")
         assertion = cc.SignedJWTParameters(
-            issuer=oauth.client_id, subject=oauth.client_id, signing_key=key,
+            issuer=client_id, subject=client_id, signing_key=key,
             signing_algorithm=oauth.signing_algorithm).create_assertion_provider()
     method: Any = oauth.auth_method
 
@@ -102,7 +121,7 @@ def oauth_provider(config: McpServerConfig) -> Any:
                 # RFC 7523: the assertion's audience is the authorization server's issuer
                 metadata = self.context.oauth_metadata
                 audience = str(metadata.issuer) if metadata else self._get_token_endpoint()
-                data["client_id"] = settings.client_id
+                data["client_id"] = client_id
                 data["client_assertion"] = await assertion(audience)
                 data["client_assertion_type"] = (
                     "urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
@@ -128,6 +147,6 @@ def oauth_provider(config: McpServerConfig) -> Any:
         warnings.simplefilter("ignore", MCPDeprecationWarning)
         return _ClientCredentials(
             server_url=str(config.url), storage=_MemoryTokenStorage(),
-            client_id=oauth.client_id, client_secret=secret,
+            client_id=client_id, client_secret=secret,
             token_endpoint_auth_method=method, scope=oauth.scope,
             issuer=oauth.issuer)

@@ -37,6 +37,7 @@ from ..exceptions import (
 from .auth import HeaderBuilder, oauth_provider
 from .callbacks import SamplingHandler, roots_callback
 from .content import contents_text, convert_result
+from .login import LoginHandlers, LoginRequiredError
 
 log = structlog.get_logger("subagents.mcp")
 
@@ -85,13 +86,15 @@ class MCPServerConnection:
     """See the module docstring: :meth:`start`, :meth:`call_tool`, :meth:`tools`, :meth:`close`."""
 
     def __init__(self, config: McpServerConfig, *, root: Path | None = None,
-                 call_grace: float = 2.0, endpoints: EndpointsConfig | None = None) -> None:
+                 call_grace: float = 2.0, endpoints: EndpointsConfig | None = None,
+                 login: LoginHandlers | None = None) -> None:
         self.config = config
         self.name = config.name
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
         self._sampling = SamplingHandler(config, endpoints) if config.sampling else None
         self._oauth: Any = None
+        self._login = login
         self._client: Any = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -122,7 +125,8 @@ class MCPServerConnection:
                                          cwd=str(cwd))
         headers = await self._headers.headers()
         if self._oauth is None:
-            self._oauth = oauth_provider(cfg)  # once: its tokens outlive reconnects
+            # once: its tokens outlive reconnects
+            self._oauth = oauth_provider(cfg, self.root, self._login)
         if cfg.type == "sse":
             from mcp.client.sse import sse_client
 
@@ -158,7 +162,7 @@ class MCPServerConnection:
                 last = exc
                 log.warning("mcp.connect.failed", server=self.name, attempt=attempt,
                             attempts=attempts, error=str(exc))
-                if exc.code == "mcp.unauthorized":
+                if exc.code in ("mcp.unauthorized", "mcp.login_required"):
                     break  # the same credentials will be refused again
                 if attempt < attempts:
                     await asyncio.sleep(min(base_delay * 2 ** (attempt - 1), 5.0))
@@ -182,7 +186,7 @@ class MCPServerConnection:
             await self._shutdown_task()
             raise MCPConnectionError(f"no answer within {self.config.timeout:g}s") from exc
         except MCPConnectionError as exc:
-            if self._last_status == 401:
+            if self._last_status == 401 and exc.code != "mcp.login_required":
                 raise MCPConnectionError(f"unauthorized (HTTP 401): {exc}",
                                          code="mcp.unauthorized") from exc
             raise
@@ -210,7 +214,8 @@ class MCPServerConnection:
                 await self._stop.wait()
         except BaseException as exc:  # noqa: BLE001 - any failure means the session is dead
             if not ready.done():
-                ready.set_exception(MCPConnectionError(_describe(exc)))
+                login = _find(exc, LoginRequiredError)
+                ready.set_exception(login or MCPConnectionError(_describe(exc)))
             elif not self._stop.is_set():
                 log.warning("mcp.connection.lost", server=self.name, error=_describe(exc))
         finally:
@@ -464,6 +469,15 @@ class MCPServerConnection:
     def _timeout_text(self, name: str, timeout: float) -> str:
         return (f"tool {name!r} on MCP server {self.name!r} did not answer within {timeout:g}s "
                 "(tool_timeout)")
+
+
+def _find(exc: BaseException, kind: type[LoginRequiredError]) -> LoginRequiredError | None:
+    """The first ``kind`` exception in ``exc`` or its (nested) exception groups."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        return next((f for e in exc.exceptions if (f := _find(e, kind)) is not None), None)
+    return None
 
 
 def _describe(exc: BaseException) -> str:
