@@ -409,3 +409,18 @@ async def test_without_a_login_the_server_process_says_which_command_to_run(tmp_
     assert caught.value.code == "mcp.login_required"
     assert auth.registered == {}  # no client registered behind the user's back
     assert auth.grants == []
+
+
+@pytest.mark.parametrize(("level", "expected"), [(logging.INFO, "info"),
+                                                 (logging.WARNING, "warning")])
+async def test_the_server_log_level_follows_ours(level, expected):
+    logger = logging.getLogger("subagents.mcp")
+    previous = logger.level
+    logger.setLevel(level)
+    try:
+        with anyio.fail_after(30):
+            async with connected("stdio") as conn:
+                asked = await conn.call_tool("requested_log_level", {}, timeout=5)
+    finally:
+        logger.setLevel(previous)
+    assert asked.result == expected

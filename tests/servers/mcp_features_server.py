@@ -16,9 +16,11 @@ from mcp.types import (
     AudioContent,
     BlobResourceContents,
     EmbeddedResource,
+    EmptyResult,
     ImageContent,
     ResourceLink,
     SamplingMessage,
+    SetLevelRequestParams,
     TextContent,
     ToolExecution,
 )
@@ -37,6 +39,23 @@ class _FeaturesServer(MCPServer):
 
 
 server = _FeaturesServer("features")
+LOG_LEVELS: list[str] = []
+"""Every level a client asked for with logging/setLevel (declares the logging capability)."""
+
+
+async def _set_level(ctx: object, params: SetLevelRequestParams) -> EmptyResult:
+    LOG_LEVELS.append(str(params.level))
+    return EmptyResult()
+
+
+server._lowlevel_server.add_request_handler("logging/setLevel", SetLevelRequestParams,
+                                            _set_level)
+
+
+@server.tool()
+def requested_log_level() -> str:
+    """The level the client last asked for (or 'none')."""
+    return LOG_LEVELS[-1] if LOG_LEVELS else "none"
 
 
 @server.tool()

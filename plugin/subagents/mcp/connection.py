@@ -18,6 +18,7 @@ import json
 import logging
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -262,9 +263,13 @@ class MCPServerConnection:
         caps = client.server_capabilities
         if caps is None or caps.logging is None:
             return
+        from mcp.shared.exceptions import MCPDeprecationWarning
+
         level = mcp_log_level(logging.getLogger("subagents.mcp").getEffectiveLevel())
         try:
-            await client.set_logging_level(level)
+            with warnings.catch_warnings():  # deprecated from protocol 2026-07-28 on only
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await client.set_logging_level(level)
         except Exception as exc:  # noqa: BLE001 - a server may refuse; logging is optional
             log.debug("mcp.logging.set_level_failed", server=self.name, error=str(exc))
 
