@@ -25,7 +25,7 @@ from subagents.channels.base import CollectingOutputChannel
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.sub_agent import SubAgentConfig
 from subagents.llm import LLMClient, ModelSettings
-from subagents.mcp import MCPPool
+from subagents.mcp import MCPPool, MCPServerConnection
 from subagents.testing import FakeModelServer
 
 from tests.agent_harness import agent_input
@@ -80,11 +80,12 @@ def _free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def everything_over(transport: str) -> AsyncIterator[dict[str, Any]]:
+async def everything_over(transport: str, port: int | None = None
+                          ) -> AsyncIterator[dict[str, Any]]:
     if transport == "stdio":
         yield _node_server("mcp-server-everything", "stdio")
         return
-    port = _free_port()
+    port = port or _free_port()
     mode = "sse" if transport == "sse" else "streamableHttp"
     env = {**os.environ, "PORT": str(port), "PATH": f"{NPM_BIN}:{os.environ.get('PATH', '')}"}
     proc = await anyio.open_process(
@@ -171,3 +172,21 @@ async def test_the_git_server(git_repo):
     script = [{"tool_calls": [{"git_status": {"repo_path": str(tmp_path)}}]}, _done()]
     [status] = await run_agent(_python_server("mcp_server_git"), script)
     assert "a.txt" in status
+
+
+async def test_a_restarted_typescript_http_server_gets_a_new_session():
+    """The TypeScript SDK answers an unknown session with 400, not 404."""
+    port = _free_port()
+    with anyio.fail_after(90):
+        async with everything_over("http", port) as server:
+            conn = MCPServerConnection(McpServerConfig(name="ref", **server))
+            await conn.start(attempts=1)
+            first = await conn.call_tool("get-sum", {"a": 2, "b": 3}, timeout=10)
+        try:
+            async with everything_over("http", port):
+                again = await conn.call_tool("get-sum", {"a": 2, "b": 3}, timeout=10)
+        finally:
+            await conn.close()
+    assert "5" in first.result
+    assert again.result == first.result
+    assert conn.connects == 2

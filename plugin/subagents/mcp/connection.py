@@ -3,11 +3,12 @@
 The ``mcp`` client runs in a task of its own: any failure inside ``async with Client`` (which
 comes out as nested exception groups) only marks the connection dead; the next call reconnects.
 An in-flight call that loses the connection is retried once after reconnecting if the tool is
-read-only; any other becomes an error result saying it may or may not have run. A streamable-HTTP
-session the server no longer knows (HTTP 404 on a request carrying the session id, e.g. after a
-server restart) is re-established and the call resent: the server never saw it, so this is safe for
-every tool. Progress notifications restart a call's timeout (up to ``PROGRESS_MAX_FACTOR`` times
-the timeout in total), and the server's log messages go to our structured log.
+read-only; any other becomes an error result saying it may or may not have run. A
+streamable-HTTP session the server no longer knows (HTTP 404 on a request carrying the session
+id, or a 400 that says so, e.g. after a server restart) is re-established and the call resent:
+the server never saw it, so this is safe for every tool. Progress notifications restart a call's
+timeout (up to ``PROGRESS_MAX_FACTOR`` times the timeout in total), and the server's log messages
+go to our structured log.
 """
 
 from __future__ import annotations
@@ -145,9 +146,15 @@ class MCPServerConnection:
 
     async def _on_http_response(self, response: Any) -> None:
         status = response.status_code
-        if status >= 400:
-            self._last_status = status
-        if status == 404 and "mcp-session-id" in response.request.headers:
+        self._last_status = status
+        if "mcp-session-id" not in response.request.headers or status not in (400, 404):
+            return
+        if status == 404:
+            self._session_lost = True
+            return
+        # servers built on the TypeScript SDK answer an unknown session with 400
+        body = (await response.aread())[:2000].decode("utf-8", "replace").lower()
+        if "session" in body:
             self._session_lost = True
 
     # ------------------------------------------------------------------ lifecycle
