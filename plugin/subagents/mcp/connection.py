@@ -81,14 +81,14 @@ class _ConnectionLostError(Exception):
 
 
 class _SessionExpiredError(Exception):
-    """The server answered 404 to our session id: it never handled the request."""
+    """The server no longer knows our session id: it never handled the request."""
 
 
 class MCPServerConnection:
     """See the module docstring: :meth:`start`, :meth:`call_tool`, :meth:`tools`, :meth:`close`."""
 
     def __init__(self, config: McpServerConfig, *, root: Path | None = None,
-                 call_grace: float = 2.0, endpoints: EndpointsConfig | None = None,
+                 endpoints: EndpointsConfig | None = None,
                  login: LoginHandlers | None = None) -> None:
         self.config = config
         self.name = config.name
@@ -106,7 +106,6 @@ class MCPServerConnection:
         self.tools_changed = asyncio.Event()
         """Set when the server announces a changed tool list (tests and observers wait on it)."""
         self._lock = asyncio.Lock()
-        self._call_grace = call_grace
         self._http: Any = None
         self._session_lost = False
         self._last_status: int | None = None
