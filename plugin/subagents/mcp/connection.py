@@ -109,6 +109,7 @@ class MCPServerConnection:
         self._http: Any = None
         self._session_lost = False
         self._last_status: int | None = None
+        self._resources: tuple[Any, list[str], list[str]] | None = None
         self.connects = 0
         """How many times a session was opened (1 + reconnects)."""
 
@@ -291,6 +292,8 @@ class MCPServerConnection:
 
     # ------------------------------------------------------------------ tools
     async def _on_message(self, message: Any) -> None:
+        if type(message).__name__ == "ResourceListChangedNotification":
+            self._resources = None
         if type(message).__name__ == "ToolListChangedNotification":
             self._tools_stale = True
             self.tools_changed.set()
@@ -436,9 +439,12 @@ class MCPServerConnection:
     async def resources(self, limit: int = 50) -> tuple[list[str], list[str]]:
         """Resource URIs and URI templates the server lists (first ``limit`` of each).
 
-        Both lists are empty when the server offers no resources.
+        Both lists are empty when the server offers no resources. The listing is kept until the
+        server announces a changed resource list or the connection is re-opened.
         """
         client = await self._ensure()
+        if self._resources is not None and self._resources[0] is client:
+            return self._resources[1], self._resources[2]
         caps = client.server_capabilities
         if caps is None or caps.resources is None:
             return [], []
@@ -451,6 +457,8 @@ class MCPServerConnection:
             templates = [str(t.uri_template) for t in listed_templates.resource_templates[:limit]]
         except Exception as exc:  # noqa: BLE001 - listing is a hint; reading may still work
             log.info("mcp.resources.list_failed", server=self.name, error=str(exc))
+            return uris, templates
+        self._resources = (client, uris, templates)  # until a list_changed or a reconnect
         return uris, templates
 
     async def offers_resources(self) -> bool:
