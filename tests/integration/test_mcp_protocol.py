@@ -152,12 +152,13 @@ async def test_a_lost_http_session_is_re_established_and_the_call_resent():
     assert any(e["event"] in ("mcp.session.expired", "mcp.reconnecting") for e in logs)
 
 
-async def test_a_401_at_connect_says_unauthorized(monkeypatch):
+@pytest.mark.parametrize("transport", ["http", "sse"])
+async def test_a_401_at_connect_says_unauthorized(transport, monkeypatch):
     monkeypatch.setenv("FEATURES_TOKEN", "wrong")
     with anyio.fail_after(30):
-        async with serve_mcp(features_server, "http",
+        async with serve_mcp(features_server, transport,
                              require_header=("authorization", "Bearer right")) as url:
-            config = McpServerConfig(name="features", type="http", url=url,
+            config = McpServerConfig(name="features", type=transport, url=url,
                                      token="${FEATURES_TOKEN}")
             conn = MCPServerConnection(config, root=REPO)
             with pytest.raises(MCPConnectionError) as caught:

@@ -22,7 +22,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import structlog
@@ -222,8 +222,7 @@ class MCPServerConnection:
                 await self._stop.wait()
         except BaseException as exc:  # noqa: BLE001 - any failure means the session is dead
             if not ready.done():
-                login = _find(exc, LoginRequiredError)
-                ready.set_exception(login or MCPConnectionError(_describe(exc)))
+                ready.set_exception(_connect_error(exc))
             elif not self._stop.is_set():
                 log.warning("mcp.connection.lost", server=self.name, error=_describe(exc))
         finally:
@@ -490,7 +489,24 @@ class MCPServerConnection:
                 "(tool_timeout)")
 
 
-def _find(exc: BaseException, kind: type[LoginRequiredError]) -> LoginRequiredError | None:
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _connect_error(exc: BaseException) -> MCPConnectionError:
+    """Why connecting failed, with the stable code of a login or credentials problem."""
+    import httpx2
+
+    login = _find(exc, LoginRequiredError)
+    if login is not None:
+        return login
+    refused = _find(exc, httpx2.HTTPStatusError)  # SSE raises the status; HTTP is hooked
+    if refused is not None and refused.response.status_code == 401:
+        return MCPConnectionError(f"unauthorized (HTTP 401): {_describe(exc)}",
+                                  code="mcp.unauthorized")
+    return MCPConnectionError(_describe(exc))
+
+
+def _find(exc: BaseException, kind: type[_E]) -> _E | None:
     """The first ``kind`` exception in ``exc`` or its (nested) exception groups."""
     if isinstance(exc, kind):
         return exc
