@@ -425,3 +425,23 @@ async def test_the_server_log_level_follows_ours(level, expected):
     finally:
         logger.setLevel(previous)
     assert asked.result == expected
+
+
+async def test_the_resource_listing_is_kept_for_the_session():
+    from subagents.config.sub_agent import McpServerRef
+    from subagents.mcp import MCPPool
+    from subagents.tools.mcp_tools import MCPToolset
+
+    async with serve_mcp(features_server, "http") as url:
+        pool = MCPPool(EndpointsConfig(mcp_servers=[McpServerConfig(
+            name="features", type="http", url=url, resources=True)]))
+        toolset = MCPToolset(pool, [McpServerRef(name="features")], agent_name="a")
+        before = type(features_server).resource_listings
+        try:
+            with anyio.fail_after(30):
+                await toolset.start(attempts=1)
+                for _ in range(3):  # e.g. three conversations' turns
+                    assert "read_resource" in [t.name for t in await toolset.tools()]
+        finally:
+            await pool.close()
+    assert type(features_server).resource_listings - before == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import warnings
+from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPDeprecationWarning
@@ -32,6 +33,13 @@ BLOB_BYTES = b"%PDF-" + bytes(995)  # 1000 bytes
 
 
 class _FeaturesServer(MCPServer):
+    resource_listings = 0
+    """How many times a client listed the resources (this process)."""
+
+    async def list_resources(self) -> list[Any]:
+        type(self).resource_listings += 1
+        return await super().list_resources()
+
     async def list_tools(self) -> list[MCPTool]:
         tools = await super().list_tools()
         return [t.model_copy(update={"execution": ToolExecution(task_support="required")})
