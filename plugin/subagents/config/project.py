@@ -1,13 +1,16 @@
 """Load a whole assistant project folder; report every problem at once (file, line, key, code).
 
-Layout: ``endpoints.yml``, ``config.yml`` (Rasa pipeline, optional), ``domain.yml`` and/or
-``domain/``, ``data/**/*.yml`` (recognised by their top-level keys: ``flows`` or domain keys),
-``sub_agents/<dir>/config.yml``. The shipped default patterns (``default_patterns.yml``) are merged
-underneath: a project flow or response with the same name overrides them.
+Files are found where Rasa looks for them (each can be given explicitly, see
+:class:`ProjectPaths`): ``config.yml``, ``domain.yml`` or else the ``domain/`` folder, ``data/``
+(any YAML file with a top-level ``flows`` key holds flows; domain keys are accepted there too),
+``endpoints.yml`` and ``sub_agents/<dir>/config.yml``. The shipped default domain and patterns
+(``default_patterns.yml``) lie underneath: a project flow with a pattern's id replaces that
+pattern, and a project response or slot replaces the default of the same name.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from dataclasses import dataclass, field
@@ -22,36 +25,47 @@ from ..conditions import ConditionSyntaxError, parse_condition
 from ..exceptions import ConfigIssue, ProjectInvalidError
 from ._base import pydantic_issues
 from .domain import Domain, DomainFile
-from .endpoints import EndpointsConfig
-from .flows import END, Flow, FlowModel, Step, flatten
+from .endpoints import EndpointsConfig, McpServerConfig, ModelGroup, model_key_problems
+from .flows import Flow, FlowModel, flatten, step_key_problems
 from .sub_agent import SubAgentConfig
+from .validation import (
+    AGENT_PROMPT_VARIABLES,
+    BUILTIN_ACTIONS,
+    BUILTIN_SLOTS,
+    COMMAND_GENERATOR_VARIABLES,
+    REPHRASER_VARIABLES,
+    Broken,
+    FlowChecker,
+    ResponseChecker,
+    TemplateChecker,
+)
+
+__all__ = ["BUILTIN_ACTIONS", "BUILTIN_SLOTS", "AgentSpec", "PipelineConfig", "Project",
+           "ProjectPaths", "collect_issues", "import_from_project", "load_project"]
 
 DEFAULT_PATTERNS = Path(__file__).with_name("default_patterns.yml")
 DOMAIN_KEYS = {"slots", "responses", "actions", "intents", "entities", "forms", "session_config"}
 IGNORED_KEYS = {"version", "nlu", "stories", "rules", "test_cases", "fixtures", "metadata",
-                "stub_custom_actions", "retrieval_intents", "e2e_actions", "synonyms", "lookup"}
-BUILTIN_ACTIONS = {
-    "action_listen", "action_restart", "action_session_start", "action_default_fallback",
-    "action_deactivate_loop", "action_revert_fallback_events", "action_two_stage_fallback",
-    "action_unlikely_intent", "action_back", "action_extract_slots", "action_cancel_flow",
-    "action_clean_stack", "action_trigger_search", "action_trigger_chitchat",
-    "action_reset_routing", "action_hangup", "action_repeat_bot_messages",
-    "action_correct_flow_slot", "action_run_slot_rejections", "action_continue_interrupted_flow",
-    "action_cancel_interrupted_flow", "action_send_text", "action_agent_request_user_input",
-    "action_block_digression",
+                "stub_custom_actions", "retrieval_intents", "e2e_actions", "synonyms", "lookup",
+                "regex", "conversation_starters"}
+RASA_ENDPOINT_KEYS = {
+    "version", "models", "action_endpoint", "tracker_store", "lock_store", "event_broker", "nlg",
+    "nlu", "vector_store", "timer_store", "model_groups", "mcp_servers", "privacy",
+    "recordings", "interaction_handling", "a2a_server", "metrics", "tracing", "secrets_manager"}
+"""Top-level keys Rasa reads from endpoints.yml."""
+UNSUPPORTED_POLICIES = {
+    "EnterpriseSearchPolicy": ("config.enterprise_search.unsupported",
+                               "enterprise search is not supported: knowledge questions get "
+                               "pattern_search's reply",
+                               "give a sub agent an MCP search tool and call it from a flow"),
+    "IntentlessPolicy": ("config.intentless_policy.unsupported",
+                         "the intentless policy is not supported: chitchat gets "
+                         "pattern_chitchat's reply", "override pattern_chitchat"),
 }
-PROMPT_VARIABLES = {
-    "description", "user_message", "slots", "slot_names", "conversation_history", "recipient_id",
-    "current_datetime", "enable_filler_messages", "resumed_after_interruption",
-    "resumed_last_request", "restarted", "agent_name", "tools",
-}
-BUILTIN_SLOTS = {"requested_slot", "continue_interrupted_flow_confirmation", "flow_hashes",
-                 "session_started_metadata", "mocked_datetime", "dialogue_stack",
-                 "return_value", "slot_to_confirm", "confirm_slot"}
 
 
 class PipelineConfig(BaseModel):
-    """Root ``config.yml`` (Rasa format); only the command generator's ``llm`` is read."""
+    """Root ``config.yml`` (Rasa format); only the command generator's settings are read."""
 
     model_config = ConfigDict(extra="allow")
     recipe: str | None = None
@@ -60,12 +74,18 @@ class PipelineConfig(BaseModel):
     pipeline: list[dict[str, Any]] | None = None
     policies: list[dict[str, Any]] | None = None
 
-    def command_generator_llm(self) -> dict[str, Any] | None:
-        for entry in self.pipeline or []:
+    def command_generator(self) -> tuple[int, dict[str, Any]] | None:
+        """Index and settings of the first ``*CommandGenerator`` entry of the pipeline."""
+        for index, entry in enumerate(self.pipeline or []):
             if str(entry.get("name", "")).endswith("CommandGenerator"):
-                llm = entry.get("llm")
-                return llm if isinstance(llm, dict) else None
+                return index, entry
         return None
+
+    def command_generator_llm(self) -> dict[str, Any] | None:
+        """The command generator's ``llm`` settings, if any."""
+        found = self.command_generator()
+        llm = found[1].get("llm") if found else None
+        return llm if isinstance(llm, dict) else None
 
 
 @dataclass
@@ -81,8 +101,59 @@ class AgentSpec:
         return self.config.agent.name
 
 
+@dataclass(frozen=True)
+class ProjectPaths:
+    """Where a project's files are; the defaults are Rasa's, relative to the project folder."""
+
+    root: Path
+    config: Path
+    domain: tuple[Path, ...]
+    data: tuple[Path, ...]
+    endpoints: Path
+    sub_agents: Path
+    explicit: frozenset[str] = frozenset()
+    """The options given explicitly (a missing explicit path is an error)."""
+
+    @classmethod
+    def resolve(cls, root: Path | str, *, config: Path | str | None = None,
+                domain: Path | str | None = None,
+                data: Path | str | list[Path | str] | tuple[Path | str, ...] | None = None,
+                endpoints: Path | str | None = None,
+                sub_agents: Path | str | None = None) -> ProjectPaths:
+        """Paths for ``root``; relative paths given here are relative to ``root``.
+
+        Defaults: ``config.yml``; ``domain.yml`` (or ``domain.yaml``) if present, else the
+        ``domain`` folder; ``data``; ``endpoints.yml``; ``sub_agents``.
+        """
+        base = Path(root)
+
+        def at(value: Path | str) -> Path:
+            path = Path(value)
+            return path if path.is_absolute() else base / path
+
+        explicit = {name for name, value in (("config", config), ("domain", domain),
+                                             ("data", data), ("endpoints", endpoints),
+                                             ("sub_agents", sub_agents)) if value is not None}
+        if domain is None:
+            found = [p for p in (base / "domain.yml", base / "domain.yaml") if p.is_file()]
+            domains: tuple[Path, ...] = (found[0],) if found else (base / "domain",)
+        else:
+            domains = (at(domain),)
+        if data is None:
+            datas: tuple[Path, ...] = (base / "data",)
+        elif isinstance(data, (list, tuple)):
+            datas = tuple(at(d) for d in data)
+        else:
+            datas = (at(data),)
+        return cls(root=base, config=at(config or "config.yml"), domain=domains, data=datas,
+                   endpoints=at(endpoints or "endpoints.yml"),
+                   sub_agents=at(sub_agents or "sub_agents"), explicit=frozenset(explicit))
+
+
 @dataclass
 class Project:
+    """A loaded, valid project: everything the runtime needs, already parsed and checked."""
+
     root: Path
     endpoints: EndpointsConfig
     domain: Domain
@@ -90,10 +161,14 @@ class Project:
     agents: dict[str, AgentSpec]
     pipeline: PipelineConfig
     warnings: list[ConfigIssue] = field(default_factory=list)
+    paths: ProjectPaths | None = None
 
     @property
     def assistant_id(self) -> str:
-        return self.pipeline.assistant_id or self.root.name
+        assistant = self.pipeline.assistant_id
+        if assistant and assistant != "placeholder_default":
+            return assistant
+        return self.root.resolve().name
 
     def agent_call_steps(self) -> list[tuple[Flow, Any]]:
         return [(flow, step) for flow in self.flows.values() for step in flow.steps
@@ -101,13 +176,17 @@ class Project:
 
 
 class _Loader:
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, paths: ProjectPaths) -> None:
+        self.paths = paths
+        self.root = paths.root
         self.issues: list[ConfigIssue] = []
+        self.broken = Broken()
+        self.templates = TemplateChecker(self.root, self.issues)
+        self.response_docs: dict[str, YamlDoc] = {}
 
     def rel(self, path: Path) -> str:
         try:
-            return str(path.relative_to(self.root))
+            return str(path.resolve().relative_to(self.root.resolve()))
         except ValueError:
             return str(path)
 
@@ -125,19 +204,79 @@ class _Loader:
             return None
         return doc
 
+    def missing_explicit(self, option: str, path: Path) -> None:
+        self.issues.append(ConfigIssue(
+            "project.path_not_found", f"{path} does not exist", file=str(path),
+            key=f"--{option.replace('_', '-')}", hint=f"fix the --{option} path"))
+
     # ---------------------------------------------------------------- endpoints + pipeline
     def load_endpoints(self) -> tuple[EndpointsConfig, YamlDoc | None]:
-        path = self.root / "endpoints.yml"
-        if not path.exists():
+        path = self.paths.endpoints
+        if not path.is_file():
+            if "endpoints" in self.paths.explicit:
+                self.missing_explicit("endpoints", path)
             return EndpointsConfig(), None
         doc = self.read(path)
         if doc is None:
             return EndpointsConfig(), None
+        data = self.endpoint_keys(doc)
+        for section, model, id_key, code in (
+                ("model_groups", ModelGroup, "id", "endpoints.model_group.invalid"),
+                ("mcp_servers", McpServerConfig, "name", "endpoints.mcp_server.invalid")):
+            items = data.get(section)
+            if isinstance(items, list):
+                data[section] = self.valid_items(doc, section, items, model, id_key, code)
         try:
-            cfg = EndpointsConfig.model_validate(doc.data)
+            cfg = EndpointsConfig.model_validate(data)
         except ValidationError as exc:
-            self.issues += pydantic_issues(doc, exc, _endpoint_code)
-            return EndpointsConfig(), doc
+            self.issues += pydantic_issues(doc, exc, lambda e: "endpoints.validation.structure")
+            bad = {err["loc"][0] for err in exc.errors() if err["loc"]}
+            try:
+                cfg = EndpointsConfig.model_validate({k: v for k, v in data.items()
+                                                      if k not in bad})
+            except ValidationError:
+                cfg = EndpointsConfig()
+        self.check_endpoints(doc, cfg)
+        return cfg, doc
+
+    def endpoint_keys(self, doc: YamlDoc) -> dict[str, Any]:
+        """The known top-level keys; an unknown key is reported (misspelled: with a suggestion)."""
+        known = RASA_ENDPOINT_KEYS | set(EndpointsConfig.model_fields)
+        data = {}
+        for key, value in doc.data.items():
+            if key in known:
+                data[key] = value
+                continue
+            close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.7)
+            if close:
+                self.issues.append(doc.issue(
+                    "endpoints.unknown_key", f"unknown top-level key {key!r}", (key,),
+                    hint=f"did you mean {close[0]!r}?"))
+            else:
+                self.issues.append(doc.issue(
+                    "endpoints.unknown_key", f"unknown top-level key {key!r} is ignored", (key,),
+                    hint="remove it or check its spelling", severity="warning"))
+        return data
+
+    def valid_items(self, doc: YamlDoc, section: str, items: list[Any], model: type[BaseModel],
+                    id_key: str, code: str) -> list[Any]:
+        """The entries of ``section`` that validate; the others are reported and remembered."""
+        kept = []
+        for index, item in enumerate(items):
+            try:
+                model.model_validate(item)
+            except ValidationError as exc:
+                self.issues += pydantic_issues(doc, exc, _constant_code(code),
+                                               base=(section, index))
+                if isinstance(item, dict) and item.get(id_key):
+                    target = self.broken.model_groups if section == "model_groups" \
+                        else self.broken.mcp_servers
+                    target.add(str(item[id_key]))
+                continue
+            kept.append(item)
+        return kept
+
+    def check_endpoints(self, doc: YamlDoc, cfg: EndpointsConfig) -> None:
         seen: set[str] = set()
         for index, group in enumerate(cfg.model_groups):
             if group.id in seen:
@@ -145,6 +284,9 @@ class _Loader:
                                              f"model group {group.id!r} is defined twice",
                                              ("model_groups", index, "id")))
             seen.add(group.id)
+            raw_models = doc.data["model_groups"][index].get("models") or []
+            for m_index, raw in enumerate(raw_models):
+                self.check_llm(doc, raw, ("model_groups", index, "models", m_index))
         seen = set()
         for index, server in enumerate(cfg.mcp_servers or []):
             if server.name in seen:
@@ -152,11 +294,61 @@ class _Loader:
                                              f"MCP server {server.name!r} is defined twice",
                                              ("mcp_servers", index, "name")))
             seen.add(server.name)
-        return cfg, doc
+        nlg = doc.data.get("nlg")
+        if isinstance(nlg, dict):
+            self.check_nlg(doc, nlg, cfg)
+
+    def check_llm(self, doc: YamlDoc, raw: Any, loc: Loc) -> None:
+        """Provider and option checks of one model's settings (a group member or inline)."""
+        if not isinstance(raw, dict) or "model_group" in raw:
+            return
+        for key, code, message, hint in model_key_problems(raw):
+            self.issues.append(doc.issue(code, message, (*loc, key), hint=hint))
+
+    def check_model_group_ref(self, doc: YamlDoc, endpoints: EndpointsConfig, group: Any,
+                              loc: Loc, code: str) -> None:
+        name = str(group)
+        if endpoints.model_group(name) is None and name not in self.broken.model_groups:
+            self.issues.append(doc.issue(
+                code, f"model group {name!r} is not defined in endpoints.yml", loc,
+                hint="add it under model_groups in endpoints.yml or fix the id"))
+
+    def check_nlg(self, doc: YamlDoc, nlg: dict[str, Any], cfg: EndpointsConfig) -> None:
+        kind = str(nlg.get("type") or "response")
+        if kind in ("response", "template", "templates"):
+            return
+        if kind == "rephrase":
+            llm = nlg.get("llm")
+            if isinstance(llm, dict) and "model_group" in llm:
+                self.check_model_group_ref(doc, cfg, llm["model_group"],
+                                           ("nlg", "llm", "model_group"),
+                                           "endpoints.model_group.unknown")
+            elif isinstance(llm, dict):
+                self.check_llm(doc, llm, ("nlg", "llm"))
+            template = nlg.get("prompt_template") or nlg.get("prompt")
+            if isinstance(template, str):
+                key = "prompt_template" if "prompt_template" in nlg else "prompt"
+                self.templates.check(doc, ("nlg", key), template, REPHRASER_VARIABLES,
+                                     code_prefix="endpoints.nlg")
+            return
+        if kind == "callback" or "://" in kind or nlg.get("url"):
+            self.issues.append(doc.issue(
+                "endpoints.nlg.callback_unsupported", "an external NLG server is not "
+                "supported; responses come from the domain", ("nlg",),
+                hint="use the domain's responses, optionally with nlg: {type: rephrase}",
+                severity="warning"))
+            return
+        self.issues.append(doc.issue(
+            "endpoints.nlg.custom_class_unsupported", f"custom NLG class {kind!r} is not "
+            "supported; responses come from the domain", ("nlg", "type"),
+            hint="use nlg: {type: rephrase} with a prompt_template to shape the wording",
+            severity="warning"))
 
     def load_pipeline(self, endpoints: EndpointsConfig) -> PipelineConfig:
-        path = self.root / "config.yml"
-        if not path.exists():
+        path = self.paths.config
+        if not path.is_file():
+            if "config" in self.paths.explicit:
+                self.missing_explicit("config", path)
             return PipelineConfig()
         doc = self.read(path)
         if doc is None:
@@ -166,39 +358,75 @@ class _Loader:
         except ValidationError as exc:
             self.issues += pydantic_issues(doc, exc, lambda e: "config.validation.structure")
             return PipelineConfig()
-        llm = pipeline.command_generator_llm()
-        if llm and "model_group" in llm and endpoints.model_group(str(llm["model_group"])) is None:
-            index = next(i for i, e in enumerate(pipeline.pipeline or [])
-                         if str(e.get("name", "")).endswith("CommandGenerator"))
-            self.issues.append(doc.issue(
-                "config.model_group.unknown",
-                f"model group {llm['model_group']!r} is not defined in endpoints.yml",
-                ("pipeline", index, "llm", "model_group"),
-                hint="add it under model_groups in endpoints.yml or fix the id"))
+        found = pipeline.command_generator()
+        if found is not None:
+            self.check_command_generator(doc, endpoints, found[0], found[1])
+        for index, policy in enumerate(pipeline.policies or []):
+            name = str(policy.get("name", "")).rsplit(".", 1)[-1]
+            if name in UNSUPPORTED_POLICIES:
+                code, message, hint = UNSUPPORTED_POLICIES[name]
+                self.issues.append(doc.issue(code, message, ("policies", index, "name"),
+                                             hint=hint, severity="warning"))
         return pipeline
 
-    # ---------------------------------------------------------------- domain + flows
-    def data_files(self) -> list[Path]:
-        files: list[Path] = []
-        for candidate in [self.root / "domain.yml", self.root / "domain.yaml"]:
-            if candidate.is_file():
-                files.append(candidate)
-        for folder in [self.root / "domain", self.root / "data"]:
-            if folder.is_dir():
-                files += sorted(p for p in folder.rglob("*") if p.suffix in (".yml", ".yaml"))
-        return files
+    def check_command_generator(self, doc: YamlDoc, endpoints: EndpointsConfig, index: int,
+                                entry: dict[str, Any]) -> None:
+        loc: Loc = ("pipeline", index)
+        llm = entry.get("llm")
+        if isinstance(llm, dict) and "model_group" in llm:
+            self.check_model_group_ref(doc, endpoints, llm["model_group"],
+                                       (*loc, "llm", "model_group"), "config.model_group.unknown")
+        elif isinstance(llm, dict):
+            self.check_llm(doc, llm, (*loc, "llm"))
+        template = entry.get("prompt_template") or entry.get("prompt")
+        if isinstance(template, str):
+            key = "prompt_template" if "prompt_template" in entry else "prompt"
+            # Rasa renders unknown names as empty, so they are reported as warnings
+            self.templates.check(doc, (*loc, key), template, COMMAND_GENERATOR_VARIABLES,
+                                 code_prefix="config.command_generator",
+                                 unknown_severity="warning")
+        user_input = entry.get("user_input")
+        if user_input is not None and not (
+                isinstance(user_input, dict) and isinstance(
+                    user_input.get("max_characters", 420), int)):
+            self.issues.append(doc.issue(
+                "config.command_generator.user_input_invalid",
+                "user_input must be a mapping with an integer max_characters", (*loc,
+                                                                                  "user_input")))
 
-    def load_data(self) -> tuple[Domain, dict[str, tuple[FlowModel, YamlDoc]]]:
+    # ---------------------------------------------------------------- domain + flows
+    def data_files(self) -> tuple[list[Path], list[Path]]:
+        """(domain files, data files), each sorted; a folder contributes every YAML file in it."""
+
+        def expand(paths: tuple[Path, ...], option: str) -> list[Path]:
+            found: list[Path] = []
+            for path in paths:
+                if path.is_file():
+                    found.append(path)
+                elif path.is_dir():
+                    found += sorted(p for p in path.rglob("*") if p.suffix in (".yml", ".yaml")
+                                    and p.is_file())
+                elif option in self.paths.explicit:
+                    self.missing_explicit(option, path)
+            return found
+
+        return expand(self.paths.domain, "domain"), expand(self.paths.data, "data")
+
+    def load_data(self) -> tuple[Domain, dict[str, tuple[FlowModel, YamlDoc]], bool]:
+        """The merged domain, every flow (defaults included) and whether any file was found."""
         domain = Domain()
         flows: dict[str, tuple[FlowModel, YamlDoc]] = {}
         defaults = load_yaml(DEFAULT_PATTERNS, display="<default patterns>")
         default_domain = DomainFile.model_validate(defaults.data)
         domain.merge(Domain(slots=default_domain.slots, responses=default_domain.responses,
                             actions=default_domain.actions))
+        domain.default_slots = set(default_domain.slots)
+        domain.default_responses = set(default_domain.responses)
         for flow_id, model in _flow_models(defaults.data).items():
             flows[flow_id] = (model, defaults)
         own_flows: dict[str, YamlDoc] = {}
-        for path in self.data_files():
+        domain_files, data_files = self.data_files()
+        for path in domain_files + [p for p in data_files if p not in domain_files]:
             doc = self.read(path)
             if doc is None:
                 continue
@@ -213,7 +441,7 @@ class _Loader:
                     "data.unknown_key", f"unknown top-level key {key!r}", (key,),
                     hint="data files hold flows: or domain keys (slots, responses, actions)",
                     severity="warning"))
-        return domain, flows
+        return domain, flows, bool(domain_files or data_files)
 
     def load_domain_part(self, doc: YamlDoc, domain: Domain) -> None:
         try:
@@ -221,6 +449,8 @@ class _Loader:
         except ValidationError as exc:
             self.issues += pydantic_issues(doc, exc, lambda e: "domain.validation.structure")
             return
+        for name in part.responses:
+            self.response_docs[name] = doc
         domain.merge(Domain(slots=part.slots, responses=part.responses, actions=part.actions))
 
     def load_flows_part(self, doc: YamlDoc, flows: dict[str, tuple[FlowModel, YamlDoc]],
@@ -232,26 +462,39 @@ class _Loader:
             return
         for flow_id, body in raw.items():
             loc: Loc = ("flows", flow_id)
-            try:
-                model = FlowModel.model_validate(body)
-            except ValidationError as exc:
-                self.issues += pydantic_issues(doc, exc, lambda e: "flow.validation.structure",
-                                               base=loc)
-                continue
             if flow_id in own:
                 self.issues.append(doc.issue(
                     "flow.duplicate_id", f"flow {flow_id!r} is also defined in "
                     f"{own[flow_id].display}", loc, hint="rename one of the flows"))
                 continue
             own[flow_id] = doc
+            problems = list(step_key_problems(body.get("steps") if isinstance(body, dict)
+                                              else None, (*loc, "steps")))
+            for p_loc, message in problems:
+                self.issues.append(doc.issue("flow.validation.structure", message, p_loc,
+                                             hint="remove it or check its spelling"))
+            try:
+                model = FlowModel.model_validate(body)
+            except ValidationError as exc:
+                self.issues += pydantic_issues(doc, exc, lambda e: "flow.validation.structure",
+                                               base=loc)
+                self.broken.flows.add(flow_id)
+                flows.pop(flow_id, None)
+                continue
+            if problems:
+                self.broken.flows.add(flow_id)
+                flows.pop(flow_id, None)
+                continue
             flows[flow_id] = (model, doc)
 
     # ---------------------------------------------------------------- sub agents
     def load_agents(self, endpoints: EndpointsConfig, endpoints_doc: YamlDoc | None
                     ) -> dict[str, AgentSpec]:
-        folder = self.root / "sub_agents"
+        folder = self.paths.sub_agents
         agents: dict[str, AgentSpec] = {}
         if not folder.is_dir():
+            if "sub_agents" in self.paths.explicit:
+                self.missing_explicit("sub_agents", folder)
             return agents
         for sub in sorted(folder.iterdir()):
             if not sub.is_dir():
@@ -270,6 +513,9 @@ class _Loader:
                 continue
             spec = self.load_agent(doc, sub, endpoints, endpoints_doc)
             if spec is None:
+                agent = doc.data.get("agent")
+                if isinstance(agent, dict) and isinstance(agent.get("name"), str):
+                    self.broken.agents.add(agent["name"])
                 continue
             if spec.name in agents:
                 self.issues.append(doc.issue(
@@ -300,41 +546,73 @@ class _Loader:
                 f"agent section lacks {' and '.join(missing)}", ("agent",),
                 key="agent." + missing[0], hint=f"add agent.{missing[0]}"))
             return None
+        conflicts = self.include_exclude_conflicts(doc, str(agent["name"]))
+        if conflicts:
+            data = _without_exclude_tools(data)
         try:
             cfg = SubAgentConfig.model_validate(data)
         except ValidationError as exc:
             self.issues += pydantic_issues(doc, exc, _agent_code)
             return None
         self.check_agent(doc, cfg, endpoints, endpoints_doc)
+        if conflicts:
+            return None
         return AgentSpec(config=cfg, folder=folder, file=doc.display)
+
+    def include_exclude_conflicts(self, doc: YamlDoc, agent: str) -> bool:
+        """``include_tools`` and ``exclude_tools`` on one server entry: an error naming both."""
+        connections = doc.data.get("connections")
+        servers = connections.get("mcp_servers") if isinstance(connections, dict) else None
+        found = False
+        for index, ref in enumerate(servers if isinstance(servers, list) else []):
+            if isinstance(ref, dict) and "include_tools" in ref and "exclude_tools" in ref:
+                found = True
+                self.issues.append(doc.issue(
+                    "agent.validation.mcp.include_exclude_conflict",
+                    f"agent {agent!r}: MCP server {ref.get('name')!r} has both include_tools "
+                    "and exclude_tools", ("connections", "mcp_servers", index),
+                    hint="keep one of them: list the tools to offer, or the tools to hide"))
+        return found
 
     def check_agent(self, doc: YamlDoc, cfg: SubAgentConfig, endpoints: EndpointsConfig,
                     endpoints_doc: YamlDoc | None) -> None:
         conf = cfg.configuration
-        if conf.include_date_time and conf.timezone:
-            try:
-                ZoneInfo(conf.timezone)
-            except (ZoneInfoNotFoundError, ValueError):
-                self.issues.append(doc.issue(
-                    "datetime_utils.validate_datetime_configuration.invalid_timezone",
-                    f"unknown timezone {conf.timezone!r}", ("configuration", "timezone"),
-                    hint="use an IANA name such as Europe/Berlin or UTC"))
+        if conf.timezone:
+            self.check_timezone(doc, conf.timezone, used=conf.include_date_time)
         if conf.pre_call_hook and cfg.agent.protocol.value == "RASA":
             self.issues.append(doc.issue(
                 "agent.validation.pre_call_hook.a2a_only", "pre_call_hook is for A2A agents; "
                 "for MCP agents put it on the mcp_servers entry in endpoints.yml",
                 ("configuration", "pre_call_hook")))
         llm = conf.llm or {}
-        if "model_group" in llm and endpoints.model_group(str(llm["model_group"])) is None:
-            self.issues.append(doc.issue(
-                "agent.validation.llm.unknown_model_group",
-                f"model group {llm['model_group']!r} is not defined in endpoints.yml",
-                ("configuration", "llm", "model_group"),
-                hint="add it under model_groups in endpoints.yml or fix the id"))
+        if "model_group" in llm:
+            self.check_model_group_ref(doc, endpoints, llm["model_group"],
+                                       ("configuration", "llm", "model_group"),
+                                       "agent.validation.llm.unknown_model_group")
+        elif llm:
+            self.check_llm(doc, llm, ("configuration", "llm"))
         if conf.prompt_template:
-            self.check_template(doc, conf.prompt_template)
+            self.templates.check(doc, ("configuration", "prompt_template"), conf.prompt_template,
+                                 AGENT_PROMPT_VARIABLES, code_prefix="agent.validation")
         if conf.module:
             self.check_module(doc, conf.module)
+        self.check_agent_servers(doc, cfg, endpoints, endpoints_doc)
+
+    def check_timezone(self, doc: YamlDoc, timezone: str, *, used: bool) -> None:
+        """An unknown timezone: an error when dates are in the prompt, else a warning."""
+        try:
+            ZoneInfo(timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            self.issues.append(doc.issue(
+                "datetime_utils.validate_datetime_configuration.invalid_timezone",
+                f"unknown timezone {timezone!r}" + ("" if used else
+                                                    " (unused: include_date_time is false)"),
+                ("configuration", "timezone"),
+                hint="use an IANA name such as Europe/Berlin or UTC",
+                severity="error" if used else "warning"))
+
+    def check_agent_servers(self, doc: YamlDoc, cfg: SubAgentConfig, endpoints: EndpointsConfig,
+                            endpoints_doc: YamlDoc | None) -> None:
         servers = cfg.connections.mcp_servers
         if cfg.agent.protocol.value == "RASA" and servers is None:
             self.issues.append(doc.issue(
@@ -346,6 +624,8 @@ class _Loader:
             if not ref.name.strip():
                 self.issues.append(doc.issue("agent.validation.mcp.server_missing_name",
                                              "an mcp_servers entry has an empty name", loc))
+            elif ref.name in self.broken.mcp_servers:
+                continue
             elif endpoints_doc is None or endpoints.mcp_servers is None:
                 self.issues.append(doc.issue(
                     "agent.validation.endpoints.no_mcp_servers",
@@ -357,35 +637,6 @@ class _Loader:
                     "agent.validation.endpoints.invalid_mcp_server",
                     f"MCP server {ref.name!r} is not defined in endpoints.yml (defined: {known})",
                     loc, hint="fix the name or add the server to endpoints.yml"))
-
-    def check_template(self, doc: YamlDoc, template: str) -> None:
-        from jinja2 import TemplateSyntaxError, meta
-        from jinja2.sandbox import SandboxedEnvironment
-
-        loc: Loc = ("configuration", "prompt_template")
-        path = self.root / template
-        if not path.is_file():
-            self.issues.append(doc.issue(
-                "agent.validation.optional.prompt_template_error",
-                f"prompt template file {template!r} does not exist", loc,
-                hint="paths are relative to the project folder"))
-            return
-        env = SandboxedEnvironment()
-        try:
-            ast = env.parse(path.read_text(encoding="utf-8"))
-        except TemplateSyntaxError as exc:
-            self.issues.append(ConfigIssue(
-                "agent.validation.prompt_template_syntax_error",
-                f"template syntax error: {exc.message}", file=self.rel(path), line=exc.lineno,
-                key="configuration.prompt_template", hint="fix the Jinja2 syntax"))
-            return
-        unknown = sorted(meta.find_undeclared_variables(ast) - PROMPT_VARIABLES)
-        if unknown:
-            self.issues.append(ConfigIssue(
-                "agent.validation.prompt_template_unknown_variable",
-                f"template uses unknown variable(s) {', '.join(unknown)}", file=self.rel(path),
-                line=_first_line_with(path, unknown[0]), key="configuration.prompt_template",
-                hint="available: " + ", ".join(sorted(PROMPT_VARIABLES))))
 
     def check_module(self, doc: YamlDoc, module: str) -> None:
         loc: Loc = ("configuration", "module")
@@ -408,8 +659,9 @@ class _Loader:
 
     # ---------------------------------------------------------------- cross checks
     def build_flows(self, raw: dict[str, tuple[FlowModel, YamlDoc]], domain: Domain,
-                    agents: dict[str, AgentSpec]) -> dict[str, Flow]:
+                    agents: dict[str, AgentSpec], endpoints: EndpointsConfig) -> dict[str, Flow]:
         flows: dict[str, Flow] = {}
+        docs: dict[str, YamlDoc] = {}
         for flow_id, (model, doc) in raw.items():
             flow, problems = flatten(flow_id, model, _parse, file=doc.display)
             for loc, message in problems:
@@ -418,9 +670,11 @@ class _Loader:
                 self.issues.append(doc.issue(code, message, loc,
                                              hint="see the conditions syntax in the docs"))
             flows[flow_id] = flow
-        for flow_id, flow in flows.items():
-            doc = raw[flow_id][1]
-            self.check_flow(doc, flow, flows, domain, agents)
+            docs[flow_id] = doc
+        checker = FlowChecker(self.issues, domain, flows, docs, agents,
+                              [s.name for s in endpoints.mcp_servers or []], self.broken)
+        checker.check_all()
+        ResponseChecker(self.issues, domain, self.response_docs).check_all(checker.uttered)
         for name, spec in agents.items():
             if name in flows:
                 self.issues.append(ConfigIssue(
@@ -428,88 +682,6 @@ class _Loader:
                     f"agent name {name!r} is also a flow id", file=spec.file, line=None,
                     key="agent.name", hint="rename the agent or the flow"))
         return flows
-
-    def check_flow(self, doc: YamlDoc, flow: Flow, flows: dict[str, Flow], domain: Domain,
-                   agents: dict[str, AgentSpec]) -> None:
-        ids: set[str] = set()
-        for step in flow.steps:
-            if step.id in ids:
-                self.issues.append(doc.issue("flow.duplicate_step_id",
-                                             f"step id {step.id!r} is used twice", step.loc))
-            ids.add(step.id)
-        for step in flow.steps:
-            for cond, target in step.next:
-                if target != END and flow.step(target) is None:
-                    self.issues.append(doc.issue(
-                        "flow.next.unknown_step", f"next step {target!r} does not exist in "
-                        f"flow {flow.id!r}", (*step.loc, "next"), hint="use a step id or END"))
-                if cond is not None:
-                    self.check_slots_exist(doc, cond.slot_names, domain, (*step.loc, "next"),
-                                           "flow.condition.unknown_slot")
-            self.check_step(doc, step, flows, domain, agents)
-
-    def check_step(self, doc: YamlDoc, step: Step, flows: dict[str, Flow], domain: Domain,
-                   agents: dict[str, AgentSpec]) -> None:
-        m = step.model
-        if step.kind == "collect" and m.collect not in domain.slots:
-            self.issues.append(doc.issue(
-                "flow.collect.unknown_slot", f"slot {m.collect!r} is not in the domain",
-                (*step.loc, "collect"), hint="add it under slots: in the domain"))
-        elif step.kind == "set_slots":
-            for item in m.set_slots or []:
-                for slot in item:
-                    if slot not in domain.slots and slot not in BUILTIN_SLOTS:
-                        self.issues.append(doc.issue(
-                            "flow.set_slots.unknown_slot",
-                            f"slot {slot!r} is not in the domain", (*step.loc, "set_slots")))
-        elif step.kind == "action":
-            name = str(m.action)
-            if name not in domain.responses and name not in domain.actions and \
-                    name not in BUILTIN_ACTIONS:
-                self.issues.append(doc.issue(
-                    "flow.action.unknown", f"action {name!r} is neither a response nor a "
-                    "custom action in the domain", (*step.loc, "action"),
-                    hint="add it under responses: or actions: in the domain"))
-        elif step.kind == "link" and m.link not in flows:
-            self.issues.append(doc.issue("flow.link.unknown_flow",
-                                         f"linked flow {m.link!r} does not exist",
-                                         (*step.loc, "link")))
-        elif step.kind == "call":
-            self.check_call(doc, step, flows, domain, agents)
-
-    def check_call(self, doc: YamlDoc, step: Any, flows: dict[str, Flow], domain: Domain,
-                   agents: dict[str, AgentSpec]) -> None:
-        target = step.model.call
-        loc = (*step.loc, "call")
-        if step.model.mcp_server:
-            return
-        if target not in flows and target not in agents:
-            self.issues.append(doc.issue(
-                "flow.call.unknown_target", f"call target {target!r} is neither a flow nor a "
-                "sub agent", loc, hint="define the flow, or add sub_agents/<dir>/config.yml"))
-            return
-        if step.model.exit_if is None:
-            return
-        if target not in agents:
-            self.issues.append(doc.issue("flow.exit_if.target_not_agent",
-                                         f"exit_if needs a sub agent, but {target!r} is a flow",
-                                         (*step.loc, "exit_if")))
-            return
-        for index, cond in enumerate(step.exit_if):
-            c_loc = (*step.loc, "exit_if", index)
-            if not cond.slot_names:
-                self.issues.append(doc.issue(
-                    "flow.exit_if.no_slot_reference",
-                    f"exit condition {cond.text!r} references no slot", c_loc,
-                    hint="write conditions over slots, e.g. slots.city is not null"))
-            self.check_slots_exist(doc, cond.slot_names, domain, c_loc, "flow.exit_if.unknown_slot")
-
-    def check_slots_exist(self, doc: YamlDoc, names: list[str], domain: Domain, loc: Loc,
-                          code: str) -> None:
-        for name in names:
-            if name not in domain.slots and name not in BUILTIN_SLOTS:
-                self.issues.append(doc.issue(code, f"slot {name!r} is not in the domain", loc,
-                                             hint="add it under slots: in the domain"))
 
 
 def _parse(text: str) -> Any:
@@ -523,11 +695,18 @@ def _flow_models(data: dict[str, Any]) -> dict[str, FlowModel]:
     return {k: FlowModel.model_validate(v) for k, v in (data.get("flows") or {}).items()}
 
 
-def _first_line_with(path: Path, needle: str) -> int | None:
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if needle in line:
-            return number
-    return None
+def _constant_code(code: str) -> Any:
+    return lambda err: code
+
+
+def _without_exclude_tools(data: dict[str, Any]) -> dict[str, Any]:
+    """A copy where entries with both include and exclude lists keep only include_tools."""
+    connections = dict(data["connections"])
+    connections["mcp_servers"] = [
+        {k: v for k, v in ref.items() if k != "exclude_tools"}
+        if isinstance(ref, dict) and "include_tools" in ref else ref
+        for ref in connections["mcp_servers"]]
+    return {**data, "connections": connections}
 
 
 def _agent_code(err: dict[str, Any]) -> str:
@@ -537,20 +716,9 @@ def _agent_code(err: dict[str, Any]) -> str:
         return f"agent.validation.structure.additional_{section}_keys"
     if loc and loc[-1] == "protocol":
         return "agent.validation.pydantic.invalid_protocol"
-    if "include_exclude_conflict" in str(err["msg"]):
-        return "agent.validation.mcp.include_exclude_conflict"
     if err["type"].endswith("_type") or err["type"].endswith("_parsing"):
         return "agent.validation.pydantic.type_error"
     return "agent.validation.pydantic.failed"
-
-
-def _endpoint_code(err: dict[str, Any]) -> str:
-    loc = err["loc"]
-    if loc and loc[0] == "mcp_servers":
-        return "endpoints.mcp_server.invalid"
-    if loc and loc[0] == "model_groups":
-        return "endpoints.model_group.invalid"
-    return "endpoints.validation.structure"
 
 
 class project_on_path:  # noqa: N801 - used as a context manager
@@ -591,29 +759,45 @@ def import_from_project(root: Path, dotted: str) -> Any:
         return importlib.import_module(dotted)
 
 
-def collect_issues(root: Path) -> tuple[Project | None, list[ConfigIssue]]:
-    """Load ``root`` and return the project (None if it has errors) and every issue found."""
+def collect_issues(root: Path | str, *, paths: ProjectPaths | None = None,
+                   **locations: Any) -> tuple[Project | None, list[ConfigIssue]]:
+    """Load ``root`` and return the project (None if it has errors) and every issue found.
+
+    ``locations`` (``config``, ``domain``, ``data``, ``endpoints``, ``sub_agents``) override
+    where the files are, as :meth:`ProjectPaths.resolve` describes.
+    """
     root = Path(root)
-    loader = _Loader(root)
     if not root.is_dir():
         return None, [ConfigIssue("project.not_found", f"project folder {root} does not exist",
                                   file=str(root), hint="pass --project DIR")]
+    paths = paths or ProjectPaths.resolve(root, **locations)
+    loader = _Loader(paths)
     endpoints, endpoints_doc = loader.load_endpoints()
     pipeline = loader.load_pipeline(endpoints)
-    domain, raw_flows = loader.load_data()
+    domain, raw_flows, found_data = loader.load_data()
     agents = loader.load_agents(endpoints, endpoints_doc)
-    flows = loader.build_flows(raw_flows, domain, agents)
+    if not (found_data or endpoints_doc or paths.config.is_file() or agents
+            or paths.sub_agents.is_dir()):
+        loader.issues.append(ConfigIssue(
+            "project.empty", f"no assistant project in {root}: no config.yml, endpoints.yml, "
+            "domain or data files", file=str(root),
+            hint="run it in a project folder or pass --project DIR"))
+    flows = loader.build_flows(raw_flows, domain, agents, endpoints)
     issues = loader.issues
     if any(i.severity == "error" for i in issues):
         return None, issues
     project = Project(root=root, endpoints=endpoints, domain=domain, flows=flows, agents=agents,
-                      pipeline=pipeline, warnings=[i for i in issues if i.severity != "error"])
+                      pipeline=pipeline, warnings=[i for i in issues if i.severity != "error"],
+                      paths=paths)
     return project, issues
 
 
-def load_project(root: Path | str) -> Project:
-    """Load a project; raise :class:`ProjectInvalidError` listing every error if there is any."""
-    project, issues = collect_issues(Path(root))
+def load_project(root: Path | str, **locations: Any) -> Project:
+    """Load a project; raise :class:`ProjectInvalidError` listing every error if there is any.
+
+    ``locations`` are the file locations :func:`collect_issues` accepts.
+    """
+    project, issues = collect_issues(Path(root), **locations)
     if project is None:
         raise ProjectInvalidError(issues, Path(root))
     return project

@@ -121,8 +121,7 @@ class McpServerRef(StrictModel):
     @model_validator(mode="after")
     def _exclusive(self) -> McpServerRef:
         if self.include_tools is not None and self.exclude_tools is not None:
-            raise ValueError("agent.validation.mcp.include_exclude_conflict: "
-                             "include_tools and exclude_tools are mutually exclusive")
+            raise ValueError("include_tools and exclude_tools are mutually exclusive")
         return self
 
 

@@ -1,0 +1,442 @@
+"""The validation layer: everything the runtime interprets is parsed and cross-checked at load.
+
+Conditions (flow guards, ``next`` conditions, ``exit_if``, collect rejections, response
+conditions), templates (prompt templates, Jinja responses, ``{slot}`` placeholders) and
+references (slots, responses, actions, flows, agents, MCP servers, model groups) are checked here,
+once, so a mistake is a ``validate`` error with file, line, key and code instead of a silent
+``false`` or a raw template in the middle of a conversation.
+
+References to something that is itself broken (a flow whose definition failed to load, an agent
+whose config has errors, a model group with an invalid model) are not reported again: one bad
+value gives one error.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .._yaml import Loc, YamlDoc
+from ..conditions import ConditionSyntaxError, parse_condition
+from ..exceptions import ConfigIssue
+from .domain import Domain, ResponseVariation
+from .flows import END, Flow, Step
+
+BUILTIN_ACTIONS = frozenset({
+    "action_listen", "action_restart", "action_session_start", "action_default_fallback",
+    "action_deactivate_loop", "action_revert_fallback_events", "action_default_ask_affirmation",
+    "action_default_ask_rephrase", "action_two_stage_fallback", "action_unlikely_intent",
+    "action_back", "action_extract_slots", "action_send_text", "action_send_text_update",
+    "action_agent_request_user_input", "action_cancel_flow", "action_correct_flow_slot",
+    "action_clarify_flows", "action_run_slot_rejections", "action_clean_stack",
+    "action_trigger_search", "action_trigger_chitchat", "action_reset_routing", "action_hangup",
+    "action_handoff_metric", "action_repeat_bot_messages", "action_default_capabilities",
+    "action_continue_interrupted_flow", "action_cancel_interrupted_flows",
+    "action_cancel_interrupted_flow", "action_block_digression",
+})
+"""Actions every project may use without defining them (Rasa's default action set)."""
+BUILTIN_SLOTS = frozenset({
+    "requested_slot", "continue_interrupted_flow_confirmation", "flow_hashes",
+    "session_started_metadata", "mocked_datetime", "dialogue_stack", "return_value",
+    "slot_to_confirm", "confirm_slot", "language"})
+"""Slots that exist in every project, beyond the default domain's."""
+ALWAYS_LINKABLE = frozenset({"pattern_human_handoff", "pattern_search",
+                             "pattern_customer_satisfaction"})
+AGENT_PROMPT_VARIABLES = frozenset({
+    "description", "user_message", "slots", "slot_names", "conversation_history",
+    "recipient_id", "current_datetime", "enable_filler_messages", "resumed_after_interruption",
+    "resumed_last_request", "restarted", "agent_name", "tools"})
+"""Variables a sub agent's prompt template receives."""
+COMMAND_GENERATOR_VARIABLES = frozenset({
+    "available_flows", "current_conversation", "flow_slots", "current_flow", "current_slot",
+    "current_slot_description", "current_slot_type", "current_slot_allowed_values",
+    "user_message", "active_agent", "completed_agents", "current_datetime"})
+"""Variables a command generator's custom prompt template receives (as in Rasa)."""
+REPHRASER_VARIABLES = frozenset({"history", "current_input", "suggested_response", "slots",
+                                 "language"})
+"""Variables the response rephraser's prompt template receives (as in Rasa)."""
+RESPONSE_JINJA_NAMES = frozenset({"context", "value", "slots"})
+_PLACEHOLDER = re.compile(r"\{([^\n{}]+?)\}")
+_INTERPOLATED_KEYS = ("text", "image", "custom", "buttons", "attachment", "quick_replies")
+
+
+@dataclass
+class Broken:
+    """Names whose definition failed to load: references to them are not reported again."""
+
+    flows: set[str] = field(default_factory=set)
+    agents: set[str] = field(default_factory=set)
+    model_groups: set[str] = field(default_factory=set)
+    mcp_servers: set[str] = field(default_factory=set)
+
+
+def project_file(root: Path, rel: str) -> Path | None:
+    """``rel`` resolved against the project folder, or None when it points outside of it."""
+    base = root.resolve()
+    path = (base / rel).resolve()
+    return path if path == base or base in path.parents else None
+
+
+class TemplateChecker:
+    """Checks Jinja prompt templates: inside the project, readable, parseable, known variables."""
+
+    def __init__(self, root: Path, issues: list[ConfigIssue]) -> None:
+        self.root = root
+        self.issues = issues
+
+    def rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root.resolve()))
+        except ValueError:
+            return str(path)
+
+    def check(self, doc: YamlDoc, loc: Loc, template: str, variables: frozenset[str], *,
+              code_prefix: str, unknown_severity: str = "error") -> None:
+        """Report every problem of the template file ``template`` referenced at ``loc``."""
+        from jinja2 import TemplateSyntaxError, meta
+        from jinja2.sandbox import SandboxedEnvironment
+
+        path = project_file(self.root, template)
+        if path is None:
+            self.issues.append(doc.issue(
+                f"{code_prefix}.prompt_template_outside_project",
+                f"prompt template {template!r} is outside the project folder", loc,
+                hint="keep templates inside the project; paths are relative to it"))
+            return
+        if not path.is_file():
+            self.issues.append(doc.issue(
+                f"{code_prefix}.optional.prompt_template_error",
+                f"prompt template file {template!r} does not exist", loc,
+                hint="paths are relative to the project folder"))
+            return
+        text = path.read_text(encoding="utf-8")
+        try:
+            ast = SandboxedEnvironment().parse(text)
+        except TemplateSyntaxError as exc:
+            self.issues.append(ConfigIssue(
+                f"{code_prefix}.prompt_template_syntax_error",
+                f"template syntax error: {exc.message}", file=self.rel(path), line=exc.lineno,
+                key=_dotted_key(loc), hint="fix the Jinja2 syntax"))
+            return
+        unknown = sorted(meta.find_undeclared_variables(ast) - variables)
+        if unknown:
+            self.issues.append(ConfigIssue(
+                f"{code_prefix}.prompt_template_unknown_variable",
+                f"template uses unknown variable(s) {', '.join(unknown)}", file=self.rel(path),
+                line=_first_line_with(text, unknown[0]), key=_dotted_key(loc),
+                hint="available: " + ", ".join(sorted(variables)), severity=unknown_severity))
+
+
+def _dotted_key(loc: Loc) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _first_line_with(text: str, needle: str) -> int | None:
+    for number, line in enumerate(text.splitlines(), 1):
+        if needle in line:
+            return number
+    return None
+
+
+class FlowChecker:
+    """Cross-checks flows against the domain, the other flows, agents and endpoints."""
+
+    def __init__(self, issues: list[ConfigIssue], domain: Domain, flows: dict[str, Flow],
+                 docs: dict[str, YamlDoc], agents: Iterable[str], mcp_servers: Iterable[str],
+                 broken: Broken) -> None:
+        self.issues = issues
+        self.domain = domain
+        self.flows = flows
+        self.docs = docs
+        self.agents = set(agents)
+        self.mcp_servers = set(mcp_servers)
+        self.broken = broken
+        self.uttered: dict[str, tuple[YamlDoc, Loc, bool]] = {}
+        """Responses a flow utters: where, and whether ``value`` is passed (rejections)."""
+
+    def slot_known(self, name: str) -> bool:
+        return name in self.domain.slots or name in BUILTIN_SLOTS
+
+    def check_all(self) -> None:
+        triggers: dict[str, str] = {}
+        for flow_id, flow in self.flows.items():
+            doc = self.docs[flow_id]
+            if flow.guard is not None:
+                self.slots_exist(doc, flow.guard.slot_names, ("flows", flow_id, "if"),
+                                 "flow.condition.unknown_slot")
+            for index, trigger in enumerate(flow.model.nlu_trigger or []):
+                other = triggers.get(trigger.name)
+                if other is not None and other != flow_id:
+                    self.issues.append(doc.issue(
+                        "flow.nlu_trigger.duplicate_intent",
+                        f"intent {trigger.name!r} already triggers flow {other!r}",
+                        ("flows", flow_id, "nlu_trigger", index)))
+                triggers.setdefault(trigger.name, flow_id)
+            self.check_flow(doc, flow)
+
+    def check_flow(self, doc: YamlDoc, flow: Flow) -> None:
+        ids: set[str] = set()
+        for step in flow.steps:
+            if step.id in ids:
+                self.issues.append(doc.issue("flow.duplicate_step_id",
+                                             f"step id {step.id!r} is used twice", step.loc))
+            ids.add(step.id)
+        for step in flow.steps:
+            for cond, target in step.next:
+                if target != END and flow.step(target) is None:
+                    self.issues.append(doc.issue(
+                        "flow.next.unknown_step", f"next step {target!r} does not exist in "
+                        f"flow {flow.id!r}", (*step.loc, "next"), hint="use a step id or END"))
+                if cond is not None:
+                    self.slots_exist(doc, cond.slot_names, (*step.loc, "next"),
+                                     "flow.condition.unknown_slot")
+            self.check_step(doc, flow, step)
+
+    def check_step(self, doc: YamlDoc, flow: Flow, step: Step) -> None:
+        m = step.model
+        if step.kind == "collect":
+            self.check_collect(doc, step)
+        elif step.kind == "set_slots":
+            for item in m.set_slots or []:
+                for slot in item:
+                    if not self.slot_known(slot):
+                        self.issues.append(doc.issue(
+                            "flow.set_slots.unknown_slot",
+                            f"slot {slot!r} is not in the domain", (*step.loc, "set_slots")))
+        elif step.kind == "action":
+            self.check_action(doc, step, str(m.action))
+        elif step.kind == "link":
+            self.check_link(doc, flow, step)
+        elif step.kind == "call":
+            self.check_call(doc, step)
+
+    def check_collect(self, doc: YamlDoc, step: Step) -> None:
+        m = step.model
+        if m.collect not in self.domain.slots:
+            self.issues.append(doc.issue(
+                "flow.collect.unknown_slot", f"slot {m.collect!r} is not in the domain",
+                (*step.loc, "collect"), hint="add it under slots: in the domain"))
+        ask = m.utter or f"utter_ask_{m.collect}"
+        if m.utter and m.utter not in self.domain.responses:
+            self.issues.append(doc.issue(
+                "flow.collect.unknown_response", f"response {m.utter!r} is not in the domain",
+                (*step.loc, "utter"), hint="add it under responses: in the domain"))
+        elif ask in self.domain.responses:
+            self.uttered.setdefault(ask, (doc, (*step.loc, "collect"), False))
+        for index, raw in enumerate(m.rejections or []):
+            for key in sorted(set(raw) - {"if", "utter"}):
+                self.issues.append(doc.issue(
+                    "flow.rejection.ignored_key", f"{key!r} has no effect in a rejection: the "
+                    "slot is reset and the same question is asked again",
+                    (*step.loc, "rejections", index, key), severity="warning"))
+        for index, rejection in enumerate(step.rejections):
+            r_loc = (*step.loc, "rejections", index)
+            self.slots_exist(doc, rejection.condition.slot_names, (*r_loc, "if"),
+                             "flow.condition.unknown_slot")
+            if rejection.utter not in self.domain.responses:
+                self.issues.append(doc.issue(
+                    "flow.rejection.unknown_response",
+                    f"response {rejection.utter!r} is not in the domain", (*r_loc, "utter"),
+                    hint="add it under responses: in the domain"))
+            else:
+                self.uttered.setdefault(rejection.utter, (doc, (*r_loc, "utter"), True))
+
+    def check_action(self, doc: YamlDoc, step: Step, name: str) -> None:
+        if "{{" in name:
+            return  # rendered from the pattern's context at run time
+        if name in self.domain.responses:
+            self.uttered.setdefault(name, (doc, (*step.loc, "action"), False))
+            return
+        if name not in self.domain.actions and name not in BUILTIN_ACTIONS:
+            self.issues.append(doc.issue(
+                "flow.action.unknown", f"action {name!r} is neither a response nor a "
+                "custom action in the domain", (*step.loc, "action"),
+                hint="add it under responses: or actions: in the domain"))
+
+    def check_link(self, doc: YamlDoc, flow: Flow, step: Step) -> None:
+        target = str(step.model.link)
+        if target in self.broken.flows:
+            return
+        if target not in self.flows:
+            self.issues.append(doc.issue("flow.link.unknown_flow",
+                                         f"linked flow {target!r} does not exist",
+                                         (*step.loc, "link")))
+        elif target.startswith("pattern_") and target not in ALWAYS_LINKABLE and not (
+                target == "pattern_chitchat" and flow.id.startswith("pattern_")):
+            self.issues.append(doc.issue(
+                "flow.link.to_pattern", f"a flow cannot link to the pattern {target!r}",
+                (*step.loc, "link"), hint="patterns run when their situation arises"))
+
+    def check_call(self, doc: YamlDoc, step: Step) -> None:
+        m = step.model
+        target = str(m.call)
+        loc = (*step.loc, "call")
+        if m.mcp_server:
+            self.check_mcp_call(doc, step)
+            return
+        if target in self.broken.flows or target in self.broken.agents:
+            return
+        if target.startswith("pattern_") and target in self.flows:
+            self.issues.append(doc.issue("flow.call.to_pattern",
+                                         f"a flow cannot call the pattern {target!r}", loc))
+            return
+        if target not in self.flows and target not in self.agents:
+            self.issues.append(doc.issue(
+                "flow.call.unknown_target", f"call target {target!r} is neither a flow nor a "
+                "sub agent", loc, hint="define the flow, or add sub_agents/<dir>/config.yml"))
+            return
+        if m.exit_if is None:
+            return
+        if target not in self.agents:
+            self.issues.append(doc.issue("flow.exit_if.target_not_agent",
+                                         f"exit_if needs a sub agent, but {target!r} is a flow",
+                                         (*step.loc, "exit_if")))
+            return
+        for index, cond in enumerate(step.exit_if):
+            c_loc = (*step.loc, "exit_if", index)
+            if not cond.slot_names:
+                self.issues.append(doc.issue(
+                    "flow.exit_if.no_slot_reference",
+                    f"exit condition {cond.text!r} references no slot", c_loc,
+                    hint="write conditions over slots, e.g. slots.city is not null"))
+            self.slots_exist(doc, cond.slot_names, c_loc, "flow.exit_if.unknown_slot")
+
+    def check_mcp_call(self, doc: YamlDoc, step: Step) -> None:
+        m = step.model
+        if m.mcp_server not in self.mcp_servers and m.mcp_server not in self.broken.mcp_servers:
+            self.issues.append(doc.issue(
+                "flow.call.unknown_mcp_server",
+                f"MCP server {m.mcp_server!r} is not defined in endpoints.yml",
+                (*step.loc, "mcp_server"), hint="add it under mcp_servers in endpoints.yml"))
+        for part in ("input", "output"):
+            for index, item in enumerate(getattr(m.mapping, part, None) or []):
+                slot = item.get("slot")
+                if isinstance(slot, str) and not self.slot_known(slot):
+                    self.issues.append(doc.issue(
+                        "flow.call.mapping_unknown_slot", f"slot {slot!r} is not in the domain",
+                        (*step.loc, "mapping", part, index, "slot")))
+
+    def slots_exist(self, doc: YamlDoc, names: list[str], loc: Loc, code: str) -> None:
+        for name in names:
+            if not self.slot_known(name):
+                self.issues.append(doc.issue(code, f"slot {name!r} is not in the domain", loc,
+                                             hint="add it under slots: in the domain"))
+
+
+class ResponseChecker:
+    """Parses response conditions and templates; checks the names they use."""
+
+    def __init__(self, issues: list[ConfigIssue], domain: Domain,
+                 docs: dict[str, YamlDoc]) -> None:
+        self.issues = issues
+        self.domain = domain
+        self.docs = docs
+
+    def check_all(self, uttered: dict[str, tuple[YamlDoc, Loc, bool]]) -> None:
+        for name, variations in self.domain.responses.items():
+            doc = self.docs.get(name)
+            if doc is None:
+                continue  # a shipped default response
+            for index, variation in enumerate(variations):
+                loc: Loc = ("responses", name, index)
+                self.check_condition(doc, variation, loc)
+                self.check_templates(doc, name, variation, loc, uttered.get(name))
+
+    def check_condition(self, doc: YamlDoc, variation: ResponseVariation, loc: Loc) -> None:
+        cond = variation.condition
+        if cond is None:
+            return
+        if isinstance(cond, str):
+            try:
+                parsed = parse_condition(cond)
+            except ConditionSyntaxError as exc:
+                self.issues.append(doc.issue("domain.response.condition_invalid", str(exc),
+                                             (*loc, "condition"),
+                                             hint="see the conditions syntax in the docs"))
+                return
+            variation._parsed_condition = parsed
+            names = parsed.slot_names
+        elif isinstance(cond, list) and all(isinstance(i, dict) and "name" in i for i in cond):
+            names = [str(i["name"]) for i in cond]
+        else:
+            self.issues.append(doc.issue(
+                "domain.response.condition_invalid",
+                "a condition is a predicate string or a list of {type: slot, name, value}",
+                (*loc, "condition")))
+            return
+        for slot in names:
+            if slot not in self.domain.slots and slot not in BUILTIN_SLOTS:
+                self.issues.append(doc.issue("domain.response.condition_unknown_slot",
+                                             f"slot {slot!r} is not in the domain",
+                                             (*loc, "condition")))
+
+    def check_templates(self, doc: YamlDoc, name: str, variation: ResponseVariation, loc: Loc,
+                        uttered: tuple[YamlDoc, Loc, bool] | None) -> None:
+        template = (variation.metadata or {}).get("template")
+        if template not in (None, "format", "jinja"):
+            self.issues.append(doc.issue(
+                "domain.response.unknown_template_engine",
+                f"unknown template engine {template!r}", (*loc, "metadata", "template"),
+                hint="use jinja, or leave it out for {slot} placeholders"))
+            return
+        known = set(self.domain.slots) | BUILTIN_SLOTS
+        if uttered is not None and uttered[2]:
+            known.add("value")
+        # kwargs of a custom action's utter_message may fill other names, so an unknown name is
+        # an error only in responses that only flows utter
+        severity = "error" if uttered is not None else "warning"
+        for key, text in _strings(variation.model_dump(exclude_none=True), loc):
+            if key[len(loc)] not in _INTERPOLATED_KEYS:
+                continue
+            if variation.is_jinja:
+                self.check_jinja(doc, key, text, known, severity)
+            else:
+                self.check_format(doc, key, text, known, severity)
+
+    def check_format(self, doc: YamlDoc, loc: Loc, text: str, known: set[str],
+                     severity: str) -> None:
+        for placeholder in _PLACEHOLDER.findall(text):
+            if placeholder.strip() not in known:
+                unfilled = "its placeholders stay unfilled" if severity == "error" else \
+                    "it stays unfilled unless a custom action passes it to utter_message"
+                self.issues.append(doc.issue(
+                    "domain.response.unknown_placeholder",
+                    f"{{{placeholder}}} is not a slot: {unfilled}", loc,
+                    hint="use a slot name, or metadata: {template: jinja} for expressions",
+                    severity=severity))
+                return
+
+    def check_jinja(self, doc: YamlDoc, loc: Loc, text: str, known: set[str],
+                    severity: str) -> None:
+        from jinja2 import TemplateSyntaxError, meta
+        from jinja2.sandbox import SandboxedEnvironment
+
+        try:
+            ast = SandboxedEnvironment().parse(text)
+        except TemplateSyntaxError as exc:
+            self.issues.append(doc.issue("domain.response.jinja_syntax_error",
+                                         f"template syntax error: {exc.message}", loc,
+                                         hint="fix the Jinja2 syntax"))
+            return
+        unknown = sorted(meta.find_undeclared_variables(ast) - known - RESPONSE_JINJA_NAMES)
+        if unknown:
+            self.issues.append(doc.issue(
+                "domain.response.unknown_placeholder",
+                f"template uses {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'}"
+                " not a slot", loc, hint="use slot names, context.<field> or value",
+                severity=severity))
+
+
+def _strings(value: Any, loc: Loc) -> Iterable[tuple[Loc, str]]:
+    if isinstance(value, str):
+        yield loc, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key not in ("metadata", "condition", "channel", "id"):
+                yield from _strings(item, (*loc, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, (*loc, index))

@@ -1,0 +1,489 @@
+"""Projects written for Rasa CALM load as Rasa loads them; what would fail at run time fails here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from subagents.config import collect_issues, load_project
+from subagents.config.project import ProjectPaths
+
+
+def _codes(issues, severity=None):
+    return [i.code for i in issues if severity is None or i.severity == severity]
+
+
+def _only(issues, code):
+    found = [i for i in issues if i.code == code]
+    assert len(found) == 1, [i.format() for i in issues]
+    return found[0]
+
+
+TOLERATED_FLOWS = """
+    flows:
+      replace_card:
+        description: Replace a lost card.
+        name: replacing a card
+        if: False
+        persisted_slots: [city]
+        run_pattern_completed: false
+        always_include_in_prompt: true
+        file_path: somewhere.yml
+        on_activate: something
+        metadata: {owner: cards}
+        translation: {de: {name: Karte ersetzen}}
+        nlu_trigger:
+          - intent: replace_card
+          - intent:
+              name: lost_card
+              confidence_threshold: 0.8
+              extra: ignored
+        steps:
+          - collect: city
+            description: the city
+            metadata: {note: x}
+            rejections:
+              - if: false
+                utter: utter_done
+            next:
+              - if: slots.guests > 2
+                then:
+                  - action: utter_done
+                    next: END
+              - if: true
+                then: order
+              - else: order
+                next: END
+          - id: order
+            set_slots:
+              - guests: 1
+            anything: ignored
+          - noop: false
+            whatever: 1
+            next: END
+      guarded:
+        description: Guard as a string.
+        if: "slots.guests > 1"
+        steps:
+          - link: replace_card
+            also: ignored
+"""
+
+
+def test_every_form_rasa_accepts_loads(make_project):
+    project = load_project(make_project({"data/more.yml": TOLERATED_FLOWS}))
+    flow = project.flows["replace_card"]
+    assert flow.link_only
+    assert [(t.name, t.threshold) for t in flow.model.nlu_trigger] == [
+        ("replace_card", 0.0), ("lost_card", 0.8)]
+    collect = flow.steps[0]
+    assert [c is None or c.evaluate_slots({"guests": 0}) for c, _ in collect.next] == \
+        [False, True, True]
+    assert collect.rejections[0].condition.evaluate_slots({}) is False
+    guarded = project.flows["guarded"]
+    assert not guarded.link_only
+    assert guarded.guard.evaluate_slots({"guests": 3}) is True
+
+
+@pytest.mark.parametrize(("step", "code", "key"), [
+    ("- action: utter_done\n  description: not allowed on an action",
+     "flow.validation.structure", "flows.f.steps[0].description"),
+    ("- collect: city\n  colect_extra: 1", "flow.validation.structure",
+     "flows.f.steps[0].colect_extra"),
+    ("- noop: true", "flow.validation.structure", "flows.f.steps[0]"),
+    ("- link: weather_flow\n  next: END", "flow.validation.structure", "flows.f.steps[0]"),
+    ("- action: utter_done\n  next:\n    - if: slots.city\n      then: END\n"
+     "      else: END", "flow.validation.structure", None),
+])
+def test_keys_rasa_rejects_are_errors(make_project, step, code, key):
+    steps = "".join(f"      {line}\n" for line in step.splitlines())
+    text = "flows:\n  f:\n    description: d\n    steps:\n" + steps
+    _, issues = collect_issues(make_project({"data/bad.yml": text}))
+    issue = next(i for i in issues if i.code == code)
+    assert issue.file == "data/bad.yml"
+    if key is not None:
+        assert issue.key == key
+
+
+def test_conditions_that_do_not_parse_are_load_errors(make_project):
+    _, issues = collect_issues(make_project({"data/bad.yml": """
+        flows:
+          f:
+            description: d
+            if: slots.city ==
+            steps:
+              - collect: city
+                rejections:
+                  - if: slots.city is
+                    utter: utter_done
+                next:
+                  - if: (slots.city
+                    then: END
+                  - else: END
+        """}))
+    found = {(i.code, i.key, i.line) for i in issues if i.code == "flow.condition.invalid"}
+    assert found == {("flow.condition.invalid", "flows.f.if", 4),
+                     ("flow.condition.invalid", "flows.f.steps[0].rejections[0].if", 8),
+                     ("flow.condition.invalid", "flows.f.steps[0].next[0].if", 11)}
+
+
+def test_a_rejection_needs_a_known_response(make_project):
+    _, issues = collect_issues(make_project({"data/bad.yml": """
+        flows:
+          f:
+            description: d
+            steps:
+              - collect: city
+                rejections:
+                  - if: slots.city = "x"
+                    utter: utter_nope
+        """}))
+    assert _only(issues, "flow.rejection.unknown_response").key == \
+        "flows.f.steps[0].rejections[0].utter"
+
+
+def test_default_domain_and_patterns_need_no_definition(make_project):
+    project = load_project(make_project({"data/silence.yml": """
+        flows:
+          pattern_user_silence:
+            description: mine
+            steps:
+              - noop: true
+                next:
+                  - if: slots.consecutive_silence_timeouts = 0.0
+                    then:
+                      - set_slots:
+                          - consecutive_silence_timeouts: 1.0
+                      - action: action_repeat_bot_messages
+                        next: END
+                  - else:
+                      - action: utter_ask_still_there
+                      - action: action_hangup
+                        next: END
+          handoff:
+            description: talk to a human
+            steps:
+              - action: utter_human_handoff_not_available
+              - link: pattern_human_handoff
+        """}))
+    for pattern in ("pattern_correction", "pattern_clarification", "pattern_session_start",
+                    "pattern_search", "pattern_customer_satisfaction", "pattern_skip_question",
+                    "pattern_code_change", "pattern_repeat_bot_messages", "pattern_restart"):
+        assert pattern in project.flows
+    assert project.flows["pattern_user_silence"].description == "mine"
+    assert "utter_corrected_previous_input" in project.domain.responses
+    assert "csat_score" in project.domain.default_slots
+
+
+def test_a_pattern_override_replaces_the_default_completely(make_project):
+    project = load_project(make_project({"data/patterns.yml": """
+        flows:
+          pattern_session_start:
+            description: greet
+            steps:
+              - action: utter_done
+        responses:
+          utter_ask_rephrase:
+            - text: "Say again?"
+        """}))
+    flow = project.flows["pattern_session_start"]
+    assert flow.model.nlu_trigger is None  # the default's trigger is not merged in
+    assert [s.target for s in flow.steps] == ["utter_done"]
+    assert [v.text for v in project.domain.responses["utter_ask_rephrase"]] == ["Say again?"]
+    assert "utter_ask_rephrase" not in project.domain.default_responses
+
+
+def test_a_broken_flow_gives_one_error_not_follow_on_errors(make_project):
+    _, issues = collect_issues(make_project({"data/more.yml": """
+        flows:
+          feedback:
+            description: d
+            if: 5
+            steps:
+              - action: utter_done
+          goodbye:
+            description: d
+            steps:
+              - call: feedback
+              - link: feedback
+        """}))
+    assert _codes(issues, "error") == ["flow.validation.structure"]
+
+
+def test_a_broken_agent_or_model_group_gives_no_follow_on_errors(make_project):
+    _, issues = collect_issues(make_project({
+        "endpoints.yml": """
+            model_groups:
+              - id: agent_llm
+                models:
+                  - provider: openai
+                    temperature: hot
+            mcp_servers:
+              - name: tools
+                type: stdio
+            """,
+        "sub_agents/booking/config.yml": """
+            agent:
+              name: booking_agent
+              description: Books a table.
+              colour: blue
+            """}))
+    assert sorted(_codes(issues, "error")) == [
+        "agent.validation.structure.additional_agent_keys", "endpoints.mcp_server.invalid",
+        "endpoints.model_group.invalid"]
+
+
+def test_a_misspelled_endpoints_key_is_an_error_with_a_suggestion(make_project):
+    root = make_project()
+    text = (root / "endpoints.yml").read_text() + "mcp_server:\n  - name: x\nfoo_bar_baz: 1\n"
+    (root / "endpoints.yml").write_text(text)
+    _, issues = collect_issues(root)
+    misspelled = [i for i in issues if i.code == "endpoints.unknown_key"]
+    assert [(i.key, i.severity) for i in misspelled] == [("mcp_server", "error"),
+                                                         ("foo_bar_baz", "warning")]
+    assert "mcp_servers" in (misspelled[0].hint or "")
+
+
+@pytest.mark.parametrize(("model", "code", "key"), [
+    ("{provider: openai, model: m, temprature: 0.2}", "llm.option.unknown", "temprature"),
+    ("{provider: anthropic, model: claude}", "llm.provider.unsupported", "provider"),
+    ("{provider: openai, model: m, stream: true}", "llm.option.forbidden", "stream"),
+    ("{provider: azure, model: m, api_version: '2024-02-01'}", "llm.azure.deployment_missing",
+     "provider"),
+])
+def test_model_settings_are_checked(make_project, model, code, key):
+    _, issues = collect_issues(make_project({"endpoints.yml": f"""
+        model_groups:
+          - id: agent_llm
+            models:
+              - {model}
+        mcp_servers:
+          - name: tools
+            type: stdio
+            command: python
+        """}))
+    issue = _only(issues, code)
+    assert issue.key == f"model_groups[0].models[0].{key}"
+    assert issue.file == "endpoints.yml"
+
+
+def test_rasa_model_keys_are_accepted_and_mapped(make_project):
+    project = load_project(make_project({"endpoints.yml": """
+        model_groups:
+          - id: agent_llm
+            models:
+              - provider: openai
+                model: gpt-4o
+                request_timeout: 7
+                max_tokens: 256
+          - id: azure_llm
+            models:
+              - provider: azure
+                deployment_name: my-deployment
+                api_type: azure
+                api_version: "2024-02-01"
+                api_base: https://example.openai.azure.com
+          - id: local
+            models:
+              - provider: self-hosted
+                model: llama
+                api_base: http://127.0.0.1:8000/v1
+                max_tokens: 100
+        mcp_servers:
+          - name: tools
+            type: stdio
+            command: python
+        """}))
+    openai, azure, local = (g.models[0] for g in project.endpoints.model_groups)
+    assert (openai.timeout, openai.max_completion_tokens) == (7, 256)
+    assert "max_tokens" not in openai.request_options()
+    assert (azure.deployment, azure.api_type, azure.api_version) == \
+        ("my-deployment", "azure", "2024-02-01")
+    assert local.request_options() == {"max_tokens": 100}
+
+
+def test_an_inline_agent_llm_is_checked_too(make_project):
+    _, issues = collect_issues(make_project({"sub_agents/booking/config.yml": """
+        agent:
+          name: booking_agent
+          description: Books a table.
+        configuration:
+          llm:
+            provider: gemini
+            model: g
+        connections:
+          mcp_servers:
+            - name: tools
+        """}))
+    assert _only(issues, "llm.provider.unsupported").key == "configuration.llm.provider"
+
+
+RESPONSES = """
+    responses:
+      utter_done:
+        - text: "Done for {cty}."
+      utter_from_action:
+        - text: "Summary: {summary}"
+      utter_jinja:
+        - text: "{% if slots.city %}hi{% endif"
+          metadata: {template: jinja}
+      utter_conditional:
+        - text: gold
+          condition: "slots.guests >"
+        - text: other
+"""
+
+
+def test_response_templates_and_conditions_are_checked(make_project):
+    _, issues = collect_issues(make_project({"data/responses.yml": RESPONSES}))
+    placeholders = [(i.key, i.severity) for i in issues
+                    if i.code == "domain.response.unknown_placeholder"]
+    assert placeholders == [("responses.utter_done[0].text", "error"),
+                            ("responses.utter_from_action[0].text", "warning")]
+    assert _only(issues, "domain.response.jinja_syntax_error").key == \
+        "responses.utter_jinja[0].text"
+    assert _only(issues, "domain.response.condition_invalid").key == \
+        "responses.utter_conditional[0].condition"
+
+
+def test_response_conditions_are_parsed_at_load(make_project):
+    project = load_project(make_project({"data/responses.yml": """
+        responses:
+          utter_greet:
+            - text: gold
+              condition: "slots.guests > 2"
+            - text: legacy
+              condition:
+                - type: slot
+                  name: city
+                  value: berlin
+            - text: plain
+        """}))
+    gold, legacy, plain = project.domain.responses["utter_greet"]
+    assert gold.parsed_condition is not None
+    assert gold.condition_holds({"guests": 3}) and not gold.condition_holds({"guests": 1})
+    assert legacy.condition_holds({"city": "Berlin"})  # case-insensitive, as in Rasa
+    assert plain.condition_holds({})
+
+
+def test_a_prompt_template_outside_the_project_is_an_error(make_project, tmp_path):
+    (tmp_path / "outside.jinja2").write_text("{{ description }}")
+    _, issues = collect_issues(make_project({"sub_agents/booking/config.yml": """
+        agent:
+          name: booking_agent
+          description: Books a table.
+        configuration:
+          prompt_template: ../outside.jinja2
+        connections:
+          mcp_servers:
+            - name: tools
+        """}))
+    issue = _only(issues, "agent.validation.prompt_template_outside_project")
+    assert (issue.file, issue.line) == ("sub_agents/booking/config.yml", 5)
+
+
+def test_command_generator_template_and_model_are_checked(make_project):
+    _, issues = collect_issues(make_project({
+        "config.yml": """
+            pipeline:
+              - name: CompactLLMCommandGenerator
+                prompt_template: prompts/cg.jinja2
+                llm:
+                  provider: openai
+                  model: gpt-4o
+                  max_token: 10
+            policies:
+              - name: FlowPolicy
+              - name: EnterpriseSearchPolicy
+            """,
+        "prompts/cg.jinja2": "{{ current_conversation }} {{ my_flag }} {{ user_message }}\n"}))
+    assert _only(issues, "llm.option.unknown").hint == "did you mean 'max_tokens'?"
+    unknown = _only(issues, "config.command_generator.prompt_template_unknown_variable")
+    assert (unknown.severity, unknown.file, unknown.line) == ("warning", "prompts/cg.jinja2", 1)
+    search = _only(issues, "config.enterprise_search.unsupported")
+    assert (search.severity, search.key) == ("warning", "policies[1].name")
+
+
+def test_custom_nlg_class_is_a_warning_and_rephraser_template_is_checked(make_project):
+    root = make_project()
+    endpoints = root / "endpoints.yml"
+    endpoints.write_text(endpoints.read_text() + "nlg:\n  type: my_pkg.MyNLG\n")
+    _, issues = collect_issues(root)
+    assert _only(issues, "endpoints.nlg.custom_class_unsupported").severity == "warning"
+    endpoints.write_text(endpoints.read_text().replace(
+        "type: my_pkg.MyNLG", "type: rephrase\n  prompt_template: /etc/passwd"))
+    _, issues = collect_issues(root)
+    assert _only(issues, "endpoints.nlg.prompt_template_outside_project").key == \
+        "nlg.prompt_template"
+
+
+def test_an_empty_folder_is_an_error(tmp_path):
+    project, issues = collect_issues(tmp_path)
+    assert project is None
+    assert _codes(issues) == ["project.empty"]
+
+
+def test_an_unused_invalid_timezone_is_a_warning(make_project):
+    project, issues = collect_issues(make_project({"sub_agents/booking/config.yml": """
+        agent:
+          name: booking_agent
+          description: Books a table.
+        configuration:
+          include_date_time: false
+          timezone: Mars/Olympus
+        connections:
+          mcp_servers:
+            - name: tools
+        """}))
+    assert project is not None
+    issue = _only(issues, "datetime_utils.validate_datetime_configuration.invalid_timezone")
+    assert (issue.severity, issue.line) == ("warning", 6)
+
+
+def test_include_exclude_conflict_names_the_agent_once(make_project):
+    _, issues = collect_issues(make_project({"sub_agents/booking/config.yml": """
+        agent:
+          name: booking_agent
+          description: Books a table.
+        connections:
+          mcp_servers:
+            - name: tools
+              include_tools: [a]
+              exclude_tools: [b]
+        """}))
+    issue = _only(issues, "agent.validation.mcp.include_exclude_conflict")
+    assert "booking_agent" in issue.message
+    assert issue.code not in issue.message
+    assert _codes(issues, "error") == ["agent.validation.mcp.include_exclude_conflict"]
+
+
+def _rasa_layout(root: Path) -> None:
+    (root / "config").mkdir()
+    (root / "config" / "config.yml").write_text(
+        "pipeline:\n  - name: CompactLLMCommandGenerator\n    llm: {model_group: nope}\n")
+    (root / "domain.yml").write_text("slots:\n  town: {type: text}\n")
+    (root / "domain").mkdir()
+    (root / "domain" / "ignored.yml").write_text("slots:\n  ignored: {type: text}\n")
+    (root / "flows").mkdir()
+    (root / "flows" / "f.yml").write_text(
+        "flows:\n  f:\n    description: d\n    steps:\n      - collect: town\n")
+
+
+def test_file_locations_default_to_rasas_and_can_be_given(tmp_path):
+    _rasa_layout(tmp_path)
+    paths = ProjectPaths.resolve(tmp_path)
+    assert paths.domain == (tmp_path / "domain.yml",)
+    project, issues = collect_issues(tmp_path, data="flows")
+    assert project is not None, [i.format() for i in issues]
+    assert "ignored" not in project.domain.slots
+    assert "f" in project.flows
+    _, issues = collect_issues(tmp_path, data=["flows"], config="config/config.yml",
+                               domain="domain")
+    assert _codes(issues, "error") == ["config.model_group.unknown",
+                                       "flow.collect.unknown_slot"]
+
+
+def test_an_explicit_path_that_does_not_exist_is_an_error(make_project):
+    _, issues = collect_issues(make_project(), endpoints="prod/endpoints.yml")
+    issue = _only(issues, "project.path_not_found")
+    assert issue.key == "--endpoints"
