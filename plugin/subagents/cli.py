@@ -14,6 +14,20 @@ from . import __version__
 def _project_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", default=".", type=Path,
                         help="assistant project folder (default: current folder)")
+    # file locations as in Rasa's CLI; relative paths are relative to the project folder
+    parser.add_argument("-c", "--config", type=Path, help="pipeline config (default: config.yml)")
+    parser.add_argument("-d", "--domain", type=Path,
+                        help="domain file or folder (default: domain.yml, else domain/)")
+    parser.add_argument("--data", type=Path, nargs="+",
+                        help="flow files or folders (default: data)")
+    parser.add_argument("--endpoints", type=Path, help="endpoints (default: endpoints.yml)")
+
+
+def _paths(args: argparse.Namespace) -> Any:
+    from .config.project import ProjectPaths
+
+    return ProjectPaths.resolve(args.project.resolve(), config=args.config, domain=args.domain,
+                                data=args.data, endpoints=args.endpoints)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def cmd_validate(project_dir: Path) -> int:
+def cmd_validate(project_dir: Any) -> int:
     from .config.project import collect_issues
 
     project, issues = collect_issues(project_dir)
@@ -67,7 +81,7 @@ def cmd_validate(project_dir: Path) -> int:
     return 0
 
 
-def cmd_structure(project_dir: Path) -> int:
+def cmd_structure(project_dir: Any) -> int:
     from .config.project import collect_issues
 
     project, issues = collect_issues(project_dir)
@@ -127,7 +141,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     async def run_all() -> list[Any]:
         results = []
         progress = Progress(len(cases))
-        async with Runner(project) as runner:
+        async with Runner(_paths(args)) as runner:
             for case in cases:
                 result = await runner.run_case(case)
                 results.append(result)
@@ -154,24 +168,24 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     configure_logging(args.log_level)
     if args.command == "validate":
-        return cmd_validate(args.project)
+        return cmd_validate(_paths(args))
     if args.command == "demo":
         if args.structure:
-            return cmd_structure(args.project)
+            return cmd_structure(_paths(args))
         from .demo.player import play
 
-        return play(args.project, args.script)
+        return play(_paths(args), args.script)
     if args.command == "shell":
         from .shell import run_shell
 
-        return run_shell(args.project, debug=args.debug)
+        return run_shell(_paths(args), debug=args.debug)
     if args.command == "serve":
         import os
 
         from .dialogue.processor import Assistant
         from .server import serve
 
-        serve(Assistant.load(args.project), host=args.host, port=args.port,
+        serve(Assistant.load(_paths(args)), host=args.host, port=args.port,
               token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
         return 0
     if args.command == "test":

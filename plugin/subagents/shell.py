@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 from .channels.console import ConsoleOutputChannel
+from .config.project import ProjectPaths
 
 
 def _reader(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None]) -> None:
@@ -22,7 +23,7 @@ def _reader(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None]) -
         loop.call_soon_threadsafe(queue.put_nowait, line)
 
 
-async def _shell(project: Path, debug: bool) -> None:
+async def _shell(project: Path | ProjectPaths, debug: bool) -> None:
     from .dialogue.processor import Assistant
 
     assistant = Assistant.load(project)
@@ -45,7 +46,7 @@ async def _shell(project: Path, debug: bool) -> None:
             await assistant.handle_message(sender, text, None, channel)
 
 
-def run_shell(project: Path, *, debug: bool = False) -> int:
+def run_shell(project: Path | ProjectPaths, *, debug: bool = False) -> int:
     try:
         asyncio.run(_shell(project, debug))
     except KeyboardInterrupt:

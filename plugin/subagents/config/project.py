@@ -759,18 +759,19 @@ def import_from_project(root: Path, dotted: str) -> Any:
         return importlib.import_module(dotted)
 
 
-def collect_issues(root: Path | str, *, paths: ProjectPaths | None = None,
-                   **locations: Any) -> tuple[Project | None, list[ConfigIssue]]:
+def collect_issues(root: Path | str | ProjectPaths, **locations: Any
+                   ) -> tuple[Project | None, list[ConfigIssue]]:
     """Load ``root`` and return the project (None if it has errors) and every issue found.
 
+    ``root`` is the project folder, or a :class:`ProjectPaths` naming every location;
     ``locations`` (``config``, ``domain``, ``data``, ``endpoints``, ``sub_agents``) override
     where the files are, as :meth:`ProjectPaths.resolve` describes.
     """
-    root = Path(root)
+    paths = root if isinstance(root, ProjectPaths) else ProjectPaths.resolve(root, **locations)
+    root = paths.root
     if not root.is_dir():
         return None, [ConfigIssue("project.not_found", f"project folder {root} does not exist",
                                   file=str(root), hint="pass --project DIR")]
-    paths = paths or ProjectPaths.resolve(root, **locations)
     loader = _Loader(paths)
     endpoints, endpoints_doc = loader.load_endpoints()
     pipeline = loader.load_pipeline(endpoints)
@@ -792,12 +793,13 @@ def collect_issues(root: Path | str, *, paths: ProjectPaths | None = None,
     return project, issues
 
 
-def load_project(root: Path | str, **locations: Any) -> Project:
+def load_project(root: Path | str | ProjectPaths, **locations: Any) -> Project:
     """Load a project; raise :class:`ProjectInvalidError` listing every error if there is any.
 
-    ``locations`` are the file locations :func:`collect_issues` accepts.
+    ``root`` and ``locations`` are what :func:`collect_issues` accepts.
     """
-    project, issues = collect_issues(Path(root), **locations)
+    project, issues = collect_issues(root, **locations)
     if project is None:
-        raise ProjectInvalidError(issues, Path(root))
+        folder = root.root if isinstance(root, ProjectPaths) else Path(root)
+        raise ProjectInvalidError(issues, folder)
     return project

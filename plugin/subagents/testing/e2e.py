@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import events as ev
 from ..channels.base import CollectingOutputChannel
+from ..config.project import ProjectPaths
 from ..stores import InMemoryTrackerStore
 from .fake_server import FakeModelServer
 from .fixtures import AGENT_ASSERTIONS, TestCase
@@ -47,7 +48,7 @@ def _describe(message: dict[str, Any]) -> str:
 
 
 class Runner:
-    def __init__(self, project_dir: Path) -> None:
+    def __init__(self, project_dir: Path | ProjectPaths) -> None:
         self.project_dir = project_dir
         self.fake: FakeModelServer | None = None
         self._scripted: Any = None
