@@ -488,3 +488,75 @@ def test_an_explicit_path_that_does_not_exist_is_an_error(make_project):
     _, issues = collect_issues(make_project(), endpoints="prod/endpoints.yml")
     issue = _only(issues, "project.path_not_found")
     assert issue.key == "--endpoints"
+
+
+def test_one_bad_slot_hides_neither_its_file_nor_causes_follow_on_errors(make_project):
+    _, issues = collect_issues(make_project({"data/domain.yml": """
+        slots:
+          city:
+            type: txt
+          guests:
+            type: float
+        responses:
+          utter_done:
+            - text: "Done for {city}."
+          utter_nope:
+            - text: 5
+        """, "data/more.yml": """
+        flows:
+          f:
+            description: d
+            steps:
+              - collect: guests
+                rejections:
+                  - if: slots.guests > 9
+                    utter: utter_nope
+              - action: utter_done
+        """}))
+    assert [(i.code, i.key) for i in issues if i.severity == "error"] == [
+        ("domain.validation.structure", "slots.city.type"),
+        ("domain.validation.structure", "responses.utter_nope[0].text")]
+
+
+def test_an_unreadable_data_file_does_not_make_every_reference_an_error(make_project):
+    _, issues = collect_issues(make_project({"data/broken.yml": "flows: [\n"}))
+    assert _codes(issues, "error") == ["yaml.syntax_error"]
+
+
+def test_unknown_names_come_with_a_suggestion(make_project):
+    _, issues = collect_issues(make_project({"data/more.yml": """
+        flows:
+          f:
+            description: d
+            steps:
+              - collect: cty
+              - action: utter_dne
+              - link: weather_flw
+        """}))
+    hints = {i.code: i.hint for i in issues}
+    assert hints["flow.collect.unknown_slot"] == "did you mean 'city'?"
+    assert hints["flow.action.unknown"] == "did you mean 'utter_done'?"
+    assert hints["flow.link.unknown_flow"] == "did you mean 'weather_flow'?"
+
+
+def test_tool_state_mappings_name_known_slots(make_project):
+    _, issues = collect_issues(make_project({"sub_agents/booking/config.yml": """
+        agent:
+          name: booking_agent
+          description: Books a table.
+        configuration:
+          tools:
+            book:
+              inputs_from_state: {who: slots.guest_name, where: city}
+              outputs_to_state: {reference: result}
+        connections:
+          mcp_servers:
+            - name: tools
+        """}))
+    assert sorted((i.code, i.key) for i in issues if i.severity == "error") == [
+        ("agent.validation.tools.invalid_state_source",
+         "configuration.tools.book.inputs_from_state.where"),
+        ("agent.validation.tools.unknown_slot",
+         "configuration.tools.book.inputs_from_state.who"),
+        ("agent.validation.tools.unknown_slot", "configuration.tools.book.outputs_to_state"
+                                                ".reference")]

@@ -183,6 +183,7 @@ class _Loader:
         self.broken = Broken()
         self.templates = TemplateChecker(self.root, self.issues)
         self.response_docs: dict[str, YamlDoc] = {}
+        self.agent_docs: dict[str, YamlDoc] = {}
 
     def rel(self, path: Path) -> str:
         try:
@@ -429,6 +430,7 @@ class _Loader:
         for path in domain_files + [p for p in data_files if p not in domain_files]:
             doc = self.read(path)
             if doc is None:
+                self.broken.unreadable_data = True
                 continue
             keys = set(doc.data)
             if keys & DOMAIN_KEYS:
@@ -444,11 +446,26 @@ class _Loader:
         return domain, flows, bool(domain_files or data_files)
 
     def load_domain_part(self, doc: YamlDoc, domain: Domain) -> None:
+        data = dict(doc.data)
         try:
-            part = DomainFile.model_validate(doc.data)
+            part = DomainFile.model_validate(data)
         except ValidationError as exc:
             self.issues += pydantic_issues(doc, exc, lambda e: "domain.validation.structure")
-            return
+            # drop only the slots and responses that failed, and remember their names
+            for err in exc.errors():
+                loc = err["loc"]
+                if len(loc) >= 2 and loc[0] in ("slots", "responses") and \
+                        isinstance(data.get(loc[0]), dict):
+                    getattr(self.broken, str(loc[0])).add(str(loc[1]))
+                    data[str(loc[0])] = {k: v for k, v in data[str(loc[0])].items()
+                                         if k != loc[1]}
+                elif loc:
+                    data.pop(str(loc[0]), None)
+            try:
+                part = DomainFile.model_validate(data)
+            except ValidationError:
+                self.broken.unreadable_data = True
+                return
         for name in part.responses:
             self.response_docs[name] = doc
         domain.merge(Domain(slots=part.slots, responses=part.responses, actions=part.actions))
@@ -524,6 +541,7 @@ class _Loader:
                     hint="give every sub agent a unique agent.name"))
                 continue
             agents[spec.name] = spec
+            self.agent_docs[spec.name] = doc
         return agents
 
     def load_agent(self, doc: YamlDoc, folder: Path, endpoints: EndpointsConfig,
@@ -674,8 +692,10 @@ class _Loader:
         checker = FlowChecker(self.issues, domain, flows, docs, agents,
                               [s.name for s in endpoints.mcp_servers or []], self.broken)
         checker.check_all()
-        ResponseChecker(self.issues, domain, self.response_docs).check_all(checker.uttered)
+        ResponseChecker(self.issues, domain, self.response_docs, self.broken).check_all(
+            checker.uttered)
         for name, spec in agents.items():
+            checker.check_tool_mappings(self.agent_docs[name], spec.config)
             if name in flows:
                 self.issues.append(ConfigIssue(
                     "agent.flow_name_conflict",

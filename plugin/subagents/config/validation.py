@@ -13,6 +13,7 @@ value gives one error.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from ..conditions import ConditionSyntaxError, parse_condition
 from ..exceptions import ConfigIssue
 from .domain import Domain, ResponseVariation
 from .flows import END, Flow, Step
+from .sub_agent import SubAgentConfig
 
 BUILTIN_ACTIONS = frozenset({
     "action_listen", "action_restart", "action_session_start", "action_default_fallback",
@@ -71,6 +73,16 @@ class Broken:
     agents: set[str] = field(default_factory=set)
     model_groups: set[str] = field(default_factory=set)
     mcp_servers: set[str] = field(default_factory=set)
+    slots: set[str] = field(default_factory=set)
+    responses: set[str] = field(default_factory=set)
+    unreadable_data: bool = False
+    """A domain or data file could not be read: any name might have been defined there."""
+
+
+def did_you_mean(name: str, candidates: Iterable[str], fallback: str | None = None) -> str | None:
+    """``did you mean 'x'?`` for the closest candidate, else ``fallback``."""
+    close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.75)
+    return f"did you mean {close[0]!r}?" if close else fallback
 
 
 def project_file(root: Path, rel: str) -> Path | None:
@@ -158,7 +170,22 @@ class FlowChecker:
         """Responses a flow utters: where, and whether ``value`` is passed (rejections)."""
 
     def slot_known(self, name: str) -> bool:
-        return name in self.domain.slots or name in BUILTIN_SLOTS
+        return name in self.domain.slots or name in BUILTIN_SLOTS or \
+            name in self.broken.slots or self.broken.unreadable_data
+
+    def response_known(self, name: str) -> bool:
+        return name in self.domain.responses or name in self.broken.responses or \
+            self.broken.unreadable_data
+
+    def flow_known(self, name: str) -> bool:
+        return name in self.flows or name in self.broken.flows or self.broken.unreadable_data
+
+    def slot_hint(self, name: str) -> str | None:
+        return did_you_mean(name, self.domain.slots, "add it under slots: in the domain")
+
+    def response_hint(self, name: str) -> str | None:
+        return did_you_mean(name, self.domain.responses,
+                            "add it under responses: in the domain")
 
     def check_all(self) -> None:
         triggers: dict[str, str] = {}
@@ -205,7 +232,8 @@ class FlowChecker:
                     if not self.slot_known(slot):
                         self.issues.append(doc.issue(
                             "flow.set_slots.unknown_slot",
-                            f"slot {slot!r} is not in the domain", (*step.loc, "set_slots")))
+                            f"slot {slot!r} is not in the domain", (*step.loc, "set_slots"),
+                            hint=self.slot_hint(slot)))
         elif step.kind == "action":
             self.check_action(doc, step, str(m.action))
         elif step.kind == "link":
@@ -215,15 +243,15 @@ class FlowChecker:
 
     def check_collect(self, doc: YamlDoc, step: Step) -> None:
         m = step.model
-        if m.collect not in self.domain.slots:
+        if m.collect not in self.domain.slots and not self.slot_known(str(m.collect)):
             self.issues.append(doc.issue(
                 "flow.collect.unknown_slot", f"slot {m.collect!r} is not in the domain",
-                (*step.loc, "collect"), hint="add it under slots: in the domain"))
+                (*step.loc, "collect"), hint=self.slot_hint(str(m.collect))))
         ask = m.utter or f"utter_ask_{m.collect}"
-        if m.utter and m.utter not in self.domain.responses:
+        if m.utter and not self.response_known(m.utter):
             self.issues.append(doc.issue(
                 "flow.collect.unknown_response", f"response {m.utter!r} is not in the domain",
-                (*step.loc, "utter"), hint="add it under responses: in the domain"))
+                (*step.loc, "utter"), hint=self.response_hint(m.utter)))
         elif ask in self.domain.responses:
             self.uttered.setdefault(ask, (doc, (*step.loc, "collect"), False))
         for index, raw in enumerate(m.rejections or []):
@@ -236,11 +264,11 @@ class FlowChecker:
             r_loc = (*step.loc, "rejections", index)
             self.slots_exist(doc, rejection.condition.slot_names, (*r_loc, "if"),
                              "flow.condition.unknown_slot")
-            if rejection.utter not in self.domain.responses:
+            if not self.response_known(rejection.utter):
                 self.issues.append(doc.issue(
                     "flow.rejection.unknown_response",
                     f"response {rejection.utter!r} is not in the domain", (*r_loc, "utter"),
-                    hint="add it under responses: in the domain"))
+                    hint=self.response_hint(rejection.utter)))
             else:
                 self.uttered.setdefault(rejection.utter, (doc, (*r_loc, "utter"), True))
 
@@ -250,20 +278,24 @@ class FlowChecker:
         if name in self.domain.responses:
             self.uttered.setdefault(name, (doc, (*step.loc, "action"), False))
             return
-        if name not in self.domain.actions and name not in BUILTIN_ACTIONS:
+        if name not in self.domain.actions and name not in BUILTIN_ACTIONS and \
+                not self.response_known(name):
             self.issues.append(doc.issue(
                 "flow.action.unknown", f"action {name!r} is neither a response nor a "
                 "custom action in the domain", (*step.loc, "action"),
-                hint="add it under responses: or actions: in the domain"))
+                hint=did_you_mean(name, [*self.domain.responses, *self.domain.actions,
+                                         *BUILTIN_ACTIONS],
+                                  "add it under responses: or actions: in the domain")))
 
     def check_link(self, doc: YamlDoc, flow: Flow, step: Step) -> None:
         target = str(step.model.link)
-        if target in self.broken.flows:
+        if target not in self.flows and self.flow_known(target):
             return
         if target not in self.flows:
             self.issues.append(doc.issue("flow.link.unknown_flow",
                                          f"linked flow {target!r} does not exist",
-                                         (*step.loc, "link")))
+                                         (*step.loc, "link"),
+                                         hint=did_you_mean(target, self.flows)))
         elif target.startswith("pattern_") and target not in ALWAYS_LINKABLE and not (
                 target == "pattern_chitchat" and flow.id.startswith("pattern_")):
             self.issues.append(doc.issue(
@@ -277,7 +309,8 @@ class FlowChecker:
         if m.mcp_server:
             self.check_mcp_call(doc, step)
             return
-        if target in self.broken.flows or target in self.broken.agents:
+        if target in self.broken.agents or (target not in self.flows and
+                                            self.flow_known(target)):
             return
         if target.startswith("pattern_") and target in self.flows:
             self.issues.append(doc.issue("flow.call.to_pattern",
@@ -286,7 +319,9 @@ class FlowChecker:
         if target not in self.flows and target not in self.agents:
             self.issues.append(doc.issue(
                 "flow.call.unknown_target", f"call target {target!r} is neither a flow nor a "
-                "sub agent", loc, hint="define the flow, or add sub_agents/<dir>/config.yml"))
+                "sub agent", loc, hint=did_you_mean(
+                    target, [*self.flows, *self.agents],
+                    "define the flow, or add sub_agents/<dir>/config.yml")))
             return
         if m.exit_if is None:
             return
@@ -319,21 +354,46 @@ class FlowChecker:
                         "flow.call.mapping_unknown_slot", f"slot {slot!r} is not in the domain",
                         (*step.loc, "mapping", part, index, "slot")))
 
+    def check_tool_mappings(self, doc: YamlDoc, config: SubAgentConfig) -> None:
+        """``inputs_from_state`` sources and ``outputs_to_state`` targets name known slots."""
+        for tool, settings in config.configuration.tools.items():
+            loc: Loc = ("configuration", "tools", tool)
+            for arg, source in settings.inputs_from_state.items():
+                kind, _, name = source.partition(".")
+                if kind not in ("slots", "metadata") or not name:
+                    self.issues.append(doc.issue(
+                        "agent.validation.tools.invalid_state_source",
+                        f"{source!r} is not slots.<name> or metadata.<key>",
+                        (*loc, "inputs_from_state", arg)))
+                elif kind == "slots" and not self.slot_known(name.split(".")[0]):
+                    self.issues.append(doc.issue(
+                        "agent.validation.tools.unknown_slot",
+                        f"slot {name!r} is not in the domain", (*loc, "inputs_from_state", arg),
+                        hint=self.slot_hint(name)))
+            for slot in settings.outputs_to_state:
+                if not self.slot_known(slot):
+                    self.issues.append(doc.issue(
+                        "agent.validation.tools.unknown_slot",
+                        f"slot {slot!r} is not in the domain", (*loc, "outputs_to_state", slot),
+                        hint=self.slot_hint(slot)))
+
     def slots_exist(self, doc: YamlDoc, names: list[str], loc: Loc, code: str) -> None:
         for name in names:
             if not self.slot_known(name):
                 self.issues.append(doc.issue(code, f"slot {name!r} is not in the domain", loc,
-                                             hint="add it under slots: in the domain"))
+                                             hint=self.slot_hint(name)))
 
 
 class ResponseChecker:
     """Parses response conditions and templates; checks the names they use."""
 
     def __init__(self, issues: list[ConfigIssue], domain: Domain,
-                 docs: dict[str, YamlDoc]) -> None:
+                 docs: dict[str, YamlDoc], broken: Broken) -> None:
         self.issues = issues
         self.domain = domain
         self.docs = docs
+        self.known_slots = set(domain.slots) | BUILTIN_SLOTS | broken.slots
+        self.lenient = broken.unreadable_data
 
     def check_all(self, uttered: dict[str, tuple[YamlDoc, Loc, bool]]) -> None:
         for name, variations in self.domain.responses.items():
@@ -368,7 +428,7 @@ class ResponseChecker:
                 (*loc, "condition")))
             return
         for slot in names:
-            if slot not in self.domain.slots and slot not in BUILTIN_SLOTS:
+            if slot not in self.known_slots and not self.lenient:
                 self.issues.append(doc.issue("domain.response.condition_unknown_slot",
                                              f"slot {slot!r} is not in the domain",
                                              (*loc, "condition")))
@@ -382,7 +442,9 @@ class ResponseChecker:
                 f"unknown template engine {template!r}", (*loc, "metadata", "template"),
                 hint="use jinja, or leave it out for {slot} placeholders"))
             return
-        known = set(self.domain.slots) | BUILTIN_SLOTS
+        if self.lenient:
+            return
+        known = set(self.known_slots)
         if uttered is not None and uttered[2]:
             known.add("value")
         # kwargs of a custom action's utter_message may fill other names, so an unknown name is
