@@ -560,3 +560,13 @@ def test_tool_state_mappings_name_known_slots(make_project):
          "configuration.tools.book.inputs_from_state.who"),
         ("agent.validation.tools.unknown_slot", "configuration.tools.book.outputs_to_state"
                                                 ".reference")]
+
+
+def test_custom_actions_importing_rasa_are_named(make_project):
+    project, issues = collect_issues(make_project({
+        "actions/__init__.py": "",
+        "actions/db.py": "import json\nfrom rasa.shared.utils.io import read_json_file\n",
+        "actions/ok.py": "from rasa_sdk import Action\nfrom . import db\n"}))
+    assert project is not None
+    issue = _only(issues, "actions.imports_rasa")
+    assert (issue.file, issue.line, issue.severity) == ("actions/db.py", 2, "warning")

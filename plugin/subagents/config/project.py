@@ -38,6 +38,7 @@ from .validation import (
     FlowChecker,
     ResponseChecker,
     TemplateChecker,
+    rasa_imports,
 )
 
 __all__ = ["BUILTIN_ACTIONS", "BUILTIN_SLOTS", "AgentSpec", "PipelineConfig", "Project",
@@ -804,6 +805,10 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
             "domain or data files", file=str(root),
             hint="run it in a project folder or pass --project DIR"))
     flows = loader.build_flows(raw_flows, domain, agents, endpoints)
+    action = endpoints.action_endpoint
+    if action is None or action.actions_module or not action.url:
+        loader.issues += rasa_imports(root, (action.actions_module if action else None)
+                                      or "actions")
     issues = loader.issues
     if any(i.severity == "error" for i in issues):
         return None, issues

@@ -502,3 +502,43 @@ def _strings(value: Any, loc: Loc) -> Iterable[tuple[Loc, str]]:
     elif isinstance(value, list):
         for index, item in enumerate(value):
             yield from _strings(item, (*loc, index))
+
+
+def rasa_imports(root: Path, module: str) -> list[ConfigIssue]:
+    """Custom action files that import ``rasa`` (Rasa Pro itself, not ``rasa_sdk``).
+
+    Inside Rasa Pro that import always works; here Rasa Pro is not installed, so the action
+    would fail when it runs. Reported as warnings naming the file, the line and the module,
+    unless a ``rasa`` package is importable.
+    """
+    import ast
+    import importlib.util
+
+    if importlib.util.find_spec("rasa") is not None:
+        return []
+    base = root / Path(*module.split("."))
+    files = sorted(base.rglob("*.py")) if base.is_dir() else \
+        [p for p in (base.with_suffix(".py"),) if p.is_file()]
+    issues = []
+    for path in files:
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        except (SyntaxError, UnicodeDecodeError, OSError):
+            continue  # reported when the action package is imported
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                if name == "rasa" or name.startswith("rasa."):
+                    issues.append(ConfigIssue(
+                        "actions.imports_rasa",
+                        f"imports {name}, which is part of Rasa Pro and not installed here: "
+                        "this action fails when it runs",
+                        file=str(path.relative_to(root)), line=node.lineno,
+                        hint="use the standard library or rasa_sdk instead",
+                        severity="warning"))
+    return issues
