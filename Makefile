@@ -28,7 +28,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 compat: $(STAMP)
-	$(BIN)/python scripts/compat.py
+	$(BIN)/python scripts/compat.py --e2e
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .subagents
