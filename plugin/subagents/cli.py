@@ -21,13 +21,15 @@ def _project_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, nargs="+",
                         help="flow files or folders (default: data)")
     parser.add_argument("--endpoints", type=Path, help="endpoints (default: endpoints.yml)")
+    parser.add_argument("--sub-agents", type=Path, help="sub agents folder (default: sub_agents)")
 
 
 def _paths(args: argparse.Namespace) -> Any:
     from .config.project import ProjectPaths
 
     return ProjectPaths.resolve(args.project.resolve(), config=args.config, domain=args.domain,
-                                data=args.data, endpoints=args.endpoints)
+                                data=args.data, endpoints=args.endpoints,
+                                sub_agents=args.sub_agents)
 
 
 def build_parser() -> argparse.ArgumentParser:

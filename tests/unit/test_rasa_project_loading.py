@@ -570,3 +570,46 @@ def test_custom_actions_importing_rasa_are_named(make_project):
     assert project is not None
     issue = _only(issues, "actions.imports_rasa")
     assert (issue.file, issue.line, issue.severity) == ("actions/db.py", 2, "warning")
+
+
+def test_search_and_intentless_actions_are_warnings(make_project):
+    project, issues = collect_issues(make_project({"data/patterns.yml": """
+        flows:
+          pattern_search:
+            description: search
+            steps:
+              - action: action_trigger_search
+          pattern_chitchat:
+            description: chat
+            steps:
+              - action: action_trigger_chitchat
+        """}))
+    assert project is not None
+    assert sorted(_codes(issues, "warning")) == ["flow.action.intentless_unsupported",
+                                                 "flow.action.search_unsupported"]
+
+
+def test_double_braces_are_literal_in_format_responses(make_project):
+    project, issues = collect_issues(make_project({"data/responses.yml": """
+        responses:
+          utter_done:
+            - text: "Use {{name}} for {city}."
+        """}))
+    assert project is not None
+    assert "domain.response.unknown_placeholder" not in _codes(issues)
+
+
+def test_the_shipped_default_responses_are_valid_templates():
+    from jinja2.sandbox import SandboxedEnvironment
+    from subagents._yaml import load_yaml
+    from subagents.config.domain import DomainFile
+    from subagents.config.project import DEFAULT_PATTERNS
+    from subagents.config.validation import _PLACEHOLDER
+
+    domain = DomainFile.model_validate(load_yaml(DEFAULT_PATTERNS).data)
+    for name, variations in domain.responses.items():
+        for variation in variations:
+            if variation.is_jinja:
+                SandboxedEnvironment().parse(variation.text or "")
+            else:
+                assert not _PLACEHOLDER.findall(variation.text or ""), name

@@ -330,8 +330,9 @@ class _Loader:
             template = nlg.get("prompt_template") or nlg.get("prompt")
             if isinstance(template, str):
                 key = "prompt_template" if "prompt_template" in nlg else "prompt"
+                # Rasa renders unknown names as empty, so they are reported as warnings
                 self.templates.check(doc, ("nlg", key), template, REPHRASER_VARIABLES,
-                                     code_prefix="endpoints.nlg")
+                                     code_prefix="endpoints.nlg", unknown_severity="warning")
             return
         if kind == "callback" or "://" in kind or nlg.get("url"):
             self.issues.append(doc.issue(

@@ -61,7 +61,8 @@ REPHRASER_VARIABLES = frozenset({"history", "current_input", "suggested_response
                                  "language"})
 """Variables the response rephraser's prompt template receives (as in Rasa)."""
 RESPONSE_JINJA_NAMES = frozenset({"context", "value", "slots"})
-_PLACEHOLDER = re.compile(r"\{([^\n{}]+?)\}")
+_PLACEHOLDER = re.compile(r"(?<!\{)\{([^\n{}]+?)\}(?!\})")
+"""``{name}``; ``{{name}}`` is a literal ``{name}`` in Rasa's format interpolation."""
 _INTERPOLATED_KEYS = ("text", "image", "custom", "buttons", "attachment", "quick_replies")
 
 
@@ -77,6 +78,17 @@ class Broken:
     responses: set[str] = field(default_factory=set)
     unreadable_data: bool = False
     """A domain or data file could not be read: any name might have been defined there."""
+
+
+UNSUPPORTED_ACTIONS = {
+    "action_trigger_search": (
+        "flow.action.search_unsupported", "enterprise search is not supported: this step "
+        "gives no answer", "answer knowledge questions with a sub agent that has a search tool"),
+    "action_trigger_chitchat": (
+        "flow.action.intentless_unsupported", "the intentless policy is not supported: this "
+        "step gives no answer", "answer with a response, e.g. utter_free_chitchat_response"),
+}
+"""Built-in actions that hand over to a policy subagents does not have."""
 
 
 def did_you_mean(name: str, candidates: Iterable[str], fallback: str | None = None) -> str | None:
@@ -277,6 +289,11 @@ class FlowChecker:
             return  # rendered from the pattern's context at run time
         if name in self.domain.responses:
             self.uttered.setdefault(name, (doc, (*step.loc, "action"), False))
+            return
+        if name in UNSUPPORTED_ACTIONS:
+            code, message, hint = UNSUPPORTED_ACTIONS[name]
+            self.issues.append(doc.issue(code, message, (*step.loc, "action"), hint=hint,
+                                         severity="warning"))
             return
         if name not in self.domain.actions and name not in BUILTIN_ACTIONS and \
                 not self.response_known(name):
