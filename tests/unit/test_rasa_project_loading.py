@@ -613,3 +613,21 @@ def test_the_shipped_default_responses_are_valid_templates():
                 SandboxedEnvironment().parse(variation.text or "")
             else:
                 assert not _PLACEHOLDER.findall(variation.text or ""), name
+
+
+def test_a_malformed_rejection_is_reported_at_its_line(make_project):
+    _, issues = collect_issues(make_project({"data/bad.yml": """
+        flows:
+          f:
+            description: d
+            steps:
+              - collect: city
+                rejections:
+                  - if: slots.city = "x"
+                  - utter: utter_done
+                    if: [1]
+                  - if: true
+                    utter: utter_done
+        """}))
+    assert [(i.key, i.line) for i in issues if i.code == "flow.validation.structure"] == [
+        ("flows.f.steps[0].rejections[0]", 7), ("flows.f.steps[0].rejections[1].if", 9)]

@@ -41,20 +41,6 @@ def _condition_text(value: Any) -> Any:
     return value
 
 
-class Rejection(BaseModel):
-    """One ``rejections`` entry of a collect step: when ``if`` holds, utter ``utter``.
-
-    Other keys are tolerated as Rasa tolerates them (and reported as ignored by validation).
-    """
-
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
-
-    if_: str = Field(alias="if")
-    utter: str
-
-    _cond = field_validator("if_", mode="before")(_condition_text)
-
-
 class NextBranch(BaseModel):
     """A branch of ``next``: ``if`` + ``then``, or ``else``; other keys are ignored, as in Rasa."""
 
@@ -106,7 +92,8 @@ class FlowStepModel(BaseModel):
     reset_after_flow_ends: bool = True
     utter: str | None = None
     rejections: list[dict[str, Any]] | None = None
-    """Each ``{if, utter}`` (checked against :class:`Rejection`; ``if`` kept as text)."""
+    """Each ``{if, utter}``: ``if`` a condition string or boolean, ``utter`` a response name
+    (checked by :func:`step_key_problems`; other keys are tolerated, as in Rasa)."""
     force_slot_filling: bool = False
     mcp_server: str | None = None
     mapping: McpMapping | None = None
@@ -115,13 +102,6 @@ class FlowStepModel(BaseModel):
                                                               alias="collect-tool-binding")
     dtmf: dict[str, Any] | None = None
     metadata: dict[str, Any] | None = None
-
-    @field_validator("rejections", mode="after")
-    @classmethod
-    def _rejections(cls, value: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
-        if value is None:
-            return None
-        return [Rejection.model_validate(item).model_dump(by_alias=True) for item in value]
 
     @model_validator(mode="after")
     def _one_kind(self) -> FlowStepModel:
@@ -204,8 +184,30 @@ NextBranch.model_rebuild()
 Loc = tuple[str | int, ...]
 
 
-def step_key_problems(steps: Any, loc: Loc) -> Iterator[tuple[Loc, str]]:
-    """Keys a step type does not allow, with their location (nested branch steps included)."""
+Problem = tuple[Loc, str, str | None]
+"""Location, message and fix hint of a problem found before the model validates."""
+
+
+def _rejection_problems(rejections: Any, loc: Loc) -> Iterator[Problem]:
+    if not isinstance(rejections, list):
+        return  # the model reports the wrong type
+    for index, item in enumerate(rejections):
+        r_loc = (*loc, index)
+        if not isinstance(item, dict):
+            yield r_loc, "a rejection is a mapping with 'if' and 'utter'", None
+            continue
+        for key in ("if", "utter"):
+            if key not in item:
+                yield r_loc, f"required key {key!r} is missing", f"add {key!r}"
+        if "if" in item and not isinstance(item["if"], (str, bool)):
+            yield (*r_loc, "if"), "'if' must be a condition string or a boolean", None
+        if "utter" in item and not isinstance(item["utter"], str):
+            yield (*r_loc, "utter"), "'utter' must be a response name", None
+
+
+def step_key_problems(steps: Any, loc: Loc) -> Iterator[Problem]:
+    """Keys a step type does not allow and malformed rejections, with their location (nested
+    branch steps included)."""
     if not isinstance(steps, list):
         return
     for index, step in enumerate(steps):
@@ -214,11 +216,13 @@ def step_key_problems(steps: Any, loc: Loc) -> Iterator[tuple[Loc, str]]:
         s_loc = (*loc, index)
         kinds = [k for k in STEP_KINDS if k in step]
         allowed = STEP_KEYS[kinds[0]] if len(kinds) == 1 else None
+        if kinds == ["collect"]:
+            yield from _rejection_problems(step.get("rejections"), (*s_loc, "rejections"))
         if allowed is not None:
             for key in step:
                 if key not in allowed:
-                    yield (*s_loc, key), (f"unknown key {key!r} on a {kinds[0]} step (allowed: "
-                                          f"{', '.join(sorted(allowed))})")
+                    yield ((*s_loc, key), f"unknown key {key!r} on a {kinds[0]} step (allowed: "
+                           f"{', '.join(sorted(allowed))})", "remove it or check its spelling")
         branches = step.get("next")
         if isinstance(branches, list):
             for b_index, branch in enumerate(branches):
@@ -320,8 +324,8 @@ class _Flattener:
                 if cond is not None:
                     step.exit_if.append(cond)
             for r_index, rejection in enumerate(item.rejections or []):
-                cond = self.condition(str(rejection["if"]), (*step.loc, "rejections", r_index,
-                                                              "if"))
+                cond = self.condition(_condition_text(rejection["if"]),
+                                      (*step.loc, "rejections", r_index, "if"))
                 if cond is not None:
                     step.rejections.append(ParsedRejection(cond, str(rejection["utter"])))
         return ids[0] if ids else END

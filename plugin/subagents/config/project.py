@@ -489,9 +489,9 @@ class _Loader:
             own[flow_id] = doc
             problems = list(step_key_problems(body.get("steps") if isinstance(body, dict)
                                               else None, (*loc, "steps")))
-            for p_loc, message in problems:
+            for p_loc, message, hint in problems:
                 self.issues.append(doc.issue("flow.validation.structure", message, p_loc,
-                                             hint="remove it or check its spelling"))
+                                             hint=hint))
             try:
                 model = FlowModel.model_validate(body)
             except ValidationError as exc:
