@@ -631,3 +631,27 @@ def test_a_malformed_rejection_is_reported_at_its_line(make_project):
         """}))
     assert [(i.key, i.line) for i in issues if i.code == "flow.validation.structure"] == [
         ("flows.f.steps[0].rejections[0]", 7), ("flows.f.steps[0].rejections[1].if", 9)]
+
+
+def test_inline_model_settings_map_rasas_older_keys(make_project):
+    project = load_project(make_project({
+        "config.yml": """
+            pipeline:
+              - name: CompactLLMCommandGenerator
+                llm: {provider: openai, model: gpt-4o, request_timeout: 7, max_tokens: 256}
+            """,
+        "sub_agents/booking/config.yml": """
+            agent:
+              name: booking_agent
+              description: Books a table.
+            configuration:
+              llm: {provider: self-hosted, model: llama, api_base: "http://127.0.0.1:1/v1",
+                    request_timeout: 3, max_tokens: 9}
+            connections:
+              mcp_servers:
+                - name: tools
+            """}))
+    assert project.pipeline.command_generator_llm() == {
+        "provider": "openai", "model": "gpt-4o", "timeout": 7, "max_completion_tokens": 256}
+    llm = project.agents["booking_agent"].config.configuration.llm
+    assert (llm["timeout"], llm["max_tokens"]) == (3, 9)

@@ -25,7 +25,13 @@ from ..conditions import ConditionSyntaxError, parse_condition
 from ..exceptions import ConfigIssue, ProjectInvalidError
 from ._base import pydantic_issues
 from .domain import Domain, DomainFile
-from .endpoints import EndpointsConfig, McpServerConfig, ModelGroup, model_key_problems
+from .endpoints import (
+    EndpointsConfig,
+    McpServerConfig,
+    ModelGroup,
+    model_key_problems,
+    normalize_model_keys,
+)
 from .flows import Flow, FlowModel, flatten, step_key_problems
 from .sub_agent import SubAgentConfig
 from .validation import (
@@ -83,10 +89,12 @@ class PipelineConfig(BaseModel):
         return None
 
     def command_generator_llm(self) -> dict[str, Any] | None:
-        """The command generator's ``llm`` settings, if any."""
+        """The command generator's ``llm`` settings, if any (older key spellings mapped)."""
         found = self.command_generator()
         llm = found[1].get("llm") if found else None
-        return llm if isinstance(llm, dict) else None
+        if not isinstance(llm, dict):
+            return None
+        return llm if "model_group" in llm else normalize_model_keys(llm)
 
 
 @dataclass

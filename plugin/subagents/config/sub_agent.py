@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from ._base import StrictModel
+from .endpoints import normalize_model_keys
 
 
 class Protocol(StrEnum):
@@ -93,6 +94,13 @@ class AgentConfiguration(StrictModel):
     polling_initial_delay: Any = None
     push_notification_url: Any = None
     pre_call_hook: str | None = None
+
+    @field_validator("llm")
+    @classmethod
+    def _llm_keys(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None or "model_group" in value:
+            return value
+        return normalize_model_keys(value)
 
     @field_validator("max_retries")
     @classmethod
