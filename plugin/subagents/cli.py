@@ -79,7 +79,8 @@ def cmd_validate(project_dir: Any) -> int:
         return 1
     print(f"Project {project.root.resolve().name} is valid: {len(project.agents)} sub agent(s), "
           f"{sum(1 for f in project.flows if not f.startswith('pattern_'))} flow(s), "
-          f"{len(project.domain.slots)} slot(s), {warnings} warning(s).")
+          f"{len(set(project.domain.slots) - project.domain.default_slots)} slot(s), "
+          f"{warnings} warning(s).")
     return 0
 
 

@@ -52,7 +52,7 @@ async def test_an_open_agent_runs_over_two_turns_and_the_flow_continues(project)
     assert started["metadata"]["protocol"] == "mcp_open"
     assert started["metadata"]["mcp_tools"] == ["echo", "timed_read"]
     for event in turn2[1:6]:
-        assert event["metadata"]["step_id"] == "0_call_weather_agent"
+        assert event["metadata"]["step_id"] == "weather_flow_0_call_weather_agent"
         assert event["metadata"]["active_flow"] == "weather_flow"
     assert turn2[5]["metadata"]["protocol"] == "mcp_open"
 

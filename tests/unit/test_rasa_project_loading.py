@@ -655,3 +655,38 @@ def test_inline_model_settings_map_rasas_older_keys(make_project):
         "provider": "openai", "model": "gpt-4o", "timeout": 7, "max_completion_tokens": 256}
     llm = project.agents["booking_agent"].config.configuration.llm
     assert (llm["timeout"], llm["max_tokens"]) == (3, 9)
+
+
+def test_steps_without_id_get_rasas_default_ids(make_project):
+    project = load_project(make_project({"data/more.yml": """
+        flows:
+          f:
+            description: d
+            steps:
+              - collect: city
+                next:
+                  - if: slots.city = "x"
+                    then:
+                      - action: utter_done
+                        next: END
+                  - else: named
+              - id: named
+                call: weather_flow
+              - noop: true
+                next: END
+        """}))
+    assert [s.id for s in project.flows["f"].steps] == [
+        "f_0_collect_city", "f_1_utter_done", "named", "f_3_noop"]
+    assert [s.id for s in project.flows["weather_flow"].steps] == [
+        "weather_flow_0_call_weather_agent", "weather_flow_1_utter_done"]
+
+
+def test_a_flow_without_description_is_a_warning(make_project):
+    project, issues = collect_issues(make_project({"data/more.yml": """
+        flows:
+          f:
+            steps:
+              - action: utter_done
+        """}))
+    assert project is not None
+    assert _only(issues, "flow.description.missing").key == "flows.f"

@@ -288,17 +288,35 @@ class Flow:
         return [s for s in self.steps if s.kind == "call" and s.model.call == target]
 
 
-def _auto_id(index: int, step: FlowStepModel, prefix: str) -> str:
-    target = getattr(step, step.kind)
-    label = target if isinstance(target, str) else ""
-    return f"{prefix}{index}_{step.kind}{('_' + label) if label else ''}"
+def _auto_id(flow_id: str, index: int, step: FlowStepModel) -> str:
+    """Rasa's id for a step without ``id``: ``<flow>_<index>_<postfix>``, where the index counts
+    every step of the flow in document order (nested branch steps included) and the postfix is
+    the action name, ``noop``, ``set_slots``, or ``<kind>_<target>``."""
+    if step.kind == "action":
+        postfix = str(step.action)
+    elif step.kind in ("noop", "set_slots"):
+        postfix = step.kind
+    else:
+        postfix = f"{step.kind}_{getattr(step, step.kind)}"
+    return f"{flow_id}_{index}_{postfix}"
+
+
+def _number_steps(items: list[FlowStepModel], flow_id: str, ids: dict[int, str]) -> None:
+    """Assign an id to every step in document order (a step, then the steps nested in it)."""
+    for item in items:
+        ids[id(item)] = item.id or _auto_id(flow_id, len(ids), item)
+        for branch in item.next if isinstance(item.next, list) else []:
+            nested = branch.then if branch.if_ is not None else branch.else_
+            if isinstance(nested, list):
+                _number_steps(nested, flow_id, ids)
 
 
 class _Flattener:
     """Turns nested step lists into one list of :class:`Step` with explicit ``next`` rules."""
 
-    def __init__(self, parse: Callable[[str], Condition]) -> None:
+    def __init__(self, parse: Callable[[str], Condition], ids: dict[int, str]) -> None:
         self.parse = parse
+        self.ids = ids
         self.steps: list[Step] = []
         self.problems: list[tuple[Loc, str]] = []
 
@@ -309,8 +327,8 @@ class _Flattener:
             self.problems.append((loc, str(exc)))
             return None
 
-    def walk(self, items: list[FlowStepModel], loc: Loc, prefix: str) -> str:
-        ids = [item.id or _auto_id(index, item, prefix) for index, item in enumerate(items)]
+    def walk(self, items: list[FlowStepModel], loc: Loc) -> str:
+        ids = [self.ids[id(item)] for item in items]
         for index, item in enumerate(items):
             step = Step(id=ids[index], kind=item.kind, model=item, loc=(*loc, index))
             self.steps.append(step)
@@ -335,8 +353,7 @@ class _Flattener:
             b_loc = (*step.loc, "next", b_index)
             target = branch.then if branch.if_ is not None else branch.else_
             if isinstance(target, list):
-                target_id = self.walk(target, (*b_loc, "then" if branch.if_ else "else"),
-                                      f"{step.id}_{b_index}_")
+                target_id = self.walk(target, (*b_loc, "then" if branch.if_ else "else"))
             else:
                 target_id = str(target)
             cond = None
@@ -355,11 +372,13 @@ def flatten(flow_id: str, model: FlowModel, parse: Callable[[str], Condition],
 
     Returns the flow and the (location, message) of every condition that did not parse.
     """
-    flattener = _Flattener(parse)
+    ids: dict[int, str] = {}
+    _number_steps(model.steps, flow_id, ids)
+    flattener = _Flattener(parse, ids)
     guard = None
     if model.if_ is not None:
         guard = flattener.condition(model.if_, ("flows", flow_id, "if"))
-    flattener.walk(model.steps, ("flows", flow_id, "steps"), "")
+    flattener.walk(model.steps, ("flows", flow_id, "steps"))
     flow = Flow(id=flow_id, description=model.description, name=model.name or flow_id,
                 steps=flattener.steps, model=model, file=file,
                 run_pattern_completed=model.run_pattern_completed, guard=guard)

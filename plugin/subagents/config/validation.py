@@ -203,6 +203,11 @@ class FlowChecker:
         triggers: dict[str, str] = {}
         for flow_id, flow in self.flows.items():
             doc = self.docs[flow_id]
+            if not flow.description.strip() and not flow_id.startswith("pattern_"):
+                self.issues.append(doc.issue(
+                    "flow.description.missing", f"flow {flow_id!r} has no description: the "
+                    "model cannot tell when to start it", ("flows", flow_id),
+                    hint="add description: (Rasa requires it)", severity="warning"))
             if flow.guard is not None:
                 self.slots_exist(doc, flow.guard.slot_names, ("flows", flow_id, "if"),
                                  "flow.condition.unknown_slot")
