@@ -690,3 +690,41 @@ def test_a_flow_without_description_is_a_warning(make_project):
         """}))
     assert project is not None
     assert _only(issues, "flow.description.missing").key == "flows.f"
+
+
+def test_an_mcp_tool_step_mapping_is_checked(make_project):
+    _, issues = collect_issues(make_project({"data/more.yml": """
+        flows:
+          f:
+            description: d
+            steps:
+              - call: get_weather
+                mcp_server: tools
+                mapping:
+                  input:
+                    - param: town
+                      slot: city
+                    - param: days
+                      value: 3
+                  output:
+                    - slot: forecast
+                      value: result.structuredContent.forecast
+                    - slot: city
+                      value: "{{ result.x }}"
+          g:
+            description: d
+            steps:
+              - call: get_weather
+                mcp_server: weather_api
+                mapping:
+                  input: []
+                  output:
+                    - slot: forecast
+                      value: result.content[0].text
+        """}))
+    assert sorted((i.code, i.key) for i in issues if i.severity == "error") == [
+        ("flow.call.mapping_unknown_slot", "flows.g.steps[0].mapping.output[0].slot"),
+        ("flow.call.unknown_mcp_server", "flows.g.steps[0].mcp_server"),
+        ("flow.validation.structure", "flows.f.steps[0].mapping.input[1].slot"),
+        ("flow.validation.structure", "flows.f.steps[0].mapping.input[1].value"),
+        ("flow.validation.structure", "flows.f.steps[0].mapping.output[1].value")]

@@ -63,13 +63,43 @@ class NextBranch(BaseModel):
         return self
 
 
-class McpMapping(BaseModel):
-    """``mapping`` of an MCP tool call step."""
+class McpInput(BaseModel):
+    """A tool argument taken from a slot."""
 
     model_config = ConfigDict(extra="forbid")
 
-    input: list[dict[str, Any]]
-    output: list[dict[str, Any]]
+    param: str
+    slot: str
+
+
+class McpOutput(BaseModel):
+    """A slot set from the tool result: ``value`` is a Jinja expression over ``result``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    slot: str
+    value: str
+
+    @field_validator("value")
+    @classmethod
+    def _expression(cls, value: str) -> str:
+        from jinja2 import TemplateSyntaxError
+        from jinja2.sandbox import SandboxedEnvironment
+
+        try:
+            SandboxedEnvironment().compile_expression(value)
+        except TemplateSyntaxError as exc:
+            raise ValueError(f"{value!r} is not an expression: {exc.message}") from exc
+        return value
+
+
+class McpMapping(BaseModel):
+    """``mapping`` of an MCP tool call step: arguments from slots, slots from the result."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: list[McpInput]
+    output: list[McpOutput]
 
 
 class FlowStepModel(BaseModel):

@@ -370,8 +370,8 @@ class FlowChecker:
                 (*step.loc, "mcp_server"), hint="add it under mcp_servers in endpoints.yml"))
         for part in ("input", "output"):
             for index, item in enumerate(getattr(m.mapping, part, None) or []):
-                slot = item.get("slot")
-                if isinstance(slot, str) and not self.slot_known(slot):
+                slot = item.slot
+                if not self.slot_known(slot):
                     self.issues.append(doc.issue(
                         "flow.call.mapping_unknown_slot", f"slot {slot!r} is not in the domain",
                         (*step.loc, "mapping", part, index, "slot")))
