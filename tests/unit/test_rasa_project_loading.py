@@ -594,6 +594,9 @@ def test_double_braces_are_literal_in_format_responses(make_project):
         responses:
           utter_done:
             - text: "Use {{name}} for {city}."
+          utter_count:
+            - text: "{% for i in range(3) %}{{ i }} {{ city }}{% endfor %}"
+              metadata: {template: jinja}
         """}))
     assert project is not None
     assert "domain.response.unknown_placeholder" not in _codes(issues)

@@ -137,15 +137,16 @@ class TemplateChecker:
                 hint="paths are relative to the project folder"))
             return
         text = path.read_text(encoding="utf-8")
+        env = SandboxedEnvironment()
         try:
-            ast = SandboxedEnvironment().parse(text)
+            ast = env.parse(text)
         except TemplateSyntaxError as exc:
             self.issues.append(ConfigIssue(
                 f"{code_prefix}.prompt_template_syntax_error",
                 f"template syntax error: {exc.message}", file=self.rel(path), line=exc.lineno,
                 key=_dotted_key(loc), hint="fix the Jinja2 syntax"))
             return
-        unknown = sorted(meta.find_undeclared_variables(ast) - variables)
+        unknown = sorted(meta.find_undeclared_variables(ast) - variables - set(env.globals))
         if unknown:
             self.issues.append(ConfigIssue(
                 f"{code_prefix}.prompt_template_unknown_variable",
@@ -498,14 +499,16 @@ class ResponseChecker:
         from jinja2 import TemplateSyntaxError, meta
         from jinja2.sandbox import SandboxedEnvironment
 
+        env = SandboxedEnvironment()
         try:
-            ast = SandboxedEnvironment().parse(text)
+            ast = env.parse(text)
         except TemplateSyntaxError as exc:
             self.issues.append(doc.issue("domain.response.jinja_syntax_error",
                                          f"template syntax error: {exc.message}", loc,
                                          hint="fix the Jinja2 syntax"))
             return
-        unknown = sorted(meta.find_undeclared_variables(ast) - known - RESPONSE_JINJA_NAMES)
+        unknown = sorted(meta.find_undeclared_variables(ast) - known - RESPONSE_JINJA_NAMES
+                         - set(env.globals))
         if unknown:
             self.issues.append(doc.issue(
                 "domain.response.unknown_placeholder",
