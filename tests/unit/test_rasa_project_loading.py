@@ -731,3 +731,18 @@ def test_an_mcp_tool_step_mapping_is_checked(make_project):
         ("flow.validation.structure", "flows.f.steps[0].mapping.input[1].slot"),
         ("flow.validation.structure", "flows.f.steps[0].mapping.input[1].value"),
         ("flow.validation.structure", "flows.f.steps[0].mapping.output[1].value")]
+
+
+def test_nlu_based_policies_and_routers_are_warnings(make_project):
+    project, issues = collect_issues(make_project({"config.yml": """
+        pipeline:
+          - name: LLMBasedRouter
+          - name: CompactLLMCommandGenerator
+        policies:
+          - name: RulePolicy
+          - name: FlowPolicy
+        """}))
+    assert project is not None
+    assert [(i.code, i.key) for i in issues] == [
+        ("config.coexistence.unsupported", "pipeline[0].name"),
+        ("config.nlu_policy.unsupported", "policies[0].name")]

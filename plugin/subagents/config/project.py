@@ -68,7 +68,16 @@ UNSUPPORTED_POLICIES = {
     "IntentlessPolicy": ("config.intentless_policy.unsupported",
                          "the intentless policy is not supported: chitchat gets "
                          "pattern_chitchat's reply", "override pattern_chitchat"),
+    **{name: ("config.nlu_policy.unsupported", f"{name} is not supported: stories and rules "
+              "are not used; flows handle every message", "write the behaviour as flows")
+       for name in ("RulePolicy", "TEDPolicy", "MemoizationPolicy", "AugmentedMemoizationPolicy",
+                    "UnexpecTEDIntentPolicy")},
 }
+UNSUPPORTED_COMPONENTS = {
+    name: ("config.coexistence.unsupported", f"{name} is not supported: every message goes to "
+           "the flows (CALM); the NLU-based part of the assistant is not used",
+           "write the NLU-based behaviour as flows")
+    for name in ("LLMBasedRouter", "IntentBasedRouter")}
 
 
 class PipelineConfig(BaseModel):
@@ -372,12 +381,14 @@ class _Loader:
         found = pipeline.command_generator()
         if found is not None:
             self.check_command_generator(doc, endpoints, found[0], found[1])
-        for index, policy in enumerate(pipeline.policies or []):
-            name = str(policy.get("name", "")).rsplit(".", 1)[-1]
-            if name in UNSUPPORTED_POLICIES:
-                code, message, hint = UNSUPPORTED_POLICIES[name]
-                self.issues.append(doc.issue(code, message, ("policies", index, "name"),
-                                             hint=hint, severity="warning"))
+        for section, known in (("pipeline", UNSUPPORTED_COMPONENTS),
+                               ("policies", UNSUPPORTED_POLICIES)):
+            for index, entry in enumerate(getattr(pipeline, section) or []):
+                name = str(entry.get("name", "")).rsplit(".", 1)[-1]
+                if name in known:
+                    code, message, hint = known[name]
+                    self.issues.append(doc.issue(code, message, (section, index, "name"),
+                                                 hint=hint, severity="warning"))
         return pipeline
 
     def check_command_generator(self, doc: YamlDoc, endpoints: EndpointsConfig, index: int,
