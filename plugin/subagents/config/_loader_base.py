@@ -1,0 +1,66 @@
+"""State and helpers shared by the parts of the project loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .._yaml import Loc, YamlDoc, YamlSyntaxError, load_yaml
+from ..exceptions import ConfigIssue
+from .endpoints import EndpointsConfig, model_key_problems
+from .paths import ProjectPaths
+from .validation import Broken, TemplateChecker
+
+
+class _LoaderBase:
+    """What every part of the loader shares: the paths, the issues found so far, the names that
+    failed to load, reading YAML, and the model-settings checks."""
+
+    def __init__(self, paths: ProjectPaths) -> None:
+        self.paths = paths
+        self.root = paths.root
+        self.issues: list[ConfigIssue] = []
+        self.broken = Broken()
+        self.templates = TemplateChecker(self.root, self.issues)
+        self.response_docs: dict[str, YamlDoc] = {}
+        self.agent_docs: dict[str, YamlDoc] = {}
+
+    def rel(self, path: Path) -> str:
+        try:
+            return str(path.resolve().relative_to(self.root.resolve()))
+        except ValueError:
+            return str(path)
+
+    def read(self, path: Path) -> YamlDoc | None:
+        try:
+            doc = load_yaml(path, display=self.rel(path))
+        except YamlSyntaxError as exc:
+            self.issues.append(exc.issue)
+            return None
+        if doc.data is None:
+            doc.data = {}
+        if not isinstance(doc.data, dict):
+            self.issues.append(doc.issue("yaml.not_a_mapping", "the file must hold a mapping "
+                                         "(key: value) at the top level"))
+            return None
+        return doc
+
+    def missing_explicit(self, option: str, path: Path) -> None:
+        self.issues.append(ConfigIssue(
+            "project.path_not_found", f"{path} does not exist", file=str(path),
+            key=f"--{option.replace('_', '-')}", hint=f"fix the --{option} path"))
+
+    def check_llm(self, doc: YamlDoc, raw: Any, loc: Loc) -> None:
+        """Provider and option checks of one model's settings (a group member or inline)."""
+        if not isinstance(raw, dict) or "model_group" in raw:
+            return
+        for key, code, message, hint in model_key_problems(raw):
+            self.issues.append(doc.issue(code, message, (*loc, key), hint=hint))
+
+    def check_model_group_ref(self, doc: YamlDoc, endpoints: EndpointsConfig, group: Any,
+                              loc: Loc, code: str) -> None:
+        name = str(group)
+        if endpoints.model_group(name) is None and name not in self.broken.model_groups:
+            self.issues.append(doc.issue(
+                code, f"model group {name!r} is not defined in endpoints.yml", loc,
+                hint="add it under model_groups in endpoints.yml or fix the id"))
