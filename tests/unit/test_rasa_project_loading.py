@@ -746,3 +746,48 @@ def test_nlu_based_policies_and_routers_are_warnings(make_project):
     assert [(i.code, i.key) for i in issues] == [
         ("config.coexistence.unsupported", "pipeline[0].name"),
         ("config.nlu_policy.unsupported", "policies[0].name")]
+
+
+def test_slot_mappings_and_custom_slot_types_are_checked(make_project):
+    project, issues = collect_issues(make_project({"data/domain.yml": """
+        slots:
+          city:
+            type: text
+            mappings:
+              - type: from_entity
+                entity: city
+          guests:
+            type: addons.slots.PositiveNumber
+            mappings:
+              - type: from_lm
+        """}))
+    assert project is None
+    assert sorted((i.code, i.key, i.severity) for i in issues
+                  if i.code.startswith("domain.slot.")) == [
+        ("domain.slot.custom_type", "slots.guests.type", "warning"),
+        ("domain.slot.unknown_mapping_type", "slots.guests.mappings[0].type", "error")]
+    assert _only(issues, "domain.slot.unknown_mapping_type").hint == "did you mean 'from_llm'?"
+
+
+def test_a_collected_slot_only_nlu_can_fill_is_a_warning(make_project):
+    project, issues = collect_issues(make_project({
+        "data/domain.yml": """
+            slots:
+              city:
+                type: text
+                mappings:
+                  - type: from_entity
+                    entity: city
+            responses:
+              utter_done:
+                - text: "Done for {city}."
+            """,
+        "data/more.yml": """
+            flows:
+              f:
+                description: d
+                steps:
+                  - collect: city
+            """}))
+    assert project is not None
+    assert _only(issues, "domain.slot.nlu_mapping_unsupported").key == "flows.f.steps[0].collect"

@@ -10,6 +10,11 @@ from ..conditions import Condition
 from ._base import StrictModel
 
 SlotType = Literal["text", "bool", "float", "categorical", "strict_categorical", "list", "any"]
+MAPPING_TYPES = ("from_llm", "controlled", "custom", "from_entity", "from_intent", "from_text",
+                 "from_trigger_intent")
+"""Slot mapping types Rasa knows."""
+NLU_MAPPING_TYPES = frozenset({"from_entity", "from_intent", "from_text", "from_trigger_intent"})
+"""Mappings filled by an NLU pipeline (intent classifier, entity extractor), which is not run."""
 
 
 class SlotDefinition(StrictModel):
@@ -28,14 +33,22 @@ class SlotDefinition(StrictModel):
     @field_validator("type", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
+        if isinstance(value, str) and "." in value:
+            return "any"  # a custom slot class (pkg.Class): its values are kept as they are
         return value.lower() if isinstance(value, str) else value
+
+    @property
+    def nlu_only(self) -> bool:
+        """Every mapping needs an NLU pipeline (no ``from_llm``, ``controlled`` or ``custom``)."""
+        return bool(self.mappings) and all(m.get("type") in NLU_MAPPING_TYPES
+                                           for m in self.mappings or [])
 
     def llm_fillable(self) -> bool:
         return mappings_allow_llm(self.mappings)
 
 
 def mappings_allow_llm(mappings: list[dict[str, Any]] | None) -> bool:
-    """No mappings, an empty list, or any ``from_llm`` mapping (reference §3.1)."""
+    """No mappings, an empty list, or any ``from_llm`` mapping: the model may fill the slot."""
     return not mappings or any(m.get("type") == "from_llm" for m in mappings)
 
 

@@ -34,6 +34,7 @@ from .validation import (
     FlowChecker,
     ResponseChecker,
     rasa_imports,
+    slot_problems,
 )
 
 __all__ = ["BUILTIN_ACTIONS", "BUILTIN_SLOTS", "AgentSpec", "PipelineConfig", "Project",
@@ -127,6 +128,8 @@ class _Loader(_SettingsLoader, _AgentsLoader):
 
     def load_domain_part(self, doc: YamlDoc, domain: Domain) -> None:
         data = dict(doc.data)
+        for loc, code, message, hint, severity in slot_problems(data.get("slots")):
+            self.issues.append(doc.issue(code, message, loc, hint=hint, severity=severity))
         try:
             part = DomainFile.model_validate(data)
         except ValidationError as exc:

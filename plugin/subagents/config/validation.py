@@ -91,6 +91,32 @@ UNSUPPORTED_ACTIONS = {
 """Built-in actions that hand over to a policy subagents does not have."""
 
 
+def slot_problems(raw_slots: Any) -> list[tuple[Loc, str, str, str | None, str]]:
+    """Problems in a domain file's ``slots`` the model does not catch:
+    ``(loc, code, message, hint, severity)`` each."""
+    from .domain import MAPPING_TYPES
+
+    problems: list[tuple[Loc, str, str, str | None, str]] = []
+    for name, definition in (raw_slots or {}).items() if isinstance(raw_slots, dict) else []:
+        if not isinstance(definition, dict):
+            continue
+        kind = definition.get("type")
+        if isinstance(kind, str) and "." in kind:
+            problems.append((("slots", name, "type"), "domain.slot.custom_type",
+                             f"custom slot class {kind!r} is not loaded: the slot keeps values "
+                             "as they are (type any)", None, "warning"))
+        mappings = definition.get("mappings")
+        for index, mapping in enumerate(mappings if isinstance(mappings, list) else []):
+            kind = mapping.get("type") if isinstance(mapping, dict) else None
+            if kind not in MAPPING_TYPES:
+                problems.append((
+                    ("slots", name, "mappings", index, "type"), "domain.slot.unknown_mapping_type",
+                    f"unknown slot mapping type {kind!r}",
+                    did_you_mean(str(kind), MAPPING_TYPES, "use one of " + ", ".join(
+                        MAPPING_TYPES)), "error"))
+    return problems
+
+
 def did_you_mean(name: str, candidates: Iterable[str], fallback: str | None = None) -> str | None:
     """``did you mean 'x'?`` for the closest candidate, else ``fallback``."""
     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.75)
@@ -265,6 +291,13 @@ class FlowChecker:
             self.issues.append(doc.issue(
                 "flow.collect.unknown_slot", f"slot {m.collect!r} is not in the domain",
                 (*step.loc, "collect"), hint=self.slot_hint(str(m.collect))))
+        definition = self.domain.slots.get(str(m.collect))
+        if definition is not None and definition.nlu_only:
+            self.issues.append(doc.issue(
+                "domain.slot.nlu_mapping_unsupported",
+                f"slot {m.collect!r} is only filled by NLU mappings, and no NLU pipeline runs "
+                "here: only buttons (/SetSlots) or actions can fill it", (*step.loc, "collect"),
+                hint="add a from_llm mapping to the slot", severity="warning"))
         ask = m.utter or f"utter_ask_{m.collect}"
         if m.utter and not self.response_known(m.utter):
             self.issues.append(doc.issue(
