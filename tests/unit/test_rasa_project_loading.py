@@ -791,3 +791,28 @@ def test_a_collected_slot_only_nlu_can_fill_is_a_warning(make_project):
             """}))
     assert project is not None
     assert _only(issues, "domain.slot.nlu_mapping_unsupported").key == "flows.f.steps[0].collect"
+
+
+def test_model_problems_in_groups_nothing_uses_are_warnings(make_project):
+    endpoints = """
+        model_groups:
+          - id: agent_llm
+            models:
+              - {provider: openai, model: gpt-4o}
+          - id: embeddings
+            models:
+              - {provider: huggingface_local, model: all-MiniLM-L6-v2}
+        mcp_servers:
+          - name: tools
+            type: stdio
+            command: python
+        """
+    project, issues = collect_issues(make_project({"endpoints.yml": endpoints}))
+    assert project is not None
+    assert _only(issues, "llm.provider.unsupported").severity == "warning"
+    _, issues = collect_issues(make_project({"endpoints.yml": endpoints, "config.yml": """
+        pipeline:
+          - name: CompactLLMCommandGenerator
+            llm: {model_group: embeddings}
+        """}))
+    assert _only(issues, "llm.provider.unsupported").severity == "error"

@@ -116,7 +116,8 @@ class _SettingsLoader(_LoaderBase):
             seen.add(group.id)
             raw_models = doc.data["model_groups"][index].get("models") or []
             for m_index, raw in enumerate(raw_models):
-                self.check_llm(doc, raw, ("model_groups", index, "models", m_index))
+                self.check_llm(doc, raw, ("model_groups", index, "models", m_index),
+                               group=group.id)
         seen = set()
         for index, server in enumerate(cfg.mcp_servers or []):
             if server.name in seen:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,10 @@ class _LoaderBase:
         self.templates = TemplateChecker(self.root, self.issues)
         self.response_docs: dict[str, YamlDoc] = {}
         self.agent_docs: dict[str, YamlDoc] = {}
+        self.used_model_groups: set[str] = set()
+        """Model groups something subagents runs refers to (the first group is the default)."""
+        self.group_model_issues: list[tuple[str, ConfigIssue]] = []
+        """Problems of model group members, reported once it is known which groups are used."""
 
     def rel(self, path: Path) -> str:
         try:
@@ -50,16 +55,34 @@ class _LoaderBase:
             "project.path_not_found", f"{path} does not exist", file=str(path),
             key=f"--{option.replace('_', '-')}", hint=f"fix the --{option} path"))
 
-    def check_llm(self, doc: YamlDoc, raw: Any, loc: Loc) -> None:
-        """Provider and option checks of one model's settings (a group member or inline)."""
+    def check_llm(self, doc: YamlDoc, raw: Any, loc: Loc, group: str | None = None) -> None:
+        """Provider and option checks of one model's settings (inline, or a member of
+        ``group``: then reported by :meth:`report_group_models`)."""
         if not isinstance(raw, dict) or "model_group" in raw:
             return
         for key, code, message, hint in model_key_problems(raw):
-            self.issues.append(doc.issue(code, message, (*loc, key), hint=hint))
+            issue = doc.issue(code, message, (*loc, key), hint=hint)
+            if group is None:
+                self.issues.append(issue)
+            else:
+                self.group_model_issues.append((group, issue))
+
+    def report_group_models(self, endpoints: EndpointsConfig) -> None:
+        """Model group problems: errors in groups that are used, warnings in the others (for
+        example embedding groups for Rasa's flow retrieval or enterprise search)."""
+        if endpoints.model_groups:
+            self.used_model_groups.add(endpoints.model_groups[0].id)
+        for group, issue in self.group_model_issues:
+            if group not in self.used_model_groups:
+                issue = replace(issue, severity="warning",
+                                message=f"{issue.message} (model group {group!r} is not used "
+                                        "by subagents)")
+            self.issues.append(issue)
 
     def check_model_group_ref(self, doc: YamlDoc, endpoints: EndpointsConfig, group: Any,
                               loc: Loc, code: str) -> None:
         name = str(group)
+        self.used_model_groups.add(name)
         if endpoints.model_group(name) is None and name not in self.broken.model_groups:
             self.issues.append(doc.issue(
                 code, f"model group {name!r} is not defined in endpoints.yml", loc,

@@ -245,6 +245,7 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
     pipeline = loader.load_pipeline(endpoints)
     domain, raw_flows, found_data = loader.load_data()
     agents = loader.load_agents(endpoints, endpoints_doc)
+    loader.report_group_models(endpoints)
     if not (found_data or endpoints_doc or paths.config.is_file() or agents
             or paths.sub_agents.is_dir()):
         loader.issues.append(ConfigIssue(
