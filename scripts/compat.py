@@ -60,7 +60,9 @@ def _extract(wheel: Path, template: str, target: Path) -> Path:
 def _subagents(*args: str, timeout: float = 300) -> tuple[bool, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(HERE.parent / "plugin"), os.environ.get("PYTHONPATH", "")])}
-    env.pop("OPENAI_API_KEY", None)  # the scripted model only; never a real one
+    # never a real key: the scripted model answers every model call; some template actions
+    # build an OpenAI client when they are registered, which needs a key to exist
+    env["OPENAI_API_KEY"] = "sk-compat-not-a-real-key"
     proc = subprocess.run([sys.executable, "-m", "subagents.cli", *args], capture_output=True,
                           text=True, timeout=timeout, env=env, check=False)
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
