@@ -682,6 +682,8 @@ def test_steps_without_id_get_rasas_default_ids(make_project):
         "f_0_collect_city", "f_1_utter_done", "named", "f_3_noop"]
     assert [s.id for s in project.flows["weather_flow"].steps] == [
         "weather_flow_0_call_weather_agent", "weather_flow_1_utter_done"]
+    assert (project.flows["weather_flow"].name, project.flows["pattern_completed"].name) == (
+        "weather flow", "pattern completed")
 
 
 def test_a_flow_without_description_is_a_warning(make_project):

@@ -294,6 +294,7 @@ class Flow:
     id: str
     description: str
     name: str
+    """``name:``, or the id with ``_`` and ``-`` as spaces (Rasa's readable name)."""
     steps: list[Step]
     model: FlowModel
     file: str = ""
@@ -409,7 +410,8 @@ def flatten(flow_id: str, model: FlowModel, parse: Callable[[str], Condition],
     if model.if_ is not None:
         guard = flattener.condition(model.if_, ("flows", flow_id, "if"))
     flattener.walk(model.steps, ("flows", flow_id, "steps"))
-    flow = Flow(id=flow_id, description=model.description, name=model.name or flow_id,
+    readable = flow_id.replace("_", " ").replace("-", " ")
+    flow = Flow(id=flow_id, description=model.description, name=model.name or readable,
                 steps=flattener.steps, model=model, file=file,
                 run_pattern_completed=model.run_pattern_completed, guard=guard)
     return flow, flattener.problems
