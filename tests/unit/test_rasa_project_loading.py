@@ -818,3 +818,21 @@ def test_model_problems_in_groups_nothing_uses_are_warnings(make_project):
             llm: {model_group: embeddings}
         """}))
     assert _only(issues, "llm.provider.unsupported").severity == "error"
+
+
+def test_nlu_triggers_name_the_flow_an_intent_starts(make_project):
+    project = load_project(make_project({"data/more.yml": """
+        flows:
+          check_balance:
+            description: d
+            nlu_trigger:
+              - intent:
+                  name: balance
+                  confidence_threshold: 0.8
+            steps:
+              - action: utter_done
+        """}))
+    assert project.flow_for_intent("session_start") == "pattern_session_start"
+    assert project.flow_for_intent("balance") == "check_balance"
+    assert project.flow_for_intent("balance", confidence=0.5) is None
+    assert project.flow_for_intent("unknown") is None

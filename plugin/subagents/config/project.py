@@ -68,6 +68,15 @@ class Project:
             return assistant
         return self.root.resolve().name
 
+    def flow_for_intent(self, intent: str, confidence: float = 1.0) -> str | None:
+        """The flow whose ``nlu_trigger`` names ``intent`` with a threshold ``confidence``
+        reaches (``/intent`` payloads have confidence 1.0); the first such flow wins."""
+        for flow in self.flows.values():
+            for trigger in flow.model.nlu_trigger or []:
+                if trigger.name == intent and confidence >= trigger.threshold:
+                    return flow.id
+        return None
+
     def agent_call_steps(self) -> list[tuple[Flow, Any]]:
         return [(flow, step) for flow in self.flows.values() for step in flow.steps
                 if step.kind == "call" and step.model.call in self.agents]
