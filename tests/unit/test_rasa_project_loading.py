@@ -836,3 +836,24 @@ def test_nlu_triggers_name_the_flow_an_intent_starts(make_project):
     assert project.flow_for_intent("balance") == "check_balance"
     assert project.flow_for_intent("balance", confidence=0.5) is None
     assert project.flow_for_intent("unknown") is None
+
+
+def test_model_checks_point_at_the_right_entry_after_an_invalid_one(make_project):
+    _, issues = collect_issues(make_project({"endpoints.yml": """
+        model_groups:
+          - id: broken
+            models:
+              - {provider: openai, model: m, temperature: hot}
+          - id: agent_llm
+            models:
+              - {provider: openai, model: m, temprature: 0.1}
+          - id: agent_llm
+            models:
+              - {provider: openai, model: m}
+        mcp_servers:
+          - name: tools
+            type: stdio
+            command: python
+        """}))
+    assert _only(issues, "llm.option.unknown").key == "model_groups[1].models[0].temprature"
+    assert _only(issues, "endpoints.model_group.duplicate_id").key == "model_groups[2].id"

@@ -92,6 +92,7 @@ class _SettingsLoader(_LoaderBase):
                     id_key: str, code: str) -> list[Any]:
         """The entries of ``section`` that validate; the others are reported and remembered."""
         kept = []
+        self.valid_indices[section] = set()
         for index, item in enumerate(items):
             try:
                 model.model_validate(item)
@@ -104,27 +105,32 @@ class _SettingsLoader(_LoaderBase):
                     target.add(str(item[id_key]))
                 continue
             kept.append(item)
+            self.valid_indices[section].add(index)
         return kept
 
+    def valid_entries(self, doc: YamlDoc, section: str) -> list[tuple[int, dict[str, Any]]]:
+        """(index in the file, entry) of the entries of ``section`` that validated."""
+        raw = doc.data.get(section)
+        valid = self.valid_indices.get(section, set())
+        return [(index, entry) for index, entry in enumerate(raw if isinstance(raw, list) else [])
+                if index in valid]
+
     def check_endpoints(self, doc: YamlDoc, cfg: EndpointsConfig) -> None:
-        seen: set[str] = set()
-        for index, group in enumerate(cfg.model_groups):
-            if group.id in seen:
-                self.issues.append(doc.issue("endpoints.model_group.duplicate_id",
-                                             f"model group {group.id!r} is defined twice",
-                                             ("model_groups", index, "id")))
-            seen.add(group.id)
-            raw_models = doc.data["model_groups"][index].get("models") or []
-            for m_index, raw in enumerate(raw_models):
-                self.check_llm(doc, raw, ("model_groups", index, "models", m_index),
-                               group=group.id)
-        seen = set()
-        for index, server in enumerate(cfg.mcp_servers or []):
-            if server.name in seen:
-                self.issues.append(doc.issue("endpoints.mcp_server.duplicate_name",
-                                             f"MCP server {server.name!r} is defined twice",
-                                             ("mcp_servers", index, "name")))
-            seen.add(server.name)
+        # locations come from the file: entries that failed to validate are not in ``cfg``
+        for section, key, code, what in (
+                ("model_groups", "id", "endpoints.model_group.duplicate_id", "model group"),
+                ("mcp_servers", "name", "endpoints.mcp_server.duplicate_name", "MCP server")):
+            seen: set[str] = set()
+            for index, raw in self.valid_entries(doc, section):
+                name = str(raw[key])
+                if name in seen:
+                    self.issues.append(doc.issue(code, f"{what} {name!r} is defined twice",
+                                                 (section, index, key)))
+                seen.add(name)
+        for index, raw in self.valid_entries(doc, "model_groups"):
+            for m_index, model in enumerate(raw.get("models") or []):
+                self.check_llm(doc, model, ("model_groups", index, "models", m_index),
+                               group=str(raw["id"]))
         nlg = doc.data.get("nlg")
         if isinstance(nlg, dict):
             self.check_nlg(doc, nlg, cfg)

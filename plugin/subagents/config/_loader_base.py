@@ -27,6 +27,8 @@ class _LoaderBase:
         self.agent_docs: dict[str, YamlDoc] = {}
         self.used_model_groups: set[str] = set()
         """Model groups something subagents runs refers to (the first group is the default)."""
+        self.valid_indices: dict[str, set[int]] = {}
+        """Per endpoints.yml list section: indices of the entries that validated."""
         self.group_model_issues: list[tuple[str, ConfigIssue]] = []
         """Problems of model group members, reported once it is known which groups are used."""
 
