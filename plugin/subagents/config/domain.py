@@ -70,6 +70,10 @@ class ResponseVariation(BaseModel):
         """A string ``condition``, parsed when the project loaded (None for the list form)."""
         return self._parsed_condition
 
+    def use_parsed_condition(self, condition: Condition) -> None:
+        """Keep the parsed form of the string ``condition`` (done once, by validation)."""
+        self._parsed_condition = condition
+
     @property
     def is_jinja(self) -> bool:
         """``metadata.template: jinja``: the text is a Jinja template, not ``{slot}`` format."""

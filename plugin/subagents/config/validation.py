@@ -23,7 +23,7 @@ from typing import Any
 from .._yaml import Loc, YamlDoc
 from ..conditions import ConditionSyntaxError, parse_condition
 from ..exceptions import ConfigIssue
-from .domain import Domain, ResponseVariation
+from .domain import MAPPING_TYPES, Domain, ResponseVariation
 from .flows import END, Flow, Step
 from .sub_agent import SubAgentConfig
 
@@ -94,8 +94,6 @@ UNSUPPORTED_ACTIONS = {
 def slot_problems(raw_slots: Any) -> list[tuple[Loc, str, str, str | None, str]]:
     """Problems in a domain file's ``slots`` the model does not catch:
     ``(loc, code, message, hint, severity)`` each."""
-    from .domain import MAPPING_TYPES
-
     problems: list[tuple[Loc, str, str, str | None, str]] = []
     for name, definition in (raw_slots or {}).items() if isinstance(raw_slots, dict) else []:
         if not isinstance(definition, dict):
@@ -473,7 +471,7 @@ class ResponseChecker:
                                              (*loc, "condition"),
                                              hint="see the conditions syntax in the docs"))
                 return
-            variation._parsed_condition = parsed
+            variation.use_parsed_condition(parsed)
             names = parsed.slot_names
         elif isinstance(cond, list) and all(isinstance(i, dict) and "name" in i for i in cond):
             names = [str(i["name"]) for i in cond]
