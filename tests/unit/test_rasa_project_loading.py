@@ -857,3 +857,25 @@ def test_model_checks_point_at_the_right_entry_after_an_invalid_one(make_project
         """}))
     assert _only(issues, "llm.option.unknown").key == "model_groups[1].models[0].temprature"
     assert _only(issues, "endpoints.model_group.duplicate_id").key == "model_groups[2].id"
+
+
+def test_a_condition_naming_neither_slots_nor_context_is_an_error(make_project):
+    _, issues = collect_issues(make_project({"data/more.yml": """
+        flows:
+          f:
+            description: d
+            steps:
+              - collect: city
+                next:
+                  - if: slot.city = "x.y" and context.a.b and slots.guests > 1.5
+                    then: END
+                  - else: END
+        responses:
+          utter_greet:
+            - text: hi
+              condition: "sltos.city is null"
+        """}))
+    flow = _only(issues, "flow.condition.unknown_reference")
+    assert (flow.key, flow.hint) == ("flows.f.steps[0].next", "did you mean 'slots'?")
+    assert _only(issues, "domain.response.condition_unknown_reference").key == \
+        "responses.utter_greet[0].condition"

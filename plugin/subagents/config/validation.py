@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._yaml import Loc, YamlDoc
-from ..conditions import ConditionSyntaxError, parse_condition
+from ..conditions import Condition, ConditionSyntaxError, parse_condition
 from ..exceptions import ConfigIssue
 from .domain import MAPPING_TYPES, Domain, ResponseVariation
 from .flows import END, Flow, Step
@@ -113,6 +113,23 @@ def slot_problems(raw_slots: Any) -> list[tuple[Loc, str, str, str | None, str]]
                     did_you_mean(str(kind), MAPPING_TYPES, "use one of " + ", ".join(
                         MAPPING_TYPES)), "error"))
     return problems
+
+
+_QUOTED = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'|\{\{.*?\}\}|\{%.*?%\}", re.S)
+_DOTTED = re.compile(r"(?<![\w.])([A-Za-z_]\w*)\.[A-Za-z_]")
+
+
+def unknown_reference(issues: list[ConfigIssue], doc: YamlDoc, text: str, loc: Loc,
+                      code: str = "flow.condition.unknown_reference") -> None:
+    """A condition sees ``slots.<name>`` and ``context.<field>`` only; any other dotted name
+    (``slot.city``, ``slots_city.x``) is always empty, so it is reported."""
+    for root in _DOTTED.findall(_QUOTED.sub('""', text)):
+        if root not in ("slots", "context"):
+            issues.append(doc.issue(
+                code, f"{root}.… is neither slots.<name> nor context.<field>: it is always empty",
+                loc, hint=did_you_mean(root, ("slots", "context"),
+                                       "conditions see slots.<name> and context.<field>")))
+            return
 
 
 def did_you_mean(name: str, candidates: Iterable[str], fallback: str | None = None) -> str | None:
@@ -234,8 +251,8 @@ class FlowChecker:
                     "model cannot tell when to start it", ("flows", flow_id),
                     hint="add description: (Rasa requires it)", severity="warning"))
             if flow.guard is not None:
-                self.slots_exist(doc, flow.guard.slot_names, ("flows", flow_id, "if"),
-                                 "flow.condition.unknown_slot")
+                self.condition_refs(doc, flow.guard, ("flows", flow_id, "if"),
+                                    "flow.condition.unknown_slot")
             for index, trigger in enumerate(flow.model.nlu_trigger or []):
                 other = triggers.get(trigger.name)
                 if other is not None and other != flow_id:
@@ -260,8 +277,8 @@ class FlowChecker:
                         "flow.next.unknown_step", f"next step {target!r} does not exist in "
                         f"flow {flow.id!r}", (*step.loc, "next"), hint="use a step id or END"))
                 if cond is not None:
-                    self.slots_exist(doc, cond.slot_names, (*step.loc, "next"),
-                                     "flow.condition.unknown_slot")
+                    self.condition_refs(doc, cond, (*step.loc, "next"),
+                                        "flow.condition.unknown_slot")
             self.check_step(doc, flow, step)
 
     def check_step(self, doc: YamlDoc, flow: Flow, step: Step) -> None:
@@ -311,8 +328,8 @@ class FlowChecker:
                     (*step.loc, "rejections", index, key), severity="warning"))
         for index, rejection in enumerate(step.rejections):
             r_loc = (*step.loc, "rejections", index)
-            self.slots_exist(doc, rejection.condition.slot_names, (*r_loc, "if"),
-                             "flow.condition.unknown_slot")
+            self.condition_refs(doc, rejection.condition, (*r_loc, "if"),
+                                "flow.condition.unknown_slot")
             if not self.response_known(rejection.utter):
                 self.issues.append(doc.issue(
                     "flow.rejection.unknown_response",
@@ -391,7 +408,7 @@ class FlowChecker:
                     "flow.exit_if.no_slot_reference",
                     f"exit condition {cond.text!r} references no slot", c_loc,
                     hint="write conditions over slots, e.g. slots.city is not null"))
-            self.slots_exist(doc, cond.slot_names, c_loc, "flow.exit_if.unknown_slot")
+            self.condition_refs(doc, cond, c_loc, "flow.exit_if.unknown_slot")
 
     def check_mcp_call(self, doc: YamlDoc, step: Step) -> None:
         m = step.model
@@ -431,11 +448,13 @@ class FlowChecker:
                         f"slot {slot!r} is not in the domain", (*loc, "outputs_to_state", slot),
                         hint=self.slot_hint(slot)))
 
-    def slots_exist(self, doc: YamlDoc, names: list[str], loc: Loc, code: str) -> None:
-        for name in names:
+    def condition_refs(self, doc: YamlDoc, cond: Condition, loc: Loc, code: str) -> None:
+        """The slots a condition names exist, and it names nothing but slots and context."""
+        for name in cond.slot_names:
             if not self.slot_known(name):
                 self.issues.append(doc.issue(code, f"slot {name!r} is not in the domain", loc,
                                              hint=self.slot_hint(name)))
+        unknown_reference(self.issues, doc, cond.text, loc)
 
 
 class ResponseChecker:
@@ -473,6 +492,8 @@ class ResponseChecker:
                 return
             variation.use_parsed_condition(parsed)
             names = parsed.slot_names
+            unknown_reference(self.issues, doc, cond, (*loc, "condition"),
+                              "domain.response.condition_unknown_reference")
         elif isinstance(cond, list) and all(isinstance(i, dict) and "name" in i for i in cond):
             names = [str(i["name"]) for i in cond]
         else:
