@@ -879,3 +879,13 @@ def test_a_condition_naming_neither_slots_nor_context_is_an_error(make_project):
     assert (flow.key, flow.hint) == ("flows.f.steps[0].next", "did you mean 'slots'?")
     assert _only(issues, "domain.response.condition_unknown_reference").key == \
         "responses.utter_greet[0].condition"
+
+
+def test_an_action_endpoint_with_url_and_module_is_a_warning(make_project):
+    root = make_project()
+    endpoints = root / "endpoints.yml"
+    endpoints.write_text(endpoints.read_text() + "action_endpoint:\n  url: http://127.0.0.1:5055/"
+                         "webhook\n  actions_module: actions\n")
+    project, issues = collect_issues(root)
+    assert project is not None
+    assert _only(issues, "endpoints.action_endpoint.url_and_module").severity == "warning"

@@ -134,6 +134,12 @@ class _SettingsLoader(_LoaderBase):
         nlg = doc.data.get("nlg")
         if isinstance(nlg, dict):
             self.check_nlg(doc, nlg, cfg)
+        action = cfg.action_endpoint
+        if action is not None and action.url and action.actions_module:
+            self.issues.append(doc.issue(
+                "endpoints.action_endpoint.url_and_module", "both url and actions_module are "
+                "set: Rasa runs the module in process, this version calls the url",
+                ("action_endpoint",), hint="keep only the one you mean", severity="warning"))
 
     def check_nlg(self, doc: YamlDoc, nlg: dict[str, Any], cfg: EndpointsConfig) -> None:
         kind = str(nlg.get("type") or "response")
