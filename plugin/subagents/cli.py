@@ -19,7 +19,8 @@ def _project_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-d", "--domain", type=Path,
                         help="domain file or folder (default: domain.yml, else domain/)")
     parser.add_argument("--data", type=Path, nargs="+",
-                        help="flow files or folders (default: data)")
+                        help="flow files or folders (default: data); takes every path that "
+                             "follows, so give other paths before it")
     parser.add_argument("--endpoints", type=Path, help="endpoints (default: endpoints.yml)")
     parser.add_argument("--sub-agents", type=Path, help="sub agents folder (default: sub_agents)")
 
