@@ -889,3 +889,28 @@ def test_an_action_endpoint_with_url_and_module_is_a_warning(make_project):
     project, issues = collect_issues(root)
     assert project is not None
     assert _only(issues, "endpoints.action_endpoint.url_and_module").severity == "warning"
+
+
+def test_a_collect_step_without_a_question_is_a_warning(make_project):
+    project, issues = collect_issues(make_project({
+        "data/domain.yml": """
+            slots:
+              city: {type: text}
+              guests: {type: float}
+            responses:
+              utter_done:
+                - text: "Done for {city}."
+            actions:
+              - action_ask_guests
+            """,
+        "data/more.yml": """
+            flows:
+              f:
+                description: d
+                steps:
+                  - collect: city
+                  - collect: guests
+            """}))
+    assert project is not None
+    assert _only(issues, "flow.collect.no_question").key == "flows.f.steps[0].collect"
+    assert _only(issues, "flow.collect.ask_action_not_run").key == "flows.f.steps[1].collect"
