@@ -914,3 +914,19 @@ def test_a_collect_step_without_a_question_is_a_warning(make_project):
     assert project is not None
     assert _only(issues, "flow.collect.no_question").key == "flows.f.steps[0].collect"
     assert _only(issues, "flow.collect.ask_action_not_run").key == "flows.f.steps[1].collect"
+
+
+def test_a_called_flow_may_not_link(make_project):
+    _, issues = collect_issues(make_project({"data/more.yml": """
+        flows:
+          outer:
+            description: d
+            steps:
+              - call: inner
+          inner:
+            description: d
+            steps:
+              - action: utter_done
+              - link: weather_flow
+        """}))
+    assert _only(issues, "flow.call.target_has_link").key == "flows.outer.steps[0].call"

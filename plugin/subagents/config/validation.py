@@ -407,6 +407,13 @@ class FlowChecker:
                     target, [*self.flows, *self.agents],
                     "define the flow, or add sub_agents/<dir>/config.yml")))
             return
+        called = self.flows.get(target)
+        if called is not None and target not in self.agents and \
+                any(s.kind == "link" for s in called.steps):
+            self.issues.append(doc.issue(
+                "flow.call.target_has_link", f"flow {target!r} is called, but it links to "
+                "another flow; a called flow returns to its caller, so it may not link", loc,
+                hint="call the other flow instead of linking to it"))
         if m.exit_if is None:
             return
         if target not in self.agents:
