@@ -61,6 +61,11 @@ TOLERATED_FLOWS = """
           - noop: false
             whatever: 1
             next: END
+      by_context:
+        description: Guard on the context.
+        if: context.flow_id = "by_context"
+        steps:
+          - action: utter_done
       guarded:
         description: Guard as a string.
         if: "slots.guests > 1"
@@ -82,6 +87,7 @@ def test_every_form_rasa_accepts_loads(make_project):
     assert collect.rejections[0].condition.evaluate_slots({}) is False
     guarded = project.flows["guarded"]
     assert not guarded.link_only
+    assert not project.flows["by_context"].link_only
     assert guarded.guard.evaluate_slots({"guests": 3}) is True
 
 

@@ -10,6 +10,7 @@ does not parse is a load error, never a silent ``false`` at run time.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..conditions import Condition
 
 END = "END"
+_QUOTED_TEXT = re.compile(r"\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)*'")
+_DOTTED_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*\.[A-Za-z_]")
 STEP_KINDS = ("collect", "action", "call", "set_slots", "noop", "link")
 _COMMON_STEP_KEYS = {"id", "next", "metadata"}
 STEP_KEYS: dict[str, set[str] | None] = {
@@ -311,9 +314,12 @@ class Flow:
 
     @property
     def link_only(self) -> bool:
-        """A guard without slot references that is false: reachable only by link or call."""
-        return self.guard is not None and not self.guard.slot_names and \
-            not self.guard.evaluate({"slots": {}, "context": {}})
+        """A guard that names no slot or context field and is false: the flow is reachable only
+        by ``link`` or ``call`` (as Rasa decides it)."""
+        if self.guard is None:
+            return False
+        names = _DOTTED_NAME.search(_QUOTED_TEXT.sub('""', self.guard.text))
+        return names is None and not self.guard.evaluate({"slots": {}, "context": {}})
 
     def call_steps_for(self, target: str) -> list[Step]:
         return [s for s in self.steps if s.kind == "call" and s.model.call == target]
