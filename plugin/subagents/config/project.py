@@ -23,6 +23,7 @@ from ._base import pydantic_issues
 from ._imports import import_from_project, project_on_path
 from ._load_agents import AgentSpec, _AgentsLoader
 from ._load_settings import _SettingsLoader
+from .credentials import check_credentials
 from .domain import Domain, DomainFile
 from .endpoints import EndpointsConfig
 from .flows import Flow, FlowModel, flatten, step_key_problems
@@ -266,7 +267,7 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
     if action is None or action.actions_module or not action.url:
         loader.issues += rasa_imports(root, (action.actions_module if action else None)
                                       or "actions")
-    issues = loader.issues
+    issues = loader.issues + check_credentials(root)[1]
     if any(i.severity == "error" for i in issues):
         return None, issues
     project = Project(root=root, endpoints=endpoints, domain=domain, flows=flows, agents=agents,
