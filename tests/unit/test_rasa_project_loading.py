@@ -936,3 +936,16 @@ def test_a_called_flow_may_not_link(make_project):
               - link: weather_flow
         """}))
     assert _only(issues, "flow.call.target_has_link").key == "flows.outer.steps[0].call"
+
+
+def test_rasa_channels_this_package_does_not_serve_are_warnings(make_project):
+    project, issues = collect_issues(make_project({"credentials.yml": """
+        rest:
+        inspector:
+          asr: {name: deepgram}
+        vonage:
+        """}))
+    assert project is not None
+    assert [(i.code, i.key) for i in issues] == [
+        ("credentials.channel.unsupported", "inspector"),
+        ("credentials.channel.unsupported", "vonage")]

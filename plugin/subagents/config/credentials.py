@@ -62,7 +62,8 @@ RASA_ONLY_CHANNELS = frozenset({
     "callback", "facebook", "mattermost", "rocketchat", "botframework", "webexteams",
     "hangouts", "cisco_webex", "twilio_voice", "twilio_media_streams", "audiocodes",
     "audiocodes_stream", "vier_cvg", "genesys", "jambonz", "browser_audio", "studio_chat",
-    "rasa", "console", "cmdline",
+    "rasa", "console", "cmdline", "inspector", "jambonz_stream", "json_audio", "signalwire",
+    "vonage", "websockets_voice", "collector",
 })
 """Channel names Rasa knows that this package does not serve: skipped with a warning."""
 
