@@ -157,7 +157,8 @@ class OAuthConfig(StrictModel):
 
 
 class McpServerConfig(StrictModel):
-    """An MCP server reachable over streamable HTTP, SSE or stdio (DECISIONS D1, D2)."""
+    """An MCP server reachable over streamable HTTP, SSE or stdio, with api_key, token, OAuth,
+    a custom auth module or plain headers (secrets always as ``${ENV_VAR}``)."""
 
     name: str
     type: Literal["http", "https", "sse", "stdio"] = "http"
