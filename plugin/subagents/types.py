@@ -96,11 +96,14 @@ class ExitReason(StrEnum):
 
 
 class FrameState(StrEnum):
-    """The state of an agent frame on the dialogue stack."""
+    """Where a sub agent called by a flow stands between turns (its frame on the stack)."""
 
     WAITING = "waiting_for_input"
+    """The agent asked the user something; the next message goes to it."""
     INTERRUPTED = "interrupted"
+    """Another flow started while the agent waited; it resumes only if the user agrees."""
     RESUMING = "resuming"
+    """The user agreed to go back; the agent is re-invoked with its pending question."""
 
 
 class AgentInputSlot(BaseModel):
