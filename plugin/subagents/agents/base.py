@@ -106,11 +106,14 @@ class MCPBaseAgent:
     MAX_UNAVAILABLE_TOOL_CALL_RETRIES: ClassVar[int] = 1
     TOOL_CALL_DEFAULT_TIMEOUT: ClassVar[float] = 10.0
     MAX_PROMPT_CHARS: ClassVar[int] = 200_000
-    """The rendered system prompt is cut (and marked) after this many characters."""
+    """The rendered system prompt is cut (and marked) after this many characters, unless
+    ``configuration.max_prompt_chars`` is set."""
     MAX_RESPONSE_CHARS: ClassVar[int] = 20_000
-    """Model text longer than this is cut (and marked) before it is sent or recorded."""
+    """Model text longer than this is cut (and marked) before it is sent or recorded, unless
+    ``configuration.max_response_chars`` is set."""
     MAX_TOOL_RESULT_CHARS: ClassVar[int] = 200_000
-    """Tool results longer than this are cut (and marked) before they are recorded."""
+    """Tool results longer than this are cut (and marked) before they are recorded, unless
+    ``configuration.max_tool_result_chars`` is set."""
 
     def __init__(self, name: str, description: str, *,
                  configuration: AgentConfiguration | None = None,
@@ -121,6 +124,13 @@ class MCPBaseAgent:
         self.description = description
         self.configuration = configuration or AgentConfiguration()
         self.project_root = project_root or Path.cwd()
+        conf = self.configuration
+        self.max_prompt_chars = conf.max_prompt_chars or self.MAX_PROMPT_CHARS
+        """The prompt cap in effect: ``configuration.max_prompt_chars`` or the class default."""
+        self.max_response_chars = conf.max_response_chars or self.MAX_RESPONSE_CHARS
+        """The model text cap in effect (``configuration.max_response_chars``)."""
+        self.max_tool_result_chars = conf.max_tool_result_chars or self.MAX_TOOL_RESULT_CHARS
+        """The tool result cap in effect (``configuration.max_tool_result_chars``)."""
         self.llm = llm or LLMClient(resolve_model_settings(self.configuration.llm, None),
                                     name=name)
         self.server_refs = list(server_refs or [])
@@ -217,9 +227,9 @@ class MCPBaseAgent:
         return []
 
     def render_prompt_template(self, context: AgentInput) -> str:
-        """The system prompt; cut (and marked) after ``MAX_PROMPT_CHARS`` characters."""
+        """The system prompt; cut (and marked) after ``max_prompt_chars`` characters."""
         return capped_render(self._template, self._build_context_for_prompt(context),
-                             self.MAX_PROMPT_CHARS)
+                             self.max_prompt_chars)
 
     def _build_context_for_prompt(self, context: AgentInput) -> dict[str, Any]:
         meta = context.metadata
@@ -375,7 +385,7 @@ class MCPBaseAgent:
                     max_agent_steps=self.configuration.max_agent_steps)
         run.note(LAST_STEP)
         response = await generate(self.llm, run, await self._messages(run), [])
-        text = cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS)
+        text = cap_text((response.text or "").strip(), self.max_response_chars)
         if text and not response.streamed:
             await deliver(run, text)
         if text:
@@ -399,7 +409,7 @@ class MCPBaseAgent:
                               self.build_custom_tool_call_metadata, self.name)
                   for c in self._custom_tools]
         plain = FunctionToolset([*mcp_tools, *self._builtin_tools(run), *custom],
-                                max_result_chars=self.MAX_TOOL_RESULT_CHARS)
+                                max_result_chars=self.max_tool_result_chars)
         run.approvals = ApprovalToolset(plain, settings)
         toolset: Toolset = ClientToolset(run.approvals, self.configuration.client_tools)
         if self.configuration.tool_result_budget:
@@ -446,7 +456,7 @@ class MCPBaseAgent:
         offered = set(run.tools) | handled
         taken: set[str] = set()
         plan = Plan(response=response,
-                    text=cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS), calls=[],
+                    text=cap_text((response.text or "").strip(), self.max_response_chars), calls=[],
                     unavailable=[], builtin=[], malformed=[], has_text=bool(response.text))
         for call in response.tool_calls:
             if call.arguments is None:
