@@ -14,6 +14,7 @@ from ..tools import approvals, client_tools
 from ..tools.base import CallContext, Deferral, PendingCalls
 from ..tools.concurrency import execute_calls
 from ..types import AgentStatus, ExitReason
+from ._images import without_images
 from ._model_io import send_event
 from ._plan import AgentRun, Continue, Executed, Outcome, Park, tool_message
 from ._recording import record_tool
@@ -32,12 +33,12 @@ async def park(run: AgentRun, executed: Executed, *, agent_name: str,
             run.events.append(event)
             await send_event(run, event)
         run.output_metadata[client_tools.PENDING_KEY] = PendingCalls.of(
-            run.tool_messages, waiting).to_metadata()
+            without_images(run.tool_messages), waiting).to_metadata()
         return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.CLIENT_TOOL))
     asked = executed.deferred(Deferral.APPROVAL)
     await ask(approvals.question(asked))
     run.output_metadata[approvals.PENDING_KEY] = PendingCalls.of(
-        run.tool_messages, asked).to_metadata()
+        without_images(run.tool_messages), asked).to_metadata()
     return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.APPROVAL))
 
 

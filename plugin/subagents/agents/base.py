@@ -54,6 +54,7 @@ from ..tools.result_budget import ResultBudgetToolset
 from ..tools.state_mapping import StateMappingToolset
 from ..types import ChatMessage, JsonObject, TrackerEvent
 from ..types import OutputChannelLike as OutputChannel
+from ._images import images_message
 from ._limits import cap_text, capped_render
 from ._model_io import deliver, generate, send_event
 from ._parking import park, resume_approval, resume_client_tools
@@ -498,6 +499,11 @@ class MCPBaseAgent:
         for raw in plan.response.tool_calls:
             if raw.id in answers:
                 run.tool_messages.append(tool_message(raw.id, answers.pop(raw.id)))
+        if self.configuration.tool_result_images and not executed.deferred():
+            # after every answer of the step (a deferred call is answered later: no images then)
+            shown = images_message(executed.ran)
+            if shown is not None:
+                run.tool_messages.append(shown)
         current = {o.call.id: o.result for o in executed.ran
                    if not o.result.is_error and o.call.tool and o.call.tool.source != "builtin"}
         if current:
