@@ -89,6 +89,8 @@ class ExitReason(StrEnum):
     """The run waits for the client to execute a client-side tool."""
     APPROVAL = "approval"
     """The run waits for the user to approve a tool call."""
+    ELICITATION = "elicitation"
+    """The run waits for the user's answer to an MCP server's request for input."""
 
     @staticmethod
     def for_tool(name: str) -> str:

@@ -47,6 +47,7 @@ from ..tools.base import (
 )
 from ..tools.client_tools import ClientToolset
 from ..tools.concurrency import execute_calls
+from ..tools.elicitation import ElicitationToolset
 from ..tools.executor import FunctionToolset
 from ..tools.mcp_tools import MCPToolset
 from ..tools.python import custom_tool
@@ -54,6 +55,8 @@ from ..tools.result_budget import ResultBudgetToolset
 from ..tools.state_mapping import StateMappingToolset
 from ..types import ChatMessage, JsonObject, TrackerEvent
 from ..types import OutputChannelLike as OutputChannel
+from ._elicitation import resume as resume_elicitation
+from ._elicitation import settle as settle_elicitation
 from ._images import images_message
 from ._limits import cap_text, capped_render
 from ._model_io import deliver, generate, send_event
@@ -312,6 +315,7 @@ class MCPBaseAgent:
         if scope.cancelled_caught or outcome is None:
             outcome = Outcome.fatal(f"agent {self.name!r} did not finish within {timeout:g}s "
                                     "(configuration.timeout)", reason=ExitReason.TIMEOUT)
+        settle_elicitation(run, outcome)
         output = self._output(run, outcome)
         log.info("agent.run.finished", agent=self.name, status=output.status.value,
                  exit_reason=output.exit_reason, steps=output.steps, tool_calls=output.tool_calls,
@@ -325,6 +329,9 @@ class MCPBaseAgent:
         resumed = await resume_client_tools(run, agent_id=self.agent_id)
         if isinstance(resumed, Park):
             return resumed.outcome
+        lost = resume_elicitation(run, agent_id=self.agent_id, agent_name=self.name)
+        if lost is not None:
+            return lost
         await resume_approval(run, self._call_context(run), agent_id=self.agent_id,
                               agent_name=self.name,
                               max_parallel=self.configuration.max_parallel_tools)
@@ -411,7 +418,8 @@ class MCPBaseAgent:
                   for c in self._custom_tools]
         plain = FunctionToolset([*mcp_tools, *self._builtin_tools(run), *custom],
                                 max_result_chars=self.max_tool_result_chars)
-        run.approvals = ApprovalToolset(plain, settings)
+        run.approvals = ApprovalToolset(
+            ElicitationToolset(plain, self.configuration.elicitation_timeout), settings)
         toolset: Toolset = ClientToolset(run.approvals, self.configuration.client_tools)
         if self.configuration.tool_result_budget:
             toolset = ResultBudgetToolset(toolset, self.configuration.tool_result_budget)

@@ -90,6 +90,9 @@ class AgentConfiguration(StrictModel):
     """Model text is cut after this many characters (default 20,000)."""
     max_tool_result_chars: int | None = Field(default=None, gt=0)
     """Tool results are cut after this many characters (default 200,000)."""
+    elicitation_timeout: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    """Seconds an MCP server's request for the user's input waits for the answer; after that
+    the request is cancelled."""
     tool_result_images: bool = False
     """Image parts of tool results reach the model as images (for models that accept them)
     instead of a short placeholder."""
