@@ -12,10 +12,12 @@ import anyio
 import pytest
 from structlog.testing import capture_logs
 from subagents.mcp.callbacks import ELICITATIONS
+from subagents.stores.sql import SQLTrackerStore
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_mcp
 
 from tests.agent_harness import TimedChannel, agent_input, build_agent, close
+from tests.dialogue_harness import Conversation, assistant_for, names, write_project
 from tests.servers.elicit_server import server as elicit_server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -187,3 +189,75 @@ async def test_a_run_that_ends_without_answering_cancels_the_request():
         fake.assert_done()
     assert second.status.value == "completed"
     assert not ELICITATIONS.pending(key)
+
+
+# ---------------------------------------------------------------------------- conversations
+def stdio_project(root: Path) -> Path:
+    return write_project(root, "http://127.0.0.1:9/unused", {
+        "endpoints.yml": f"""
+            model_groups:
+              - id: llm
+                models: [{{provider: openai, model: gpt-test}}]
+            mcp_servers:
+              - name: tools
+                type: stdio
+                command: python
+                args: ["-m", "tests.servers.elicit_server"]
+                cwd: {REPO}
+            """,
+        "sub_agents/weather/config.yml": """
+            agent: {name: weather_agent, description: Books tables.}
+            configuration: {include_date_time: false}
+            connections:
+              mcp_servers: [{name: tools, include_tools: [book_table]}]
+            """})
+
+
+@pytest.mark.parametrize(("action", "content", "result"), [
+    ("accept", {"people": 2}, "Booked a table for 2 (inside) on Friday."),
+    ("decline", None, "No booking made: the user chose decline."),
+    ("cancel", None, "No booking made: the user chose cancel."),
+])
+async def test_a_conversation_over_stdio_asks_the_user_and_continues_the_flow(
+        tmp_path, action, content, result):
+    script = {"command_generator": ["start flow weather_flow", ""],
+              "weather_agent": [
+                  {"tool_calls": [{"book_table": {"day": "Friday"}}]},
+                  answer(action, content),
+                  {"text": "All settled.", "tool_calls": [{"task_completed": {}}],
+                   "expect": {"messages_contain": [result]}}]}
+    project = stdio_project(tmp_path / "assistant")
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
+        convo = Conversation(assistant)
+        with anyio.fail_after(60):
+            texts1, turn1 = await convo.say("book a table on Friday")
+            texts2, turn2 = await convo.say("we are two" if action == "accept" else "no")
+        fake.assert_done()
+    assert texts1[0].startswith("How many people are coming on Friday?")
+    assert names(turn1)[-2:] == ["action:action_agent_request_user_input",
+                                 "action:action_listen"]
+    assert "tool:book_table" in names(turn2)
+    tool = next(e for e in turn2 if e["event"] == "mcp_tool_executed")
+    assert tool["result"] == result
+    assert "agent_completed:weather_agent" in names(turn2)
+    assert texts2[0] == "All settled."
+
+
+async def test_a_restart_while_the_user_is_asked_ends_the_agent_with_an_error(tmp_path):
+    script = {"command_generator": ["start flow weather_flow", ""],
+              "weather_agent": [{"tool_calls": [{"book_table": {"day": "Friday"}}]}]}
+    project = stdio_project(tmp_path / "assistant")
+    store = f"sqlite+aiosqlite:///{tmp_path / 'tracker.db'}"
+    async with FakeModelServer(script) as fake:
+        with anyio.fail_after(60):
+            async with assistant_for(project, fake, tracker_store=SQLTrackerStore(store)) as first:
+                await Conversation(first).say("book a table on Friday")
+            # a new process: the stdio server and the held call are gone
+            async with assistant_for(project, fake, tracker_store=SQLTrackerStore(store)) as second:
+                with capture_logs() as logs:
+                    _, events = await Conversation(second).say("we are two")
+        fake.assert_done()
+    cancelled = next(e for e in events if e["event"] == "agent_cancelled")
+    assert "can no longer be answered" in cancelled["reason"]
+    assert "flow_cancelled:weather_flow" in names(events)
+    assert any(e["event"] == "agent.elicitation.lost" for e in logs)

@@ -149,6 +149,8 @@ class _Flight:
         """Set while no question waits (the opposite of :attr:`asked`)."""
         self.settled.set()
         self.task: asyncio.Task[Any] | None = None
+        self.collecting = False
+        """Set once an answer was sent: a resumed run will collect the call's result."""
 
     @property
     def waiting(self) -> bool:
@@ -160,6 +162,7 @@ class _Flight:
         loop = asyncio.get_running_loop()
         answer = self.answer = loop.create_future()
         self.question = params
+        self.collecting = False
         self.settled.clear()
         self.asked.set()
         deadline = loop.call_later(self.owner.timeout, self._expire)
@@ -266,7 +269,10 @@ class ElicitationRegistry:
     def answer(self, key: str, result: Any) -> bool:
         """Send the user's answer for the call ``key``; False when nothing waits for one."""
         flight = self._flights.get(key)
-        return flight is not None and flight.respond(result)
+        if flight is None or not flight.respond(result):
+            return False
+        flight.collecting = True
+        return True
 
     def forget(self, key: str) -> None:
         """Drop the call ``key``: its question is cancelled and its result discarded."""
@@ -293,7 +299,7 @@ class ElicitationRegistry:
                 flight.task = asyncio.ensure_future(start())  # copies the context: the flight
             finally:
                 self._current.reset(token)
-            flight.task.add_done_callback(_consume)
+            flight.task.add_done_callback(lambda task: self._ended(flight))
             self._flights[owner.key] = flight
         asked = asyncio.ensure_future(flight.asked.wait())
         try:
@@ -310,11 +316,14 @@ class ElicitationRegistry:
         result: _T = flight.task.result()
         return result
 
-
-def _consume(task: asyncio.Task[Any]) -> None:
-    """A held call that was dropped may fail unobserved: retrieve its outcome."""
-    if not task.cancelled():
-        task.exception()
+    def _ended(self, flight: _Flight) -> None:
+        """A held call ended: drop it unless a resumed run is about to collect its result (a
+        call that failed while the user was asked, e.g. its connection died, is dropped)."""
+        task = flight.task
+        if task is not None and not task.cancelled():
+            task.exception()  # retrieved: a dropped call may fail unobserved
+        if not flight.collecting and self._flights.get(flight.owner.key) is flight:
+            del self._flights[flight.owner.key]
 
 
 ELICITATIONS = ElicitationRegistry()
