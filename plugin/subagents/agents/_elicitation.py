@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator
 from pydantic import BaseModel, Field
 
 from ..exceptions import ToolArgumentsError, ToolInvocationError
-from ..mcp.callbacks import ELICITATIONS
+from ..mcp.callbacks import ELICITATIONS, with_defaults
 from ..tools.base import CallContext, Deferral, PendingCall, PlannedCall, Tool
 from ..tools.elicitation import elicitation_key
 from ..types import (
@@ -107,15 +107,6 @@ def _field_line(name: str, spec: JsonObject, required: bool) -> str:
     if not required:
         line += " (optional)"
     return line
-
-
-def _with_defaults(schema: JsonObject, content: JsonObject) -> JsonObject:
-    """``content`` with the schema's default for every field the user left out."""
-    filled = dict(content)
-    for name, spec in (schema.get("properties") or {}).items():
-        if name not in filled and isinstance(spec, dict) and "default" in spec:
-            filled[name] = spec["default"]
-    return filled
 
 
 # ---------------------------------------------------------------------------- parking
@@ -211,7 +202,7 @@ def answer_tool(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
         action = str(arguments.get("action"))
         content = None
         if action == "accept" and pending.mode == "form":
-            content = _with_defaults(pending.requested_schema,
+            content = with_defaults(pending.requested_schema,
                                      dict(arguments.get("content") or {}))
             errors = list(Draft202012Validator(pending.requested_schema).iter_errors(content))
             if errors:

@@ -135,6 +135,15 @@ def elicitation_owner(owner: ElicitationOwner) -> Iterator[None]:
         _OWNER.reset(token)
 
 
+def with_defaults(schema: dict[str, Any], content: dict[str, Any]) -> dict[str, Any]:
+    """An answer to a form with the form's ``default`` for every field left out."""
+    filled = dict(content)
+    for name, spec in (schema.get("properties") or {}).items():
+        if name not in filled and isinstance(spec, dict) and "default" in spec:
+            filled[name] = spec["default"]
+    return filled
+
+
 class _Flight:
     """One MCP call that may be asked for input, and its open question."""
 
