@@ -288,3 +288,22 @@ async def test_collect_rejections_and_flow_guards(project):
     assert rejected == ["A name is not a number.", "What is your name?"]
     assert names(events)[1:3] == ["slot:name=42", "bot:A name is not a number."]
     assert accepted[0] == "Hello Ada!"
+
+
+async def test_reaching_max_agent_steps_shows_on_the_completion_event(tmp_path, tools_url):
+    project = write_project(tmp_path / "assistant", tools_url, {
+        "sub_agents/weather/config.yml": """
+            agent: {name: weather_agent, description: Tells the weather.}
+            configuration: {include_date_time: false, max_agent_steps: 1}
+            connections:
+              mcp_servers: [{name: tools, include_tools: [echo, timed_read]}]
+            """})
+    script = {"command_generator": ["start flow weather_flow"],
+              "weather_agent": [{"tool_calls": [{"echo": {"text": "sunny"}}]},
+                                "It seems sunny."]}
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
+        with anyio.fail_after(30):
+            _, events = await Conversation(assistant).say("weather?")
+        fake.assert_done()
+    completed = next(e for e in events if e["event"] == "agent_completed")
+    assert completed["metadata"]["exit_reason"] == "max_steps"

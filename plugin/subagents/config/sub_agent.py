@@ -86,6 +86,18 @@ class AgentConfiguration(StrictModel):
     tool_result_budget: int | None = Field(default=None, gt=0)
     """Results longer than this many characters enter the context as a preview (the full
     result stays available through the ``recall`` tool)."""
+    max_prompt_chars: int | None = Field(default=None, gt=0)
+    """The rendered system prompt is cut after this many characters (default 200,000)."""
+    max_response_chars: int | None = Field(default=None, gt=0)
+    """Model text is cut after this many characters (default 20,000)."""
+    max_tool_result_chars: int | None = Field(default=None, gt=0)
+    """Tool results are cut after this many characters (default 200,000)."""
+    elicitation_timeout: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    """Seconds an MCP server's request for the user's input waits for the answer; after that
+    the request is cancelled."""
+    tool_result_images: bool = False
+    """Image parts of tool results reach the model as images (for models that accept them)
+    instead of a short placeholder."""
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
     client_tools: list[ClientToolDef] = Field(default_factory=list)
     # A2A-only keys, accepted so projects written for the reference load; unused here.

@@ -257,8 +257,11 @@ class AgentSteps:
     async def _completed(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
                          output: AgentOutput) -> None:
         name, protocol = str(step.model.call), agent_protocol(step)
+        metadata = {"protocol": protocol}
+        if output.exit_reason:
+            metadata["exit_reason"] = output.exit_reason
         turn.add(ev.agent_event("agent_completed", name, flow.id, status="completed",
-                                metadata={"protocol": protocol}))
+                                metadata=metadata))
         if output.response_message:
             turn.add(ev.action_executed("action_send_text"))
             await self.responder.say(turn, output.response_message, {
