@@ -7,7 +7,6 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
-
 from subagents.logs import configure_logging
 
 
@@ -35,5 +34,6 @@ def test_tracebacks_in_logs_never_show_frame_locals(restore_logging, capsys, jso
     except RuntimeError as exc:
         structlog.get_logger("test").error("test.failed", exc_info=exc)
     err = capsys.readouterr().err
-    assert "RuntimeError" in err and "_fail_with_a_local" in err
+    assert "RuntimeError" in err
+    assert "_fail_with_a_local" in err
     assert "do-not-log" not in err
