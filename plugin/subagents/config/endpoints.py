@@ -131,13 +131,16 @@ class ModelGroup(StrictModel):
     id: str
     models: list[ModelConfig] = Field(min_length=1)
     router: dict[str, Any] | None = None
+    """Accepted for compatibility with Rasa; not used here."""
 
 
 class MetaFromSlot(StrictModel):
     """Send the value of ``slot`` to the MCP server as the metadata key ``param``."""
 
     slot: str
+    """The slot whose current value is sent."""
     param: str
+    """The metadata key it is sent under."""
 
 
 class MetaMap(StrictModel):
@@ -214,14 +217,21 @@ class McpServerConfig(StrictModel):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     meta_map: MetaMap | None = None
+    """Metadata sent with every tool call (static values and slot values)."""
     pre_call_hook: str | None = None
+    """``pkg.mod.func`` called before each tool call; the metadata it returns is sent too."""
     api_key: str | None = None
+    """Sent in ``header_name``, formatted by ``header_format``."""
     header_name: str = "Authorization"
     header_format: str = "Bearer {key}"
+    """How the API key is written into the header; ``{key}`` stands for the key."""
     token: str | None = None
+    """Sent as ``Authorization: Bearer <token>``."""
     oauth: OAuthConfig | None = None
     module: str | None = None
+    """``pkg.mod.Class`` whose ``get_headers()`` (sync or async) returns the headers to send."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """Extra HTTP headers sent with every request."""
     timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     """Connect / HTTP timeout in seconds."""
     roots: list[str] = Field(default_factory=list)
@@ -273,6 +283,8 @@ class StoreConfig(StrictModel):
 
     model_config = StrictModel.model_config | {"extra": "allow"}
     type: str = "sql"
+    """Tracker store: ``sql`` (SQLite or PostgreSQL) or ``memory``; lock store: ``redis``, or
+    anything else for locks within the process."""
 
 
 class ActionEndpoint(StrictModel):
