@@ -18,6 +18,8 @@ NLU_MAPPING_TYPES = frozenset({"from_entity", "from_intent", "from_text", "from_
 
 
 class SlotDefinition(StrictModel):
+    """A slot as declared under ``slots:`` in the domain; unknown keys are kept."""
+
     model_config = StrictModel.model_config | {"extra": "allow"}
 
     type: SlotType = "any"
@@ -44,6 +46,7 @@ class SlotDefinition(StrictModel):
                                            for m in self.mappings or [])
 
     def llm_fillable(self) -> bool:
+        """Whether the model may fill this slot (see ``mappings_allow_llm``)."""
         return mappings_allow_llm(self.mappings)
 
 

@@ -126,22 +126,33 @@ class ModelConfig(StrictModel):
 
 
 class ModelGroup(StrictModel):
+    """A named list of models (``model_groups`` in endpoints.yml)."""
+
     id: str
     models: list[ModelConfig] = Field(min_length=1)
     router: dict[str, Any] | None = None
+    """Accepted for compatibility with Rasa; not used here."""
 
 
 class MetaFromSlot(StrictModel):
+    """Send the value of ``slot`` to the MCP server as the metadata key ``param``."""
+
     slot: str
+    """The slot whose current value is sent."""
     param: str
+    """The metadata key it is sent under."""
 
 
 class MetaMap(StrictModel):
+    """Metadata sent with every tool call to a server: static values, then slot values."""
+
     static: dict[str, str] = Field(default_factory=dict)
     from_slots: list[MetaFromSlot] = Field(default_factory=list)
 
 
 class OAuthConfig(StrictModel):
+    """OAuth settings of an MCP server."""
+
     token_url: str | None = None
     """Without it the token endpoint is discovered from the server's OAuth metadata."""
     grant: Literal["client_credentials", "authorization_code"] = "client_credentials"
@@ -206,14 +217,21 @@ class McpServerConfig(StrictModel):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     meta_map: MetaMap | None = None
+    """Metadata sent with every tool call (static values and slot values)."""
     pre_call_hook: str | None = None
+    """``pkg.mod.func`` called before each tool call; the metadata it returns is sent too."""
     api_key: str | None = None
+    """Sent in ``header_name``, formatted by ``header_format``."""
     header_name: str = "Authorization"
     header_format: str = "Bearer {key}"
+    """How the API key is written into the header; ``{key}`` stands for the key."""
     token: str | None = None
+    """Sent as ``Authorization: Bearer <token>``."""
     oauth: OAuthConfig | None = None
     module: str | None = None
+    """``pkg.mod.Class`` whose ``get_headers()`` (sync or async) returns the headers to send."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """Extra HTTP headers sent with every request."""
     timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     """Connect / HTTP timeout in seconds."""
     roots: list[str] = Field(default_factory=list)
@@ -254,17 +272,24 @@ class McpServerConfig(StrictModel):
 
     @property
     def address(self) -> str:
+        """The server's address: its command line (stdio) or its URL."""
         if self.type == "stdio":
             return " ".join([self.command or "", *self.args]).strip()
         return self.url or ""
 
 
 class StoreConfig(StrictModel):
+    """``tracker_store`` or ``lock_store`` settings: a ``type`` plus its own keys."""
+
     model_config = StrictModel.model_config | {"extra": "allow"}
     type: str = "sql"
+    """Tracker store: ``sql`` (SQLite or PostgreSQL) or ``memory``; lock store: ``redis``, or
+    anything else for locks within the process."""
 
 
 class ActionEndpoint(StrictModel):
+    """Where custom actions run: a webhook ``url`` or a Python ``actions_module``."""
+
     model_config = StrictModel.model_config | {"extra": "allow"}
     url: str | None = None
     actions_module: str | None = None
@@ -282,7 +307,9 @@ class EndpointsConfig(StrictModel):
     action_endpoint: ActionEndpoint | None = None
 
     def model_group(self, group_id: str) -> ModelGroup | None:
+        """The model group with id ``group_id``, or None."""
         return next((g for g in self.model_groups if g.id == group_id), None)
 
     def mcp_server(self, name: str) -> McpServerConfig | None:
+        """The MCP server called ``name``, or None."""
         return next((s for s in self.mcp_servers or [] if s.name == name), None)

@@ -157,6 +157,7 @@ class FlowStepModel(BaseModel):
 
     @property
     def kind(self) -> str:
+        """Which kind of step this is: the one step key that is set (``collect``, ``call``, ...)."""
         return next(k for k in STEP_KINDS if k in self.model_fields_set and
                     (k == "noop" or getattr(self, k) is not None))
 
@@ -179,10 +180,12 @@ class NluTrigger(BaseModel):
 
     @property
     def name(self) -> str:
+        """The intent's name."""
         return self.intent if isinstance(self.intent, str) else self.intent.name
 
     @property
     def threshold(self) -> float:
+        """The minimum confidence that triggers the flow (0.0 when none is given)."""
         return 0.0 if isinstance(self.intent, str) else self.intent.confidence_threshold
 
 
@@ -208,6 +211,8 @@ class FlowModel(BaseModel):
 
 
 class FlowsFile(BaseModel):
+    """A flows file: its ``flows:`` mapping; other top-level keys are accepted."""
+
     model_config = ConfigDict(extra="allow")
     flows: dict[str, FlowModel] = Field(default_factory=dict)
 
@@ -287,6 +292,7 @@ class Step:
 
     @property
     def target(self) -> Any:
+        """The value of the step's kind key (the slot, action, flow or agent it names)."""
         return getattr(self.model, self.kind)
 
 
@@ -306,10 +312,12 @@ class Flow:
     """The parsed ``if:`` guard (None: always startable)."""
 
     def step(self, step_id: str) -> Step | None:
+        """The step with id ``step_id``, or None."""
         return next((s for s in self.steps if s.id == step_id), None)
 
     @property
     def first_step(self) -> Step:
+        """The flow's first step."""
         return self.steps[0]
 
     @property
@@ -322,6 +330,7 @@ class Flow:
         return names is None and not self.guard.evaluate({"slots": {}, "context": {}})
 
     def call_steps_for(self, target: str) -> list[Step]:
+        """This flow's ``call`` steps that call ``target``."""
         return [s for s in self.steps if s.kind == "call" and s.model.call == target]
 
 

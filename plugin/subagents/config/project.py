@@ -64,6 +64,7 @@ class Project:
 
     @property
     def assistant_id(self) -> str:
+        """The pipeline's ``assistant_id``, or the project folder's name when it is unset."""
         assistant = self.pipeline.assistant_id
         if assistant and assistant != "placeholder_default":
             return assistant
@@ -79,6 +80,7 @@ class Project:
         return None
 
     def agent_call_steps(self) -> list[tuple[Flow, Any]]:
+        """Every ``call`` step (with its flow) that calls a sub agent."""
         return [(flow, step) for flow in self.flows.values() for step in flow.steps
                 if step.kind == "call" and step.model.call in self.agents]
 

@@ -13,11 +13,15 @@ from .endpoints import normalize_model_keys
 
 
 class Protocol(StrEnum):
+    """The agent's protocol: ``RASA`` (an MCP agent) or ``A2A``."""
+
     RASA = "RASA"
     A2A = "A2A"
 
 
 class AgentSection(StrictModel):
+    """The ``agent:`` section of a sub agent's config.yml."""
+
     name: str
     """Unique agent name, used as the target of a flow's ``call:`` step."""
     description: str
@@ -64,6 +68,8 @@ class ClientToolDef(StrictModel):
 
 
 class AgentConfiguration(StrictModel):
+    """The ``configuration:`` section of a sub agent's config.yml."""
+
     llm: dict[str, Any] | None = None
     """Inline model settings (``provider``, ``model``, ...) or ``{model_group: <id>}``."""
     prompt_template: str | None = None
@@ -129,6 +135,8 @@ class AgentConfiguration(StrictModel):
 
 
 class McpServerRef(StrictModel):
+    """An MCP server the agent uses, optionally limited to some of its tools."""
+
     name: str
     include_tools: list[str] | None = None
     exclude_tools: list[str] | None = None
@@ -147,6 +155,8 @@ class McpServerRef(StrictModel):
 
 
 class Connections(StrictModel):
+    """The ``connections:`` section of a sub agent's config.yml."""
+
     mcp_servers: list[McpServerRef] | None = None
 
 
@@ -159,8 +169,10 @@ class SubAgentConfig(StrictModel):
 
     @property
     def name(self) -> str:
+        """The agent's name."""
         return self.agent.name
 
     def server_names(self) -> list[str]:
+        """Names of the MCP servers the agent connects to."""
         return [s.name for s in self.connections.mcp_servers or []]
 

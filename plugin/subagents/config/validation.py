@@ -153,6 +153,7 @@ class TemplateChecker:
         self.issues = issues
 
     def rel(self, path: Path) -> str:
+        """``path`` relative to the project folder when it is inside it, else as given."""
         try:
             return str(path.relative_to(self.root.resolve()))
         except ValueError:
@@ -224,24 +225,30 @@ class FlowChecker:
         """Responses a flow utters: where, and whether ``value`` is passed (rejections)."""
 
     def slot_known(self, name: str) -> bool:
+        """Whether ``name`` is a slot, or might be one defined in a file that failed to load."""
         return name in self.domain.slots or name in BUILTIN_SLOTS or \
             name in self.broken.slots or self.broken.unreadable_data
 
     def response_known(self, name: str) -> bool:
+        """Whether ``name`` is a response, or might be one defined in a file that failed to load."""
         return name in self.domain.responses or name in self.broken.responses or \
             self.broken.unreadable_data
 
     def flow_known(self, name: str) -> bool:
+        """Whether ``name`` is a flow, or might be one defined in a file that failed to load."""
         return name in self.flows or name in self.broken.flows or self.broken.unreadable_data
 
     def slot_hint(self, name: str) -> str | None:
+        """A did-you-mean hint for an unknown slot name."""
         return did_you_mean(name, self.domain.slots, "add it under slots: in the domain")
 
     def response_hint(self, name: str) -> str | None:
+        """A did-you-mean hint for an unknown response name."""
         return did_you_mean(name, self.domain.responses,
                             "add it under responses: in the domain")
 
     def check_all(self) -> None:
+        """Check every flow: description, guard, NLU triggers and steps."""
         triggers: dict[str, str] = {}
         for flow_id, flow in self.flows.items():
             doc = self.docs[flow_id]
@@ -264,6 +271,7 @@ class FlowChecker:
             self.check_flow(doc, flow)
 
     def check_flow(self, doc: YamlDoc, flow: Flow) -> None:
+        """Check step ids, ``next`` targets and conditions, then each step."""
         ids: set[str] = set()
         for step in flow.steps:
             if step.id in ids:
@@ -282,6 +290,7 @@ class FlowChecker:
             self.check_step(doc, flow, step)
 
     def check_step(self, doc: YamlDoc, flow: Flow, step: Step) -> None:
+        """Check one step according to its kind."""
         m = step.model
         if step.kind == "collect":
             self.check_collect(doc, step)
@@ -301,6 +310,7 @@ class FlowChecker:
             self.check_call(doc, step)
 
     def check_collect(self, doc: YamlDoc, step: Step) -> None:
+        """Check a ``collect`` step: its slot, the question that asks for it, its rejections."""
         m = step.model
         if m.collect not in self.domain.slots and not self.slot_known(str(m.collect)):
             self.issues.append(doc.issue(
@@ -352,6 +362,7 @@ class FlowChecker:
                 self.uttered.setdefault(rejection.utter, (doc, (*r_loc, "utter"), True))
 
     def check_action(self, doc: YamlDoc, step: Step, name: str) -> None:
+        """Check that an ``action`` step names a response, a custom action or a built-in one."""
         if "{{" in name:
             return  # rendered from the pattern's context at run time
         if name in self.domain.responses:
@@ -372,6 +383,7 @@ class FlowChecker:
                                   "add it under responses: or actions: in the domain")))
 
     def check_link(self, doc: YamlDoc, flow: Flow, step: Step) -> None:
+        """Check that a ``link`` step targets an existing flow that may be linked to."""
         target = str(step.model.link)
         if target not in self.flows and self.flow_known(target):
             return
@@ -387,6 +399,7 @@ class FlowChecker:
                 (*step.loc, "link"), hint="patterns run when their situation arises"))
 
     def check_call(self, doc: YamlDoc, step: Step) -> None:
+        """Check a ``call`` step: its target (flow, sub agent or MCP tool) and ``exit_if``."""
         m = step.model
         target = str(m.call)
         loc = (*step.loc, "call")
@@ -431,6 +444,7 @@ class FlowChecker:
             self.condition_refs(doc, cond, c_loc, "flow.exit_if.unknown_slot")
 
     def check_mcp_call(self, doc: YamlDoc, step: Step) -> None:
+        """Check an MCP tool call step: the server and the slots its mapping names."""
         m = step.model
         if m.mcp_server not in self.mcp_servers and m.mcp_server not in self.broken.mcp_servers:
             self.issues.append(doc.issue(
@@ -489,6 +503,7 @@ class ResponseChecker:
         self.lenient = broken.unreadable_data
 
     def check_all(self, uttered: dict[str, tuple[YamlDoc, Loc, bool]]) -> None:
+        """Check the conditions and templates of every response variation."""
         for name, variations in self.domain.responses.items():
             doc = self.docs.get(name)
             if doc is None:
@@ -499,6 +514,7 @@ class ResponseChecker:
                 self.check_templates(doc, name, variation, loc, uttered.get(name))
 
     def check_condition(self, doc: YamlDoc, variation: ResponseVariation, loc: Loc) -> None:
+        """Parse a variation's condition and check the slots it names."""
         cond = variation.condition
         if cond is None:
             return
@@ -530,6 +546,7 @@ class ResponseChecker:
 
     def check_templates(self, doc: YamlDoc, name: str, variation: ResponseVariation, loc: Loc,
                         uttered: tuple[YamlDoc, Loc, bool] | None) -> None:
+        """Check a variation's template engine and the names its texts interpolate."""
         template = (variation.metadata or {}).get("template")
         if template not in (None, "format", "jinja"):
             self.issues.append(doc.issue(
@@ -555,6 +572,7 @@ class ResponseChecker:
 
     def check_format(self, doc: YamlDoc, loc: Loc, text: str, known: set[str],
                      severity: str) -> None:
+        """Report ``{placeholder}`` names in ``text`` that are not in ``known``."""
         for placeholder in _PLACEHOLDER.findall(text):
             if placeholder.strip() not in known:
                 unfilled = "its placeholders stay unfilled" if severity == "error" else \
@@ -568,6 +586,7 @@ class ResponseChecker:
 
     def check_jinja(self, doc: YamlDoc, loc: Loc, text: str, known: set[str],
                     severity: str) -> None:
+        """Report a Jinja syntax error in ``text``, or variables that are not in ``known``."""
         from jinja2 import TemplateSyntaxError, meta
         from jinja2.sandbox import SandboxedEnvironment
 

@@ -51,6 +51,14 @@ async def _play(project: ProjectPaths, script: Path) -> int:
 
 
 def play(project: Path | ProjectPaths, script: Path | None = None) -> int:
+    """Play the first conversation of a demo script against the project.
+
+    The model is the scripted fake server; the bot's messages and tool calls are printed.
+
+    Returns:
+        The process exit code: 0, or 1 when the script is missing or unplayable or the
+        model script was not followed.
+    """
     if not isinstance(project, ProjectPaths):
         project = ProjectPaths.resolve(project.resolve())
     script = script or project.root / "demo.yml"

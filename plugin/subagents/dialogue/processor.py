@@ -60,6 +60,7 @@ COMMAND_GENERATOR = "command_generator"
 
 
 def default_llm_factory(caller: str, settings: ModelSettings) -> LLMClient:
+    """Create the model client for ``caller`` with ``settings`` (the default factory)."""
     return LLMClient(settings, name=caller)
 
 
@@ -126,6 +127,7 @@ class Assistant:
         self._started = True
 
     async def close(self) -> None:
+        """Disconnect the agents and close the model clients, MCP pool and stores."""
         for agent in self.agents.values():
             await agent.disconnect()
         await self.command_llm.close()
@@ -276,6 +278,7 @@ class Assistant:
         return await self.understanding.predict(text, turn.stack, turn.slots, turn.events[:-1])
 
     async def tracker(self, sender_id: str) -> list[dict[str, Any]]:
+        """The stored events of a conversation."""
         return (await self.tracker_store.load(sender_id)).events
 
     async def state(self, sender_id: str) -> dict[str, Any]:

@@ -74,6 +74,7 @@ class SamplingHandler:
         return self._llm
 
     async def __call__(self, context: Any, params: Any) -> Any:
+        """Answer one sampling request with a model reply, or an MCP error when it fails."""
         from mcp.types import INTERNAL_ERROR, CreateMessageResult, ErrorData, TextContent
 
         if params.tools:
@@ -103,6 +104,7 @@ class SamplingHandler:
                                    content=TextContent(type="text", text=response.text or ""))
 
     async def close(self) -> None:
+        """Close the model client if one was created."""
         if self._llm is not None:
             await self._llm.close()
 

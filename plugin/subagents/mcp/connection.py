@@ -248,6 +248,7 @@ class MCPServerConnection:
                 await task
 
     async def close(self) -> None:
+        """Close the session and the sampling handler."""
         await self._shutdown_task()
         if self._sampling is not None:
             await self._sampling.close()

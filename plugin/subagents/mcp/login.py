@@ -73,12 +73,14 @@ class FileTokenStorage:
         tmp.replace(self.path)
 
     async def get_tokens(self) -> Any:
+        """The stored OAuth tokens, or None."""
         from mcp.shared.auth import OAuthToken
 
         raw = self._read().get("tokens")
         return OAuthToken.model_validate(raw) if raw else None
 
     async def set_tokens(self, tokens: Any) -> None:
+        """Store OAuth tokens and when they expire."""
         self._write("tokens", tokens)
         self._write_value("expires_at", time.time() + float(tokens.expires_in)
                           if tokens.expires_in else None)
@@ -105,12 +107,14 @@ class FileTokenStorage:
         return float(value) if isinstance(value, int | float) else None
 
     async def get_client_info(self) -> Any:
+        """The stored OAuth client registration, or None."""
         from mcp.shared.auth import OAuthClientInformationFull
 
         raw = self._read().get("client_info")
         return OAuthClientInformationFull.model_validate(raw) if raw else None
 
     async def set_client_info(self, client_info: Any) -> None:
+        """Store the OAuth client registration."""
         self._write("client_info", client_info)
 
 

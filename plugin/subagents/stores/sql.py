@@ -140,6 +140,7 @@ class SQLTrackerStore(TrackerStore):
                 self._ready = True
 
     async def load(self, sender_id: str) -> ConversationRecord:
+        """The conversation of ``sender_id``; empty when there is none."""
         from sqlalchemy import select
 
         await self._init()
@@ -155,6 +156,9 @@ class SQLTrackerStore(TrackerStore):
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
                         stack: list[dict[str, Any]], previous_count: int) -> None:
+        """Append the turn's events and replace the stack atomically (on SQLite, concurrent
+        turns share one commit).
+        """
         await self._init()
         item = _PendingTurn(sender_id, new_events, stack, previous_count,
                             asyncio.get_running_loop().create_future())
@@ -232,6 +236,7 @@ class SQLTrackerStore(TrackerStore):
                 item.done.set_result(None)
 
     async def senders(self) -> list[str]:
+        """The ids of all stored conversations."""
         from sqlalchemy import select
 
         await self._init()
@@ -240,4 +245,5 @@ class SQLTrackerStore(TrackerStore):
             return [r[0] for r in rows]
 
     async def close(self) -> None:
+        """Dispose of the database engine."""
         await self.engine.dispose()
