@@ -230,6 +230,7 @@ class ElicitationHandler:
                 self._flights.remove(flight)
 
     async def __call__(self, context: Any, params: Any) -> Any:
+        """Answer the server's ``elicitation/create`` request with the user's reply."""
         from mcp.types import ElicitResult
 
         candidates = [f for f in self._flights if not f.waiting]
