@@ -9,7 +9,8 @@
 * ``POST /conversations/{sender}/client_tool_results`` ``{"id", "result"}`` (or
   ``{"results": [...]}``) -> delivers client-executed tool results, resumes the agent, answers
   like the REST webhook;
-* ``GET /health``, ``GET /version``.
+* ``GET /health``, ``GET /version``;
+* ``GET /inspect``: the inspector page (``?inspect=true`` on the stream adds agent step events).
 
 With a token (``--token`` or ``SUBAGENTS_TOKEN``) every route but ``/health`` needs
 ``Authorization: Bearer <token>`` or ``?token=<token>``. One sender's messages are serialised
@@ -50,6 +51,7 @@ from .dialogue.client_input import (
     check_sender_id,
 )
 from .dialogue.processor import Assistant
+from .inspector import inspector_routes, wants_trace
 from .rest_contract import extra_routes, token_matches, wants_stream
 from .server_security import (
     HEADER_TIMEOUT,
@@ -242,7 +244,8 @@ class _Api:
         sender, message, metadata = await self._message(request)
         check_sender_id(sender)
         message_id = _message_id(request)
-        channel = QueueOutputChannel()
+        # agent step records for the inspector, opt-in per request (the token guard applies)
+        channel = QueueOutputChannel(trace=wants_trace(request))
 
         async def run() -> None:
             try:
@@ -334,6 +337,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/conversations/{sender}/client_tool_results",
               api.guard(api.client_tool_results), methods=["POST"]),
         *extra_routes(api.guard),
+        *inspector_routes(api.guard),
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]

@@ -54,6 +54,7 @@ from ..tools.result_budget import ResultBudgetToolset
 from ..tools.state_mapping import StateMappingToolset
 from ..types import ChatMessage, JsonObject, TrackerEvent
 from ..types import OutputChannelLike as OutputChannel
+from . import _trace
 from ._limits import cap_text, capped_render
 from ._model_io import deliver, generate, send_event
 from ._parking import park, resume_approval, resume_client_tools
@@ -302,6 +303,7 @@ class MCPBaseAgent:
             outcome = Outcome.fatal(f"agent {self.name!r} did not finish within {timeout:g}s "
                                     "(configuration.timeout)", reason=ExitReason.TIMEOUT)
         output = self._output(run, outcome)
+        await _trace.run_finished(run, self.name, output)
         log.info("agent.run.finished", agent=self.name, status=output.status.value,
                  exit_reason=output.exit_reason, steps=output.steps, tool_calls=output.tool_calls,
                  prompt_tokens=run.usage.prompt_tokens,
@@ -311,6 +313,7 @@ class MCPBaseAgent:
     async def _loop(self, run: AgentRun) -> Outcome:
         """Resume parked calls, then step until a step finishes or parks the run."""
         self._prepare(run, await self._mcp_tools())
+        await _trace.run_started(run, self.name)
         resumed = await resume_client_tools(run, agent_id=self.agent_id)
         if isinstance(resumed, Park):
             return resumed.outcome
@@ -318,7 +321,9 @@ class MCPBaseAgent:
                               agent_name=self.name,
                               max_parallel=self.configuration.max_parallel_tools)
         for _ in range(self.configuration.max_agent_steps):
+            recorded = len(run.events)
             result = await self._step(run)
+            await _trace.texts(run, self.name, run.events[recorded:])
             match result:
                 case Continue(note=note):
                     if note:
@@ -332,7 +337,9 @@ class MCPBaseAgent:
     async def _step(self, run: AgentRun) -> StepResult:
         """One ReAct step: generate -> plan -> deliver text -> execute tools -> decide."""
         # 1. generate: the model sees the conversation, this run's exchange and the tools
-        response = await generate(self.llm, run, await self._messages(run), self._offered(run))
+        messages, offered = await self._messages(run), self._offered(run)
+        response = await generate(self.llm, run, messages, offered)
+        await _trace.model_call(run, self.name, messages, offered, response)
         # 2. plan: resolve the calls against the offered tools before anything runs
         plan = self._plan(run, response)
         if plan.malformed:
@@ -374,7 +381,9 @@ class MCPBaseAgent:
         log.warning("agent.run.max_steps", agent=self.name,
                     max_agent_steps=self.configuration.max_agent_steps)
         run.note(LAST_STEP)
-        response = await generate(self.llm, run, await self._messages(run), [])
+        messages = await self._messages(run)
+        response = await generate(self.llm, run, messages, [])
+        await _trace.model_call(run, self.name, messages, [], response)
         text = cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS)
         if text and not response.streamed:
             await deliver(run, text)
@@ -475,6 +484,7 @@ class MCPBaseAgent:
         outcomes = await execute_calls(run.toolset, plan.calls, self._call_context(run),
                                        max_parallel=self.configuration.max_parallel_tools)
         executed = Executed(outcomes)
+        await _trace.tool_calls(run, self.name, outcomes)
         answers: dict[str, str] = {}
         for outcome in executed.ran:
             answers[outcome.call.id], event = record_tool(

@@ -1,0 +1,142 @@
+"""The inspector over real HTTP: agent step events on the SSE stream (opt-in, behind the
+token, free of tool-context metadata) and the ``/inspect`` page."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import httpx2
+import pytest
+from subagents.server import create_app
+from subagents.testing import FakeModelServer
+from subagents.testing.mcp_http import serve_app
+
+from tests.dialogue_harness import assistant_for, write_project
+
+TOKEN = "t0ps3cret"
+BOOKING = """
+    agent: {name: booking_agent, description: Books a table.}
+    configuration: {include_date_time: false}
+    connections:
+      mcp_servers: [{name: tools, include_tools: [echo, timed_read]}]
+    """
+# turn 1: a filler beside a slow tool, then a question (the agent waits for the user);
+# turn 2: the agent sets the city and completes
+SCRIPT = {
+    "command_generator": ["start flow booking_flow", ""],
+    "booking_agent": [
+        {"text": "Let me look at the free tables.",
+         "tool_calls": [{"timed_read": {"label": "tables", "ms": 300}}]},
+        "Which city?",
+        {"tool_calls": [{"set_slot_city": {"slot_value": "Lyon"}}]}]}
+AGENT_KINDS = {"agent_run_start", "agent_step", "agent_text", "agent_tool_call", "agent_wait",
+               "agent_run_end"}
+
+
+@pytest.fixture
+def project(tmp_path, tools_url):
+    return write_project(tmp_path / "assistant", tools_url,
+                         {"sub_agents/booking/config.yml": BOOKING})
+
+
+async def frames_of(client: httpx2.AsyncClient, url: str, body: dict,
+                    headers: dict | None = None) -> list[tuple[str, dict]]:
+    frames: list[tuple[str, dict]] = []
+    async with client.stream("POST", url, json=body, headers=headers or {}) as response:
+        assert response.status_code == 200
+        event = ""
+        async for line in response.aiter_lines():
+            if line.startswith("event: "):
+                event = line[len("event: "):]
+            elif line.startswith("data: "):
+                frames.append((event, json.loads(line[len("data: "):])))
+    return frames
+
+
+async def test_the_stream_carries_agent_steps_when_asked(project):
+    metadata = {"customer_secret": "META-S3CRET-42"}
+    async with FakeModelServer(SCRIPT) as fake, assistant_for(project, fake) as assistant, \
+            serve_app(create_app(assistant)) as base, \
+            httpx2.AsyncClient(base_url=base, timeout=30) as client:
+        with anyio.fail_after(60):
+            first = await frames_of(client, "/webhooks/stream/webhook?inspect=true",
+                                    {"sender": "u1", "message": "a table please",
+                                     "metadata": metadata})
+            second = await frames_of(client, "/webhooks/stream/webhook?inspect=true",
+                                     {"sender": "u1", "message": "Lyon"})
+    fake.assert_done()
+    kinds = [kind for kind, _ in first]
+    start = next(data for kind, data in first if kind == "agent_run_start")
+    assert start["agent"] == "booking_agent"
+    assert "timed_read" in start["tools"]
+    step = next(data for kind, data in first if kind == "agent_step")
+    assert step["step"] == 1
+    assert "timed_read" in step["offered_tools"]
+    assert step["prompt_tokens"] > 0
+    assert step["duration_ms"] >= 0
+    assert step["tool_calls"][0]["name"] == "timed_read"
+    assert step["raw"]["request"]["messages"][0]["role"] == "system"
+    call = next(data for kind, data in first if kind == "agent_tool_call")
+    assert (call["tool"], call["server"], call["arguments"], call["is_error"],
+            call["parallel"]) == ("timed_read", "tools", {"label": "tables", "ms": 300}, False,
+                                  False)
+    assert call["result"]
+    assert call["duration_ms"] >= 300
+    # the filler reached the user before the tool's result
+    streamed = "".join(data["text"] for kind, data in first[:kinds.index("agent_tool_call")]
+                       if kind == "message_chunk")
+    assert streamed == "Let me look at the free tables."
+    texts = [(data["step"], data["kind"]) for kind, data in first if kind == "agent_text"]
+    assert texts == [(1, "filler"), (2, "question")]
+    end = next(data for kind, data in first if kind == "agent_run_end")
+    assert (end["status"], end["steps"]) == ("input_required", 2)
+    assert kinds[-1] == "done"
+    finished = next(data for kind, data in second if kind == "agent_run_end")
+    assert finished["status"] == "completed"
+    assert ("slot", {"name": "city", "value": "Lyon"}) in second
+    # request metadata (what tools get as context) never reaches the trace
+    assert "META-S3CRET-42" not in json.dumps(first + second)
+
+
+async def test_without_inspect_the_stream_is_unchanged(project):
+    script = {"command_generator": ["start flow booking_flow"],
+              "booking_agent": SCRIPT["booking_agent"][:2]}
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant, \
+            serve_app(create_app(assistant)) as base, \
+            httpx2.AsyncClient(base_url=base, timeout=30) as client:
+        with anyio.fail_after(60):
+            frames = await frames_of(client, "/webhooks/stream/webhook",
+                                     {"sender": "u1", "message": "a table please"})
+    fake.assert_done()
+    assert not {kind for kind, _ in frames} & AGENT_KINDS
+    assert "tool" in {kind for kind, _ in frames}
+
+
+async def test_the_page_and_the_trace_need_the_token(project):
+    async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant, \
+            serve_app(create_app(assistant, token=TOKEN)) as base, \
+            httpx2.AsyncClient(base_url=base, timeout=30) as client:
+        refused = await client.get("/inspect")
+        page = await client.get(f"/inspect?token={TOKEN}")
+        stream = await client.post("/webhooks/stream/webhook?inspect=true",
+                                   json={"sender": "u1", "message": "hi"})
+    assert refused.status_code == 401
+    assert stream.status_code == 401
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    csp = page.headers["content-security-policy"]
+    assert "default-src 'none'" in csp
+    assert "connect-src 'self'" in csp
+
+
+async def test_the_page_is_self_contained(project):
+    async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant, \
+            serve_app(create_app(assistant)) as base, \
+            httpx2.AsyncClient(base_url=base, timeout=30) as client:
+        page = (await client.get("/inspect")).text
+    assert "/*INSPECTOR_JS*/" not in page
+    assert "/*INSPECTOR_CSS*/" not in page
+    assert "/webhooks/stream/webhook?inspect=true" in page
+    for external in ("http://", "https://", "//cdn", "@import", "url("):
+        assert external not in page
