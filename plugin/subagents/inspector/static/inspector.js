@@ -95,6 +95,7 @@
   const handlers = {
     agent_run_start(data) {
       runBox = null;
+      steps.clear();  // step numbers start again with every run
       const box = agentRun(data.agent);
       box.append(el("p", { class: "facts" }, "tools: " + (data.tools.join(", ") || "none")));
       setAgent(data.agent, "running");
@@ -322,6 +323,13 @@
     box.value = "";
     send(text);
   });
-  $("new-conversation").addEventListener("click", newConversation);
+  document.querySelector(".skip").addEventListener("click", (event) => {
+    event.preventDefault();
+    $("message").focus();
+  });
+  $("new-conversation").addEventListener("click", () => {
+    newConversation();
+    $("message").focus();
+  });
   newConversation();
 })();
