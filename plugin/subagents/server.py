@@ -316,7 +316,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
                cors_origins: Sequence[str] = (),
                allowed_hosts: Sequence[str] | None = None,
                body_timeout: float = BODY_TIMEOUT,
-               channels: Sequence[InputChannel] = ()) -> Starlette:
+               channels: Sequence[InputChannel] = (),
+               replay: dict[str, Any] | None = None) -> Starlette:
     """The ASGI app.
 
     Args:
@@ -328,6 +329,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         allowed_hosts: When set, the only ``Host`` header values accepted.
         body_timeout: Seconds a request body may take to arrive (else 408).
         channels: Input channels (from ``credentials.yml``) mounted beside the API.
+        replay: The conversation test the inspector replays (``subagents inspect --replay``).
     """
     api = _Api(assistant, token, max_body, body_timeout)
     routes = [
@@ -337,7 +339,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/conversations/{sender}/client_tool_results",
               api.guard(api.client_tool_results), methods=["POST"]),
         *extra_routes(api.guard),
-        *inspector_routes(api.guard),
+        *inspector_routes(api.guard, replay),
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]

@@ -140,3 +140,69 @@ async def test_the_page_is_self_contained(project):
     assert "/webhooks/stream/webhook?inspect=true" in page
     for external in ("http://", "https://", "//cdn", "@import", "url("):
         assert external not in page
+
+
+REPLAY_FILE = """
+test_cases:
+  - test_case: book_in_lyon
+    llm_script:
+      command_generator: ["start flow booking_flow", ""]
+      booking_agent:
+        - text: "Let me look at the free tables."
+          tool_calls: [{timed_read: {label: tables, ms: 10}}]
+        - "Which city?"
+        - tool_calls: [{set_slot_city: {slot_value: Lyon}}]
+    steps:
+      - user: "A table please"
+      - bot: "Let me look at the free tables."
+      - bot: "Which city?"
+      - user: "Lyon"
+      - bot: "Booked in Lyon."
+  - test_case: no_script
+    steps:
+      - user: "/opening_hours"
+"""
+
+
+def replay_file(project) -> str:
+    path = project / "tests" / "e2e" / "replay.yml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(REPLAY_FILE.lstrip(), encoding="utf-8")
+    return str(path)
+
+
+async def test_a_replayed_case_answers_from_its_script(project):
+    from subagents.inspector.replay import load_case, replay_app
+
+    case = load_case(f"{replay_file(project)}::book_in_lyon", project)
+    async with replay_app(case, project) as app, serve_app(app) as base, \
+            httpx2.AsyncClient(base_url=base, timeout=30) as client:
+        plan = (await client.get("/inspect/replay")).json()
+        with anyio.fail_after(60):
+            turns = [await frames_of(client, "/webhooks/stream/webhook?inspect=true",
+                                     {"sender": plan["sender"], "message": step["user"],
+                                      "metadata": step["metadata"]})
+                     for step in plan["steps"]]
+    assert plan["case"] == "book_in_lyon"
+    assert [s["user"] for s in plan["steps"]] == ["A table please", "Lyon"]
+    assert plan["steps"][0]["expect"] == ["Let me look at the free tables.", "Which city?"]
+    ends = [data["status"] for turn in turns for kind, data in turn if kind == "agent_run_end"]
+    assert ends == ["input_required", "completed"]
+
+
+async def test_without_a_replay_the_page_gets_no_case(project):
+    async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant, \
+            serve_app(create_app(assistant)) as base, \
+            httpx2.AsyncClient(base_url=base, timeout=30) as client:
+        plan = (await client.get("/inspect/replay")).json()
+    assert plan == {"case": None}
+
+
+@pytest.mark.parametrize("spec", ["missing.yml::x", "{file}::nope", "{file}", "{file}::no_script"])
+def test_a_bad_replay_argument_is_a_clear_error(project, spec, capsys):
+    from subagents.cli import main
+
+    spec = spec.format(file=replay_file(project))
+    status = main(["inspect", "--project", str(project), "--replay", spec])
+    assert status == 1
+    assert "[inspect.replay_invalid]" in capsys.readouterr().err

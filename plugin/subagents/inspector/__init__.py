@@ -15,7 +15,7 @@ from importlib import resources
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
 _TRUE = {"true", "1", "yes"}
@@ -49,6 +49,17 @@ async def inspect_page(request: Request) -> Response:
         "referrer-policy": "no-referrer", "x-content-type-options": "nosniff"})
 
 
-def inspector_routes(guard: Callable[[Any], Any]) -> list[Route]:
-    """``GET /inspect`` behind ``guard`` (the server's token check)."""
-    return [Route("/inspect", guard(inspect_page), methods=["GET"])]
+def inspector_routes(guard: Callable[[Any], Any],
+                     replay: dict[str, Any] | None = None) -> list[Route]:
+    """``GET /inspect`` and ``GET /inspect/replay`` behind ``guard`` (the server's token check).
+
+    Args:
+        guard: Wraps a handler with the server's token check.
+        replay: The test case being replayed (its user messages), if any.
+    """
+    async def replay_plan(request: Request) -> Response:
+        """``GET /inspect/replay``: the replayed case, or ``{"case": null}``."""
+        return JSONResponse(replay or {"case": None})
+
+    return [Route("/inspect", guard(inspect_page), methods=["GET"]),
+            Route("/inspect/replay", guard(replay_plan), methods=["GET"])]

@@ -277,7 +277,7 @@
     if (handler) handler(data);
   }
 
-  async function send(text, payload) {
+  async function send(text, payload, metadata) {
     const box = $("message");
     $("send").disabled = true;
     $("status").textContent = "The assistant is answering…";
@@ -286,7 +286,7 @@
     try {
       const response = await fetch("/webhooks/stream/webhook?inspect=true", {
         method: "POST", headers: { ...auth, "Content-Type": "application/json" },
-        body: JSON.stringify({ sender, message: payload ?? text }) });
+        body: JSON.stringify({ sender, message: payload ?? text, metadata: metadata || {} }) });
       if (!response.ok) {
         addMessage("system", `error: HTTP ${response.status}`);
       } else {
@@ -331,5 +331,54 @@
     newConversation();
     $("message").focus();
   });
-  newConversation();
+
+  // ------------------------------------------------------------------ replay of a test case
+  let replay = null;
+  let replayAt = 0;
+
+  function showReplayStep() {
+    const steps = replay.steps;
+    $("replay-progress").textContent = `message ${Math.min(replayAt + 1, steps.length)} of ${steps.length}`;
+    if (replayAt >= steps.length) {
+      $("replay-next").textContent = "Every test message was sent.";
+      $("replay-send").disabled = true;
+      $("replay-expect").textContent = "";
+      return;
+    }
+    $("replay-next").textContent = `Next: "${steps[replayAt].user}"`;
+    const expect = steps[replayAt].expect;
+    $("replay-expect").textContent = expect.length ? "The test expects: " + expect.join(" / ") : "";
+  }
+
+  $("replay-send").addEventListener("click", async () => {
+    if (!replay || replayAt >= replay.steps.length || $("send").disabled) return;
+    const step = replay.steps[replayAt++];
+    $("replay-send").disabled = true;
+    await send(step.user, undefined, step.metadata);
+    $("replay-send").disabled = false;
+    showReplayStep();
+    $("replay-send").focus();
+  });
+
+  async function start() {
+    try {
+      const response = await fetch("/inspect/replay", { headers: auth });
+      const plan = response.ok ? await response.json() : { case: null };
+      if (plan.case) {
+        replay = plan;
+        sender = plan.sender;
+        $("sender").textContent = sender;
+        $("replay-case").textContent = `${plan.file}::${plan.case}`;
+        $("replay").hidden = false;
+        $("new-conversation").hidden = true;  // the scripted models answer one conversation
+        showReplayStep();
+        refreshTracker();
+        return;
+      }
+    } catch (exc) {
+      addMessage("system", "could not read the replay: " + exc.message);
+    }
+    newConversation();
+  }
+  start();
 })();
