@@ -50,15 +50,12 @@ SCRIPT = {
 
 
 @contextlib.asynccontextmanager
-async def inspector(tmp_path: Path, tools_url: str, script: dict[str, Any],
-                    width: int = 1280) -> AsyncIterator[tuple[Any, FakeModelServer]]:
+async def browse(api: str, width: int = 1280) -> AsyncIterator[Any]:
+    """Chromium on ``api``'s inspector page; no request may leave ``api``."""
     from playwright.async_api import async_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    root = write_project(tmp_path / "assistant", tools_url,
-                         {"sub_agents/booking/config.yml": BOOKING})
-    async with FakeModelServer(script) as fake, assistant_for(root, fake) as assistant, \
-            serve_app(create_app(assistant)) as api, async_playwright() as pw:
+    async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM,
                                            args=["--no-sandbox", "--disable-gpu"])
         try:
@@ -67,10 +64,20 @@ async def inspector(tmp_path: Path, tools_url: str, script: dict[str, Any],
             page.on("request", lambda r: external.append(r.url)
                     if not r.url.startswith(api) else None)
             await page.goto(f"{api}/inspect", wait_until="load")
-            yield page, fake
+            yield page
             assert external == []  # the page asks nothing of any other origin
         finally:
             await browser.close()
+
+
+@contextlib.asynccontextmanager
+async def inspector(tmp_path: Path, tools_url: str, script: dict[str, Any],
+                    width: int = 1280) -> AsyncIterator[tuple[Any, FakeModelServer]]:
+    root = write_project(tmp_path / "assistant", tools_url,
+                         {"sub_agents/booking/config.yml": BOOKING})
+    async with FakeModelServer(script) as fake, assistant_for(root, fake) as assistant, \
+            serve_app(create_app(assistant)) as api, browse(api, width) as page:
+        yield page, fake
 
 
 async def say(page: Any, text: str, turn: int) -> None:
@@ -167,3 +174,46 @@ async def test_the_page_passes_axe(tmp_path, tools_url):
                 return r.violations.map(v => ({id: v.id, nodes: v.nodes.map(n => n.html)}));
             }""")
     assert result == []
+
+
+REPLAY = """
+test_cases:
+  - test_case: book_in_lyon
+    llm_script:
+      command_generator: ["start flow booking_flow", ""]
+      booking_agent:
+        - text: "Let me look at the free tables."
+          tool_calls: [{timed_read: {label: tables, ms: 200}}]
+        - "Which city?"
+        - tool_calls: [{set_slot_city: {slot_value: Lyon}}]
+    steps:
+      - user: "A table please"
+      - bot: "Let me look at the free tables."
+      - bot: "Which city?"
+      - user: "Lyon"
+      - bot: "Booked in Lyon."
+"""
+
+
+async def test_a_replay_is_stepped_through_by_keyboard(tmp_path, tools_url):
+    from subagents.inspector.replay import load_case, replay_app
+
+    root = write_project(tmp_path / "assistant", tools_url,
+                         {"sub_agents/booking/config.yml": BOOKING,
+                          "tests/e2e/replay.yml": REPLAY})
+    case = load_case(f"{root}/tests/e2e/replay.yml::book_in_lyon", root)
+    async with replay_app(case, root) as app, serve_app(app) as api, browse(api) as page:
+        with anyio.fail_after(90):
+            button = page.locator("#replay-send")
+            await button.wait_for(state="visible")
+            assert await page.locator("#new-conversation").is_hidden()
+            assert "A table please" in await page.locator("#replay-next").inner_text()
+            for turn in (1, 2):
+                await button.focus()
+                await page.keyboard.press("Enter")
+                await page.locator(f'body[data-turns="{turn}"]').wait_for(state="attached")
+            await page.screenshot(path=str(ARTIFACTS / "inspector-replay.png"), full_page=True)
+            assert await page.locator(".msg.bot", has_text="Booked in Lyon.").count() == 1
+            agent = page.locator('#agents li[data-agent="booking_agent"]')
+            assert await agent.get_attribute("data-state") == "completed"
+            assert await button.is_disabled()

@@ -152,6 +152,7 @@
         (data.error ? ` · ${data.error}` : ""))));
       box.dataset.ended = "true";
       setAgent(data.agent, data.status);
+      scrollEnd($("timeline"));
     },
     message_start(data) {
       const node = addMessage("bot streaming", "");
