@@ -101,8 +101,9 @@ async def serve_replay(case: Any, project: Path, *, host: str, port: int,
     import uvicorn
 
     from ..server import uvicorn_config
-    from ..server_security import LOOPBACK_HOSTS, is_loopback
+    from ..server_security import LOOPBACK_HOSTS, is_loopback, warn_if_exposed
 
+    warn_if_exposed(host, token)
     hosts = list(LOOPBACK_HOSTS) if is_loopback(host) else None
     async with replay_app(case, project, token=token, allowed_hosts=hosts) as app:
         await uvicorn.Server(uvicorn_config(app, host=host, port=port)).serve()
