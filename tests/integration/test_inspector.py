@@ -206,3 +206,42 @@ def test_a_bad_replay_argument_is_a_clear_error(project, spec, capsys):
     status = main(["inspect", "--project", str(project), "--replay", spec])
     assert status == 1
     assert "[inspect.replay_invalid]" in capsys.readouterr().err
+
+
+def drained(channel) -> list[tuple[str, dict]]:
+    frames = []
+    while not channel.queue.empty():
+        head, data = channel.queue.get_nowait().decode().split("\n", 1)
+        frames.append((head.removeprefix("event: "),
+                       json.loads(data.removeprefix("data: ").strip())))
+    return frames
+
+
+async def test_parallel_calls_and_the_last_step_are_traced(tools_url):
+    from subagents.channels.sse import QueueOutputChannel
+
+    from tests.agent_harness import agent_input, build_agent, close
+
+    script = {"weather_agent": [
+        {"tool_calls": [{"timed_read": {"label": "a", "ms": 200}},
+                        {"timed_read": {"label": "b", "ms": 200}}]},
+        {"text": "Both read; that is all I can do.", "expect": {"messages_contain": []}}]}
+    async with FakeModelServer(script) as fake:
+        agent = await build_agent(fake, tools_url, configuration={"max_agent_steps": 1})
+        try:
+            channel = QueueOutputChannel(trace=True)
+            with anyio.fail_after(30):
+                output = await agent.run(agent_input(), channel)
+        finally:
+            await close(agent)
+        fake.assert_done()
+    frames = drained(channel)
+    calls = [data for kind, data in frames if kind == "agent_tool_call"]
+    assert [(c["arguments"]["label"], c["parallel"]) for c in calls] == [("a", True),
+                                                                          ("b", True)]
+    steps = [data for kind, data in frames if kind == "agent_step"]
+    assert [s["offered_tools"] != [] for s in steps] == [True, False]  # the last offers none
+    assert [(d["step"], d["kind"]) for kind, d in frames if kind == "agent_text"] == [
+        (2, "final")]
+    end = next(data for kind, data in frames if kind == "agent_run_end")
+    assert (end["exit_reason"], output.exit_reason) == ("max_steps", "max_steps")

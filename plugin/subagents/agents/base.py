@@ -332,7 +332,10 @@ class MCPBaseAgent:
                     return outcome
                 case _:
                     assert_never(result)
-        return await self._on_max_steps(run)
+        recorded = len(run.events)
+        outcome = await self._on_max_steps(run)
+        await _trace.texts(run, self.name, run.events[recorded:])
+        return outcome
 
     async def _step(self, run: AgentRun) -> StepResult:
         """One ReAct step: generate -> plan -> deliver text -> execute tools -> decide."""
