@@ -245,3 +245,35 @@ async def test_parallel_calls_and_the_last_step_are_traced(tools_url):
         (2, "final")]
     end = next(data for kind, data in frames if kind == "agent_run_end")
     assert (end["exit_reason"], output.exit_reason) == ("max_steps", "max_steps")
+
+
+async def test_an_approval_wait_and_the_approved_call_are_traced(tools_url):
+    from subagents.channels.sse import QueueOutputChannel
+
+    from tests.agent_harness import agent_input, build_agent, close
+
+    conf = {"tools": {"timed_write": {"requires_approval": True}}}
+    script = {"weather_agent": [
+        {"text": "I can save that.", "tool_calls": [{"timed_write": {"label": "x", "ms": 1}}]},
+        "Saved."]}
+    async with FakeModelServer(script) as fake:
+        agent = await build_agent(fake, tools_url, configuration=conf)
+        try:
+            with anyio.fail_after(30):
+                asked = QueueOutputChannel(trace=True)
+                parked = await agent.run(agent_input(), asked)
+                approved = QueueOutputChannel(trace=True)
+                await agent.run(agent_input("yes please", metadata={
+                    "pending_approval": parked.metadata["pending_approval"]}), approved)
+        finally:
+            await close(agent)
+        fake.assert_done()
+    first = drained(asked)
+    wait = next(data for kind, data in first if kind == "agent_wait")
+    assert (wait["tool"], wait["waiting_for"], wait["arguments"]) == (
+        "timed_write", "approval", {"label": "x", "ms": 1})
+    assert "agent_tool_call" not in [kind for kind, _ in first]
+    assert [d["kind"] for kind, d in first if kind == "agent_text"] == ["filler", "question"]
+    call = next(data for kind, data in drained(approved) if kind == "agent_tool_call")
+    assert (call["tool"], call["step"], call["server"], call["resumed"]) == (
+        "timed_write", 0, "tools", True)

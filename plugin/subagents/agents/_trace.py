@@ -102,6 +102,26 @@ async def tool_calls(run: AgentRun, agent: str, outcomes: list[ToolOutcome]) -> 
             "parallel": _overlaps(outcome, ran)})
 
 
+async def resumed_calls(run: AgentRun, agent: str, events: list[TrackerEvent]) -> None:
+    """Calls run when the run resumed (approved calls), before its first step (step 0)."""
+    if not tracing(run):
+        return
+    for event in events:
+        if event.get("event") != "mcp_tool_executed":
+            continue
+        name = str(event.get("tool_name"))
+        tool = run.tools.get(name)
+        source = tool.source if tool is not None else ""
+        await _emit(run, "agent_tool_call", {
+            "agent": agent, "step": 0, "id": None, "tool": name,
+            "server": source.removeprefix("mcp:") if source.startswith("mcp:") else None,
+            "source": source, "arguments": event.get("arguments"),
+            "result": None if event.get("is_error") else event.get("result"),
+            "is_error": bool(event.get("is_error")), "error": event.get("error_message"),
+            "duration_ms": event.get("duration_ms"),
+            "parallel": False, "resumed": True})
+
+
 async def texts(run: AgentRun, agent: str, events: list[TrackerEvent]) -> None:
     """The texts a step recorded, each with its kind (filler, question, final)."""
     if not tracing(run):

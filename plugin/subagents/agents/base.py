@@ -317,9 +317,11 @@ class MCPBaseAgent:
         resumed = await resume_client_tools(run, agent_id=self.agent_id)
         if isinstance(resumed, Park):
             return resumed.outcome
+        recorded = len(run.events)
         await resume_approval(run, self._call_context(run), agent_id=self.agent_id,
                               agent_name=self.name,
                               max_parallel=self.configuration.max_parallel_tools)
+        await _trace.resumed_calls(run, self.name, run.events[recorded:])
         for _ in range(self.configuration.max_agent_steps):
             recorded = len(run.events)
             result = await self._step(run)

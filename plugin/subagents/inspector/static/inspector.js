@@ -80,8 +80,9 @@
     const key = data.agent + "#" + data.step;
     let box = steps.get(key);
     if (!box) {
+      const title = data.step === 0 ? "Resumed: approved calls" : "Step " + data.step;
       box = stamp(el("div", { class: "step", "data-step": String(data.step) },
-        el("h4", {}, "Step " + data.step)));
+        el("h4", {}, title)));
       agentRun(data.agent).append(box);
       steps.set(key, box);
     }
