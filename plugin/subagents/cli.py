@@ -386,7 +386,7 @@ def _run(args: argparse.Namespace) -> int:
 
         return play(args.project, args.script)
     if args.command == "inspect" and args.replay:
-        from .inspector.replay import run_replay
+        from .inspector_replay import run_replay
 
         return run_replay(args.replay, args.project.resolve(), host=args.host, port=args.port,
                           token=args.token or os.environ.get("SUBAGENTS_TOKEN"))

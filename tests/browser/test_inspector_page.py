@@ -196,7 +196,7 @@ test_cases:
 
 
 async def test_a_replay_is_stepped_through_by_keyboard(tmp_path, tools_url):
-    from subagents.inspector.replay import load_case, replay_app
+    from subagents.inspector_replay import load_case, replay_app
 
     root = write_project(tmp_path / "assistant", tools_url,
                          {"sub_agents/booking/config.yml": BOOKING,

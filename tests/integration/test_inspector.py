@@ -172,7 +172,7 @@ def replay_file(project) -> str:
 
 
 async def test_a_replayed_case_answers_from_its_script(project):
-    from subagents.inspector.replay import load_case, replay_app
+    from subagents.inspector_replay import load_case, replay_app
 
     case = load_case(f"{replay_file(project)}::book_in_lyon", project)
     async with replay_app(case, project) as app, serve_app(app) as base, \

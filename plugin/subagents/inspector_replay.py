@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import SubagentsError
+from .exceptions import SubagentsError
 
 REPLAY_SENDER = "replay"
 
@@ -31,7 +31,7 @@ def load_case(spec: str, project: Path) -> Any:
     Raises:
         ReplayError: The file does not exist or does not load, or has no such case.
     """
-    from ..testing.fixtures import load_files
+    from .testing.fixtures import load_files
 
     file, _, name = spec.partition("::")
     path = Path(file)
@@ -78,11 +78,11 @@ async def replay_app(case: Any, project: Path, *, token: str | None = None,
                      allowed_hosts: list[str] | None = None) -> AsyncIterator[Any]:
     """The API app (with the inspector) over an assistant whose models answer from the case's
     ``llm_script``; the scripted model server runs while the context is open."""
-    from .. import events as ev
-    from ..dialogue.processor import Assistant
-    from ..server import create_app
-    from ..stores import InMemoryTrackerStore
-    from ..testing import FakeModelServer
+    from . import events as ev
+    from .dialogue.processor import Assistant
+    from .server import create_app
+    from .stores import InMemoryTrackerStore
+    from .testing import FakeModelServer
 
     async with FakeModelServer(case.llm_script) as fake:
         assistant = Assistant.load(project, tracker_store=InMemoryTrackerStore(),
@@ -100,8 +100,8 @@ async def serve_replay(case: Any, project: Path, *, host: str, port: int,
     """Serve the API and the inspector with the case's scripted models until stopped."""
     import uvicorn
 
-    from ..server import uvicorn_config
-    from ..server_security import LOOPBACK_HOSTS, is_loopback, warn_if_exposed
+    from .server import uvicorn_config
+    from .server_security import LOOPBACK_HOSTS, is_loopback, warn_if_exposed
 
     warn_if_exposed(host, token)
     hosts = list(LOOPBACK_HOSTS) if is_loopback(host) else None
