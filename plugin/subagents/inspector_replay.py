@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -114,5 +115,9 @@ def run_replay(spec: str, project: Path, *, host: str, port: int, token: str | N
     case = load_case(spec, project)
     print(f"subagents inspect: replaying {case.file}::{case.name} at "
           f"http://{host}:{port}/inspect", flush=True)
+    # uvicorn re-raises the signal that stopped it once it has drained; these handlers take it
+    # so that a graceful stop ends with exit status 0
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
     asyncio.run(serve_replay(case, project, host=host, port=port, token=token))
     return 0
