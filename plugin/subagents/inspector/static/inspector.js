@@ -98,7 +98,7 @@
       runBox = null;
       steps.clear();  // step numbers start again with every run
       const box = agentRun(data.agent);
-      box.append(el("p", { class: "facts" }, "tools: " + (data.tools.join(", ") || "none")));
+      box.append(el("p", { class: "facts" }, "tools: " + ((data.tools || []).join(", ") || "none")));
       setAgent(data.agent, "running");
     },
     agent_step(data) {
@@ -106,15 +106,16 @@
       const tokens = `${data.prompt_tokens} in / ${data.completion_tokens} out tokens`;
       box.append(el("p", { class: "facts model-call" },
         `model call ${data.duration_ms} ms · ${tokens} · offered: ` +
-        (data.offered_tools.join(", ") || "none")));
+        ((data.offered_tools || []).join(", ") || "none")));
       if (data.text) {
         box.append(el("p", { class: "text-out" }, el("span", { class: "kind" }, "text"),
           data.text));
       }
-      for (const call of data.tool_calls) {
+      for (const call of data.tool_calls || []) {
         box.append(el("p", { class: "facts" }, `asks for ${call.name} ${JSON.stringify(call.arguments)}`));
       }
-      box.append(details("raw request", data.raw.request), details("raw response", data.raw.response));
+      const raw = data.raw || {};
+      box.append(details("raw request", raw.request), details("raw response", raw.response));
       scrollEnd($("timeline"));
     },
     agent_text(data) {
@@ -275,8 +276,12 @@
     if (!lines.length) return;
     let data;
     try { data = JSON.parse(lines.join("\n")); } catch { return; }
-    const handler = handlers[kind];
-    if (handler) handler(data);
+    const handler = Object.hasOwn(handlers, kind) ? handlers[kind] : null;
+    try {
+      if (handler) handler(data);
+    } catch (exc) {  // one odd frame must not stop the rest of the turn
+      addMessage("system", `could not show a ${kind} event: ${exc.message}`);
+    }
   }
 
   async function send(text, payload, metadata) {
