@@ -277,3 +277,37 @@ async def test_an_approval_wait_and_the_approved_call_are_traced(tools_url):
     call = next(data for kind, data in drained(approved) if kind == "agent_tool_call")
     assert (call["tool"], call["step"], call["server"], call["resumed"]) == (
         "timed_write", 0, "tools", True)
+
+
+CLIENT_AGENT = """
+    agent: {name: weather_agent, description: Tells the weather.}
+    configuration:
+      include_date_time: false
+      client_tools:
+        - name: get_location
+          description: The user's current location, from their device.
+          parameters: {type: object, properties: {precision: {type: string}}}
+    connections:
+      mcp_servers: [{name: tools, include_tools: [echo]}]
+    """
+
+
+async def test_a_client_tool_wait_is_traced(tmp_path, tools_url):
+    root = write_project(tmp_path / "client", tools_url,
+                         {"sub_agents/weather/config.yml": CLIENT_AGENT})
+    script = {"command_generator": ["start flow weather_flow"],
+              "weather_agent": [{"text": "Let me find where you are.", "tool_calls": [
+                  {"name": "get_location", "arguments": {"precision": "city"},
+                   "id": "call_loc"}]}]}
+    async with FakeModelServer(script) as fake, assistant_for(root, fake) as assistant, \
+            serve_app(create_app(assistant)) as base, \
+            httpx2.AsyncClient(base_url=base, timeout=30) as client:
+        with anyio.fail_after(60):
+            frames = await frames_of(client, "/webhooks/stream/webhook?inspect=true",
+                                     {"sender": "u1", "message": "weather here?"})
+    fake.assert_done()
+    wait = next(data for kind, data in frames if kind == "agent_wait")
+    assert (wait["tool"], wait["waiting_for"], wait["arguments"]) == (
+        "get_location", "client_tool", {"precision": "city"})
+    end = next(data for kind, data in frames if kind == "agent_run_end")
+    assert end["status"] == "input_required"
