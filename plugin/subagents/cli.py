@@ -193,6 +193,21 @@ def build_parser() -> argparse.ArgumentParser:
                             "(default: $SUBAGENTS_CORS_ORIGINS; none)")
     _model_check_arg(serve)
 
+    inspect = _command(sub, "inspect", "serve the API with the inspector page: watch the chat, "
+                                       "stack, slots and every agent step live", """
+        subagents inspect                   # then open http://127.0.0.1:5005/inspect
+        subagents inspect --replay tests/e2e/appointments.yml::book_an_appointment""")
+    _project_arg(inspect)
+    inspect.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    inspect.add_argument("--port", type=int, default=5005, help="TCP port to listen on")
+    inspect.add_argument("--token", default=None,
+                         help="secret the page and the API require; open the page as "
+                              "/inspect?token=<token> (default: $SUBAGENTS_TOKEN)")
+    inspect.add_argument("--replay", metavar="FILE::CASE", default=None,
+                         help="replay a conversation test with its scripted models "
+                              "(llm_script) instead of the real ones")
+    _model_check_arg(inspect)
+
     mcp = _command(sub, "mcp", "MCP server tools", """
         subagents mcp login crm             # sign in once to the server named crm""")
     mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True, metavar="MCP_COMMAND")
@@ -392,6 +407,11 @@ def _run(args: argparse.Namespace) -> int:
         from .demo.player import play
 
         return play(_paths(args), args.script)
+    if args.command == "inspect" and args.replay:
+        from .inspector_replay import run_replay
+
+        return run_replay(args.replay, args.project.resolve(), host=args.host, port=args.port,
+                          token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
     if not _ready_to_run(args):
         return 1
     if args.command == "shell":
@@ -402,6 +422,12 @@ def _run(args: argparse.Namespace) -> int:
     from .dialogue.processor import Assistant
     from .server import serve
 
+    if args.command == "inspect":
+        print(f"subagents inspect: the inspector is at http://{args.host}:{args.port}/inspect",
+              file=sys.stderr, flush=True)
+        serve(Assistant.load(args.project), host=args.host, port=args.port,
+              token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
+        return 0
     if not _enable_observability(args):
         return 1
     channels = load_channels(args.project, args.credentials)

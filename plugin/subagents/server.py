@@ -9,7 +9,8 @@
 * ``POST /conversations/{sender}/client_tool_results`` ``{"id", "result"}`` (or
   ``{"results": [...]}``) -> delivers client-executed tool results, resumes the agent, answers
   like the REST webhook;
-* ``GET /health``, ``GET /version``.
+* ``GET /health``, ``GET /version``;
+* ``GET /inspect``: the inspector page (``?inspect=true`` on the stream adds agent step events).
 
 With a token (``--token`` or ``SUBAGENTS_TOKEN``) every route but ``/health`` needs
 ``Authorization: Bearer <token>`` or ``?token=<token>``. One sender's messages are serialised
@@ -50,6 +51,7 @@ from .dialogue.client_input import (
     check_sender_id,
 )
 from .dialogue.processor import Assistant
+from .inspector import inspector_routes, wants_trace
 from .rest_contract import extra_routes, token_matches, wants_stream
 from .server_security import (
     HEADER_TIMEOUT,
@@ -244,7 +246,8 @@ class _Api:
         sender, message, metadata = await self._message(request)
         check_sender_id(sender)
         message_id = _message_id(request)
-        channel = QueueOutputChannel()
+        # agent step records for the inspector, opt-in per request (the token guard applies)
+        channel = QueueOutputChannel(trace=wants_trace(request))
 
         async def run() -> None:
             try:
@@ -315,7 +318,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
                cors_origins: Sequence[str] = (),
                allowed_hosts: Sequence[str] | None = None,
                body_timeout: float = BODY_TIMEOUT,
-               channels: Sequence[InputChannel] = ()) -> Starlette:
+               channels: Sequence[InputChannel] = (),
+               replay: dict[str, Any] | None = None) -> Starlette:
     """The ASGI app.
 
     Args:
@@ -327,6 +331,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         allowed_hosts: When set, the only ``Host`` header values accepted.
         body_timeout: Seconds a request body may take to arrive (else 408).
         channels: Input channels (from ``credentials.yml``) mounted beside the API.
+        replay: The conversation test the inspector replays (``subagents inspect --replay``).
     """
     api = _Api(assistant, token, max_body, body_timeout)
     routes = [
@@ -336,6 +341,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/conversations/{sender}/client_tool_results",
               api.guard(api.client_tool_results), methods=["POST"]),
         *extra_routes(api.guard),
+        *inspector_routes(api.guard, replay),
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]

@@ -55,6 +55,7 @@ from ..tools.result_budget import ResultBudgetToolset
 from ..tools.state_mapping import StateMappingToolset
 from ..types import ChatMessage, JsonObject, TrackerEvent
 from ..types import OutputChannelLike as OutputChannel
+from . import _trace
 from ._elicitation import resume as resume_elicitation
 from ._elicitation import settle as settle_elicitation
 from ._images import images_message
@@ -317,6 +318,7 @@ class MCPBaseAgent:
                                     "(configuration.timeout)", reason=ExitReason.TIMEOUT)
         settle_elicitation(run, outcome)
         output = self._output(run, outcome)
+        await _trace.run_finished(run, self.name, output)
         log.info("agent.run.finished", agent=self.name, status=output.status.value,
                  exit_reason=output.exit_reason, steps=output.steps, tool_calls=output.tool_calls,
                  prompt_tokens=run.usage.prompt_tokens,
@@ -326,17 +328,22 @@ class MCPBaseAgent:
     async def _loop(self, run: AgentRun) -> Outcome:
         """Resume parked calls, then step until a step finishes or parks the run."""
         self._prepare(run, await self._mcp_tools())
+        await _trace.run_started(run, self.name)
         resumed = await resume_client_tools(run, agent_id=self.agent_id)
         if isinstance(resumed, Park):
             return resumed.outcome
         lost = resume_elicitation(run, agent_id=self.agent_id, agent_name=self.name)
         if lost is not None:
             return lost
+        recorded = len(run.events)
         await resume_approval(run, self._call_context(run), agent_id=self.agent_id,
                               agent_name=self.name,
                               max_parallel=self.configuration.max_parallel_tools)
+        await _trace.resumed_calls(run, self.name, run.events[recorded:])
         for _ in range(self.configuration.max_agent_steps):
+            recorded = len(run.events)
             result = await self._step(run)
+            await _trace.texts(run, self.name, run.events[recorded:])
             match result:
                 case Continue(note=note):
                     if note:
@@ -345,12 +352,17 @@ class MCPBaseAgent:
                     return outcome
                 case _:
                     assert_never(result)
-        return await self._on_max_steps(run)
+        recorded = len(run.events)
+        outcome = await self._on_max_steps(run)
+        await _trace.texts(run, self.name, run.events[recorded:])
+        return outcome
 
     async def _step(self, run: AgentRun) -> StepResult:
         """One ReAct step: generate -> plan -> deliver text -> execute tools -> decide."""
         # 1. generate: the model sees the conversation, this run's exchange and the tools
-        response = await generate(self.llm, run, await self._messages(run), self._offered(run))
+        messages, offered = await self._messages(run), self._offered(run)
+        response = await generate(self.llm, run, messages, offered)
+        await _trace.model_call(run, self.name, messages, offered, response)
         # 2. plan: resolve the calls against the offered tools before anything runs
         plan = self._plan(run, response)
         if plan.malformed:
@@ -392,7 +404,9 @@ class MCPBaseAgent:
         log.warning("agent.run.max_steps", agent=self.name,
                     max_agent_steps=self.configuration.max_agent_steps)
         run.note(LAST_STEP)
-        response = await generate(self.llm, run, await self._messages(run), [])
+        messages = await self._messages(run)
+        response = await generate(self.llm, run, messages, [])
+        await _trace.model_call(run, self.name, messages, [], response)
         text = cap_text((response.text or "").strip(), self.max_response_chars)
         if text and not response.streamed:
             await deliver(run, text)
@@ -494,6 +508,7 @@ class MCPBaseAgent:
         outcomes = await execute_calls(run.toolset, plan.calls, self._call_context(run),
                                        max_parallel=self.configuration.max_parallel_tools)
         executed = Executed(outcomes)
+        await _trace.tool_calls(run, self.name, outcomes)
         answers: dict[str, str] = {}
         for outcome in executed.ran:
             answers[outcome.call.id], event = record_tool(

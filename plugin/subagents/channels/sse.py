@@ -1,5 +1,7 @@
 """Server-sent events channel: message start/chunk/end as text is generated, tool and slot
-events, then ``done`` (written by the server)."""
+events, then ``done`` (written by the server). With ``trace`` (the inspector's
+``?inspect=true``) the agent loop's step records go out too: ``agent_run_start``,
+``agent_step``, ``agent_text``, ``agent_tool_call``, ``agent_wait``, ``agent_run_end``."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ class QueueOutputChannel(OutputChannel):
 
     supports_streaming = True
 
-    def __init__(self) -> None:
+    def __init__(self, *, trace: bool = False) -> None:
+        self.wants_trace = trace
         self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._message = 0
         self.texts: list[str] = []
@@ -58,3 +61,8 @@ class QueueOutputChannel(OutputChannel):
         elif event.get("event") == "slot":
             await self.queue.put(sse_frame("slot", {"name": event.get("name"),
                                                     "value": event.get("value")}))
+
+    async def send_trace(self, recipient_id: str, kind: str, data: dict[str, Any]) -> None:
+        """One step record of an agent run (only sent when the channel wants traces)."""
+        if self.wants_trace:
+            await self.queue.put(sse_frame(kind, data))

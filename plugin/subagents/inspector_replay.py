@@ -1,0 +1,123 @@
+"""``subagents inspect --replay FILE::CASE``: serve the inspector over an assistant whose models
+answer from a conversation test's ``llm_script``, so the case can be stepped through message by
+message in the page.
+
+The page reads the case from ``GET /inspect/replay`` and sends each user message through the
+stream route, like any message typed in it: the same code path as a live conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from .exceptions import SubagentsError
+
+REPLAY_SENDER = "replay"
+
+
+class ReplayError(SubagentsError):
+    """The ``--replay`` argument does not name a loadable test case."""
+
+    code = "inspect.replay_invalid"
+
+
+def load_case(spec: str, project: Path) -> Any:
+    """The test case ``FILE::CASE`` names (the only case of FILE when ``::CASE`` is left out).
+
+    Raises:
+        ReplayError: The file does not exist or does not load, or has no such case.
+    """
+    from .testing.fixtures import load_files
+
+    file, _, name = spec.partition("::")
+    path = Path(file)
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    if not path.is_file():
+        raise ReplayError(f"{file}: no such test file")
+    loaded = load_files([path], project)
+    if loaded.issues:
+        raise ReplayError("; ".join(issue.format() for issue in loaded.issues))
+    cases = [case for case in loaded.cases if not name or case.name == name]
+    if not cases:
+        known = ", ".join(case.name for case in loaded.cases) or "none"
+        raise ReplayError(f"{file}: no test case {name!r} (cases: {known})")
+    if len(cases) > 1:
+        known = ", ".join(case.name for case in cases)
+        raise ReplayError(f"{file} has several test cases: name one as {file}::<case> "
+                          f"({known})")
+    case = cases[0]
+    if case.llm_script is None:
+        raise ReplayError(f"{file}::{case.name} has no llm_script to replay")
+    return case
+
+
+def replay_plan(case: Any) -> dict[str, Any]:
+    """What the page shows and sends: the case's user messages (with their metadata) and the
+    bot messages the test expects after each."""
+    steps: list[dict[str, Any]] = []
+    for step in case.steps:
+        if "user" in step and str(step["user"]).strip():
+            metadata = dict(case.metadata)
+            if step.get("metadata"):
+                metadata.update(case.metadata_presets.get(step["metadata"], {}))
+            steps.append({"user": str(step["user"]), "metadata": metadata, "expect": []})
+        elif "bot" in step and steps:
+            steps[-1]["expect"].append(str(step["bot"]))
+        elif "utter" in step and steps:
+            steps[-1]["expect"].append(f"({step['utter']})")
+    return {"case": case.name, "file": case.file, "sender": REPLAY_SENDER, "steps": steps}
+
+
+@contextlib.asynccontextmanager
+async def replay_app(case: Any, project: Path, *, token: str | None = None,
+                     allowed_hosts: list[str] | None = None) -> AsyncIterator[Any]:
+    """The API app (with the inspector) over an assistant whose models answer from the case's
+    ``llm_script``; the scripted model server runs while the context is open."""
+    from . import events as ev
+    from .dialogue.processor import Assistant
+    from .server import create_app
+    from .stores import InMemoryTrackerStore
+    from .testing import FakeModelServer
+
+    async with FakeModelServer(case.llm_script) as fake:
+        assistant = Assistant.load(project, tracker_store=InMemoryTrackerStore(),
+                                   llm_factory=fake.llm_factory(), retry_delays=(0.0,))
+        assistant.actions.stubs = dict(case.stubs) if case.stubs else None
+        if case.slot_presets:
+            presets = [ev.slot_set(k, v) for k, v in case.slot_presets.items()]
+            await assistant.tracker_store.save_turn(REPLAY_SENDER, presets, [], 0)
+        yield create_app(assistant, token=token, replay=replay_plan(case),
+                         allowed_hosts=allowed_hosts)
+
+
+async def serve_replay(case: Any, project: Path, *, host: str, port: int,
+                       token: str | None) -> None:
+    """Serve the API and the inspector with the case's scripted models until stopped."""
+    import uvicorn
+
+    from .server import uvicorn_config
+    from .server_security import LOOPBACK_HOSTS, is_loopback, warn_if_exposed
+
+    warn_if_exposed(host, token)
+    hosts = list(LOOPBACK_HOSTS) if is_loopback(host) else None
+    async with replay_app(case, project, token=token, allowed_hosts=hosts) as app:
+        await uvicorn.Server(uvicorn_config(app, host=host, port=port)).serve()
+
+
+def run_replay(spec: str, project: Path, *, host: str, port: int, token: str | None) -> int:
+    """``subagents inspect --replay``: load the case, then serve until stopped."""
+    case = load_case(spec, project)
+    print(f"subagents inspect: replaying {case.file}::{case.name} at "
+          f"http://{host}:{port}/inspect", flush=True)
+    # uvicorn re-raises the signal that stopped it once it has drained; these handlers take it
+    # so that a graceful stop ends with exit status 0
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: None)
+    asyncio.run(serve_replay(case, project, host=host, port=port, token=token))
+    return 0
