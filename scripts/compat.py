@@ -57,14 +57,14 @@ def _extract(wheel: Path, template: str, target: Path) -> Path:
     return target
 
 
-def _subagents(*args: str, timeout: float = 300) -> tuple[bool, str]:
+def _subagents(*args: str, timeout: float = 300, cwd: Path | None = None) -> tuple[bool, str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(HERE.parent / "plugin"), os.environ.get("PYTHONPATH", "")])}
     # never a real key: the scripted model answers every model call; some template actions
     # build an OpenAI client when they are registered, which needs a key to exist
     env["OPENAI_API_KEY"] = "sk-compat-not-a-real-key"
     proc = subprocess.run([sys.executable, "-m", "subagents.cli", *args], capture_output=True,
-                          text=True, timeout=timeout, env=env, check=False)
+                          text=True, timeout=timeout, env=env, check=False, cwd=cwd)
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 
 
@@ -116,7 +116,9 @@ def _e2e(project: Path, template: str) -> bool:
         for note in notes:
             print(f"   {note}")
         return not notes
-    ok, output = _subagents("test", "--project", str(project), str(folder), timeout=900)
+    # from inside the project, as Rasa is run: custom actions open files by relative paths
+    ok, output = _subagents("test", "--project", str(project), str(folder), timeout=900,
+                            cwd=project)
     print(f"== {template}: e2e {'passed' if ok else 'FAILED'}")
     print("   " + output.replace("\n", "\n   "), flush=True)
     for note in notes:

@@ -180,8 +180,9 @@ class BuiltinActions:
     async def _cancel_flow(self, turn: Turn, frame: FlowFrame) -> StepResult:
         """In ``pattern_cancel_flow``: cancel the flows named in the pattern's context."""
         targets = {frame.info.get("frame_id"), *(frame.info.get("canceled_frames") or [])}
-        for target in [f for f in turn.stack.flow_frames() if f.frame_id in targets]:
-            self.navigator.cancel_flow(turn, target, reason=None)
+        for target in [f for f in turn.stack.flow_frames() if f.frame_id in targets][::-1]:
+            if any(f is target for f in turn.stack.frames):  # not gone with a flow it called
+                self.navigator.cancel_flow(turn, target, reason=None)
         return StepResult.NEXT
 
     async def _continue_interrupted_flow(self, turn: Turn, frame: FlowFrame) -> StepResult:

@@ -123,7 +123,10 @@ class FlowExecutor:
             self.patterns.ask_to_continue(turn)
             return StepResult.CHANGED
         if frame.step_id == START:
-            turn.add(ev.flow_event("flow_started", flow.id, None))
+            # a pattern's start carries its context, as Rasa's does (tests read the
+            # clarification's options from it)
+            context = dict(frame.info) if frame.is_pattern and frame.info else None
+            turn.add(ev.flow_event("flow_started", flow.id, None, metadata=context))
             frame.step_id = flow.first_step.id
         step = flow.step(frame.step_id)
         if step is None:

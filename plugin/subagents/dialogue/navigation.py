@@ -67,12 +67,17 @@ class Navigator:
 
     @staticmethod
     def cancel_flow(turn: Turn, target: FlowFrame, reason: str | None) -> None:
-        """Cancel ``target``: its agents are cancelled, then the flow, and all leave the stack."""
-        for agent in turn.stack.agent_frames(target.flow_id):
-            turn.add(ev.agent_event("agent_cancelled", agent.agent_id, target.flow_id,
-                                    reason=reason))
-        turn.add(ev.flow_event("flow_cancelled", target.flow_id, target.step_id))
-        turn.stack.remove_flow(target)
+        """Cancel ``target``: its agents are cancelled, then the flow, and all leave the stack.
+
+        A flow started by a ``call:`` step is cancelled together with its callers (as Rasa
+        does): otherwise the caller's ``call:`` step would start it again right away.
+        """
+        for frame in turn.stack.call_chain(target):
+            for agent in turn.stack.agent_frames(frame.flow_id):
+                turn.add(ev.agent_event("agent_cancelled", agent.agent_id, frame.flow_id,
+                                        reason=reason))
+            turn.add(ev.flow_event("flow_cancelled", frame.flow_id, frame.step_id))
+            turn.stack.remove_flow(frame)
 
     @staticmethod
     def interrupt(turn: Turn, host: FlowFrame) -> None:

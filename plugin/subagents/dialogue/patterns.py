@@ -67,7 +67,7 @@ class Patterns:
         self.push(turn, CANCEL_FLOW, {
             "cancelled_flow": target.flow_id, "frame_id": target.frame_id,
             "canceled_name": flow.name if flow is not None else target.flow_id,
-            "canceled_frames": [target.frame_id]})
+            "canceled_frames": [f.frame_id for f in turn.stack.call_chain(target)]})
 
     def internal_error(self, turn: Turn, **info: Any) -> None:
         """Push the internal-error pattern; ``info`` says what failed.

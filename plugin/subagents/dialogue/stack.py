@@ -104,6 +104,16 @@ class Stack:
         self.frames = [f for f in self.frames if f is not frame and not (
             isinstance(f, AgentFrame) and f.flow_id == frame.flow_id)]
 
+    def call_chain(self, frame: FlowFrame) -> list[FlowFrame]:
+        """``frame`` and, if a ``call:`` step started it, its callers below it, top first."""
+        flows = self.flow_frames()
+        chain = [frame]
+        index = next((i for i, f in enumerate(flows) if f is frame), -1)
+        while index > 0 and flows[index].frame_type == FrameType.CALL:
+            index -= 1
+            chain.append(flows[index])
+        return chain
+
     def flow_frames(self) -> list[FlowFrame]:
         """All flow frames, bottom first."""
         return [f for f in self.frames if isinstance(f, FlowFrame)]
