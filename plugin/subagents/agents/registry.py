@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..config.project import AgentSpec, import_from_project
 from ..exceptions import AgentInitializationError
+from .a2a_agent import A2AAgent
 from .base import MCPBaseAgent
 from .open_agent import MCPOpenAgent
 from .task_agent import MCPTaskAgent
@@ -24,7 +25,8 @@ if TYPE_CHECKING:
     from ..mcp.pool import MCPPool
 
 ENTRY_POINT_GROUP = "subagents.agents"
-BUILTIN: dict[str, type[MCPBaseAgent]] = {"mcp_open": MCPOpenAgent, "mcp_task": MCPTaskAgent}
+BUILTIN: dict[str, type[MCPBaseAgent]] = {"mcp_open": MCPOpenAgent, "mcp_task": MCPTaskAgent,
+                                          "a2a": A2AAgent}
 
 
 def protocol_type_for(spec: AgentSpec, *, has_exit_if: bool) -> str:

@@ -23,6 +23,7 @@ import structlog
 
 from .. import events as ev
 from ..agents.base import MCPBaseAgent
+from ..agents.registry import protocol_type_for
 from ..agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
 from ..agents.task_agent import coerce_slot_value
 from ..conditions import ConditionSyntaxError, parse_condition, referenced_slots
@@ -483,7 +484,8 @@ class FlowExecutor:
     async def run_agent(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
                         frame: AgentFrame | None) -> str:
         name = str(step.model.call)
-        protocol = "mcp_task" if step.model.exit_if else "mcp_open"
+        protocol = protocol_type_for(self.project.agents[name],
+                                     has_exit_if=bool(step.model.exit_if))
         agent = self.agents[(name, protocol)]
         frame = frame or next((f for f in turn.stack.agent_frames(flow.id)
                                if f.agent_id == name), None)

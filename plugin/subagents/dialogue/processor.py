@@ -14,7 +14,7 @@ import structlog
 
 from .. import events as ev
 from ..agents.base import MCPBaseAgent
-from ..agents.registry import create_agent
+from ..agents.registry import create_agent, protocol_type_for
 from ..channels.base import OutputChannel
 from ..config.project import Project, load_project
 from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
@@ -60,7 +60,7 @@ class Assistant:
         self.agents: dict[tuple[str, str], MCPBaseAgent] = {}
         for _, step in project.agent_call_steps():
             name = str(step.model.call)
-            protocol = "mcp_task" if step.model.exit_if else "mcp_open"
+            protocol = protocol_type_for(project.agents[name], has_exit_if=bool(step.model.exit_if))
             if (name, protocol) in self.agents:
                 continue
             spec = project.agents[name]
