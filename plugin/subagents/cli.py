@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--token", default=None,
                        help="bearer token required on every route but /health "
                             "(default: $SUBAGENTS_TOKEN)")
+    serve.add_argument("--a2a", nargs="?", const="", default=None, metavar="AGENTS",
+                       help="also publish sub agents over A2A at /a2a/<name>/ (all, or a "
+                            "comma-separated list)")
     test = sub.add_parser("test", help="run conversation tests (default: tests/e2e/)")
     test.add_argument("paths", nargs="*", type=Path, help="fixture files or folders")
     _project_arg(test)
@@ -172,7 +175,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .server import serve
 
         serve(Assistant.load(args.project), host=args.host, port=args.port,
-              token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
+              token=args.token or os.environ.get("SUBAGENTS_TOKEN"),
+              a2a_agents=None if args.a2a is None else [
+                  n.strip() for n in args.a2a.split(",") if n.strip()])
         return 0
     if args.command == "test":
         return cmd_test(args)

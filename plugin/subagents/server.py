@@ -180,7 +180,8 @@ class _Api:
 
 
 def create_app(assistant: Assistant, *, token: str | None = None,
-               max_body: int = MAX_BODY) -> Starlette:
+               max_body: int = MAX_BODY, a2a_agents: list[str] | None = None) -> Starlette:
+    """``a2a_agents``: publish sub agents over A2A at ``/a2a/<name>/`` (``[]``: all of them)."""
     api = _Api(assistant, token, max_body)
     routes = [
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
@@ -191,11 +192,15 @@ def create_app(assistant: Assistant, *, token: str | None = None,
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]
+    if a2a_agents is not None:
+        from .a2a.server import sub_agent_routes
+
+        routes += sub_agent_routes(assistant, a2a_agents, guard=api.guard)
     return Starlette(routes=routes, lifespan=api.lifespan)
 
 
 def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
-          token: str | None = None) -> None:
+          token: str | None = None, a2a_agents: list[str] | None = None) -> None:
     """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s)."""
     import uvicorn
 
@@ -206,7 +211,8 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
                 print(f"subagents: serving on http://{host}:{port}", file=sys.stderr,
                       flush=True)
 
-    config = uvicorn.Config(create_app(assistant, token=token), host=host, port=port,
+    config = uvicorn.Config(create_app(assistant, token=token, a2a_agents=a2a_agents),
+                            host=host, port=port,
                             log_level="warning", timeout_graceful_shutdown=30)
     # uvicorn re-raises the signal that stopped it once it has drained; these handlers take it
     # so that a graceful stop ends with exit status 0

@@ -36,6 +36,7 @@ from starlette.routing import Route
 
 from ..agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
 from ..channels.base import CollectingOutputChannel
+from ..exceptions import AgentInitializationError
 
 if TYPE_CHECKING:
     from ..agents.base import MCPBaseAgent
@@ -211,7 +212,8 @@ def published_agents(assistant: Assistant, names: Sequence[str] | None) -> list[
     """The agents to publish: every sub agent a flow calls, or the named ones.
 
     Raises:
-        ValueError: a named agent is not called by any flow (so it is not loaded).
+        AgentInitializationError: a named agent is not called by any flow (so it is not
+            loaded); code ``a2a.serve.unknown_agent``.
     """
     loaded: dict[str, MCPBaseAgent] = {}
     for (name, protocol), agent in sorted(assistant.agents.items(),
@@ -222,8 +224,9 @@ def published_agents(assistant: Assistant, names: Sequence[str] | None) -> list[
         return list(loaded.values())
     missing = [n for n in names if n not in loaded]
     if missing:
-        raise ValueError(f"cannot publish {', '.join(missing)} over A2A: not a sub agent that a "
-                         f"flow calls (available: {', '.join(sorted(loaded)) or 'none'})")
+        raise AgentInitializationError(
+            f"cannot publish {', '.join(missing)} over A2A: not a sub agent that a flow calls "
+            f"(available: {', '.join(sorted(loaded)) or 'none'})", code="a2a.serve.unknown_agent")
     return [loaded[n] for n in names]
 
 
