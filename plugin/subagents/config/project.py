@@ -17,6 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from .. import rasa_compat
 from .._yaml import Loc, YamlDoc, YamlSyntaxError, load_yaml
 from ..conditions import ConditionSyntaxError, parse_condition
 from ..exceptions import ConfigIssue, ProjectInvalidError
@@ -587,6 +588,7 @@ def import_from_project(root: Path, dotted: str) -> Any:
         for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
             del sys.modules[name]
         importlib.invalidate_caches()
+    rasa_compat.activate()  # Rasa's import paths resolve to ours unless Rasa is installed
     with project_on_path(root):
         return importlib.import_module(dotted)
 
