@@ -29,6 +29,7 @@ from ..agents.task_agent import coerce_slot_value
 from ..conditions import ConditionSyntaxError, parse_condition, referenced_slots
 from ..config.flows import END, Flow, Step
 from ..config.project import Project
+from ..mcp.pool import MCPPool
 from .actions import ActionFailedError, ActionRunner
 from .commands import (
     CancelFlow,
@@ -40,6 +41,7 @@ from .commands import (
     SetSlot,
     StartFlow,
 )
+from .mcp_tool_steps import McpToolSteps, is_mcp_tool_step
 from .stack import (
     AGENT_INTERRUPTED,
     AGENT_RESUMING,
@@ -69,8 +71,10 @@ class FlowExecutor:
     def __init__(self, project: Project, agents: dict[AgentKey, MCPBaseAgent],
                  actions: ActionRunner, *, assistant_id: str, model_id: str,
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Any] = asyncio.sleep,
+                 mcp_pool: MCPPool | None = None) -> None:
         self.project = project
+        self.mcp_steps = McpToolSteps(project.endpoints, mcp_pool) if mcp_pool else None
         self.flows = project.flows
         self.agents = agents
         self.actions = actions
@@ -287,6 +291,12 @@ class FlowExecutor:
             return CHANGED
         if kind == "call":
             target = str(step.model.call)
+            if self.mcp_steps is not None and is_mcp_tool_step(step, self.project.endpoints):
+                error = await self.mcp_steps.run(turn, flow.id, step)
+                await self.move_next(turn, frame, flow, step)
+                if error is not None:  # the flow goes on after the step once the pattern ran
+                    self.push_pattern(turn, "pattern_internal_error", error)
+                return CHANGED
             if target in self.project.agents:
                 return await self.run_agent(turn, frame, flow, step, None)
             turn.stack.push(FlowFrame(target, frame_type="call"))

@@ -76,7 +76,8 @@ class Assistant:
         self.actions = ActionRunner(project, stubs=action_stubs)
         self.executor = FlowExecutor(project, self.agents, self.actions,
                                      assistant_id=project.assistant_id,
-                                     model_id=project.assistant_id, retry_delays=retry_delays)
+                                     model_id=project.assistant_id, retry_delays=retry_delays,
+                                     mcp_pool=self.pool)
         self._started = False
 
     @classmethod
