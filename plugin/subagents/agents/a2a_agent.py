@@ -1,9 +1,10 @@
 """``protocol: A2A``: a remote agent reached over the Agent2Agent protocol (``a2a-sdk``).
 
 Startup (:meth:`A2AAgent.connect`): auth headers -> agent card (a file relative to the project,
-or an http(s) URL fetched with ``max_retries`` attempts) -> a client (JSON-RPC or HTTP+JSON,
-streaming when the card allows it) -> a health check that sends ``hello`` and waits for the
-first reply. Any failure is an :class:`AgentInitializationError` naming the agent and the card.
+or an http(s) URL fetched with ``max_retries`` attempts; ``${VAR}`` references are resolved)
+-> a client (JSON-RPC or HTTP+JSON, streaming when the card allows it) -> a health check that
+sends ``hello`` and waits for the first reply. Any failure is an
+:class:`AgentInitializationError` naming the agent and the card.
 
 One invocation sends one user message (the latest user text; the readable transcript when the
 agent resumes after an interruption or has no context yet) plus a data part
@@ -43,6 +44,7 @@ import httpx
 import structlog
 
 from ..channels.base import OutputChannel
+from ..config._base import resolve_env
 from ..config.sub_agent import AgentConfiguration, SubAgentConfig
 from ..exceptions import AgentInitializationError, ConfigError, MCPConnectionError
 from .base import MCPBaseAgent
@@ -180,7 +182,11 @@ class A2AAgent(MCPBaseAgent):
     async def _load_card(self) -> Any:
         from a2a.client.card_resolver import parse_agent_card
 
-        source = str(self.configuration.agent_card)
+        try:  # ${VAR} references (e.g. the remote agent's address per deployment)
+            source = resolve_env(str(self.configuration.agent_card),
+                                 what=f"configuration.agent_card of agent {self.name!r}")
+        except ConfigError as exc:
+            raise self._init_error(str(exc), "agent.a2a.card_unreachable") from exc
         if source.startswith(("http://", "https://")):
             data = await self._fetch_card(source)
         else:
