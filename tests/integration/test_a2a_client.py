@@ -131,8 +131,8 @@ async def test_a_plain_message_reply_is_a_question_to_the_user(tmp_path, tools_u
     assert "action:action_agent_request_user_input" in names(events)
 
 
-@pytest.mark.parametrize("word", ["broken", "forbidden"])
-async def test_failed_and_rejected_tasks_are_retried_then_end_in_the_internal_error_pattern(
+@pytest.mark.parametrize("word", ["broken", "forbidden", "call it off"])
+async def test_failed_rejected_and_canceled_tasks_end_in_the_internal_error_pattern(
         tmp_path, tools_url, dealer, word):
     project = project_with(tmp_path / "a", tools_url, f"{dealer}/.well-known/agent-card.json")
     script = {"command_generator": ["start flow buy_car"]}

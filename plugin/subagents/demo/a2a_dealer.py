@@ -7,7 +7,8 @@ No model is involved, so its answers are predictable:
   while it "checks the stock" it sends a ``working`` status with a short text;
 * otherwise it asks which model (task state ``input-required``); the answer continues the task;
 * ``opening hours`` gets a plain message back (no task);
-* a text containing ``broken`` fails the task, ``forbidden`` rejects it.
+* a text containing ``broken`` fails the task, ``forbidden`` rejects it, ``call it off``
+  cancels it.
 
 Run it with ``python -m subagents.demo.a2a_dealer --port 8766`` (add ``--no-streaming`` to
 advertise a card without streaming). Its card is at ``/.well-known/agent-card.json``; the
@@ -74,6 +75,9 @@ class DealerExecutor(AgentExecutor):
         if "forbidden" in text.lower():
             await updater.reject(updater.new_agent_message(
                 [Part(text="I cannot help with that.")]))
+            return
+        if "call it off" in text.lower():
+            await updater.cancel(updater.new_agent_message([Part(text="Cancelled.")]))
             return
         model = _wanted_model(text, _slots(context))
         if model is None:

@@ -96,6 +96,9 @@ class Assistant:
                 await self.close()
                 raise AgentInitializationError(str(exc), code="agent.mcp_connection_failed") \
                     from exc
+            except AgentInitializationError:  # e.g. an A2A agent's card or health check
+                await self.close()
+                raise
         self._started = True
 
     async def close(self) -> None:
