@@ -1,28 +1,48 @@
-PYTHON ?= python3.11
+# The first Python >= 3.11 on PATH, unless PYTHON=... is given.
+ifeq ($(origin PYTHON), undefined)
+PYTHON := $(shell for p in python3.11 python3.12 python3.13 python3.14 python3 python; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+	2>/dev/null && { echo $$p; break; }; done)
+endif
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test lint bench install clean
 
-$(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "python3.11 not found; set PYTHON=..."; exit 1; }
+# Creates the virtualenv with the chosen Python (once).
+define make_venv
+	@test -n "$(PYTHON)" || { echo "No Python 3.11 or newer found (tried python3.11, python3.12," \
+		"python3.13, python3.14, python3, python); install one or run make PYTHON=/path/to/python"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+endef
+
+# Everything: the package with the dev extra (tests, linters, PostgreSQL and Redis clients).
+$(STAMP): pyproject.toml
+	$(make_venv)
 	$(BIN)/python -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
+
+# Only what the demo needs: the package itself.
+$(DEMO_STAMP): pyproject.toml
+	$(make_venv)
+	$(BIN)/python -m pip install -q -e .
+	touch $(DEMO_STAMP)
 
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	$(BIN)/subagents demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check plugin tests benchmarks
 	$(BIN)/mypy plugin/subagents
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

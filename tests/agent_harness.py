@@ -1,4 +1,9 @@
-"""Build agents against the fake model server and the in-process test MCP server."""
+"""Build agents against the fake model server and the in-process test MCP server.
+
+Agent tests talk to the test MCP server over the MCP SDK's in-memory transport (a real MCP
+session, without sockets or a web server) unless a test is about the transport: pass
+:data:`IN_MEMORY` as the URL (modules do so by overriding the ``tools_url`` fixture).
+"""
 
 from __future__ import annotations
 
@@ -13,8 +18,35 @@ from subagents.channels.base import CollectingOutputChannel
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.sub_agent import SubAgentConfig
 from subagents.llm import LLMClient, ModelSettings
-from subagents.mcp import MCPPool
+from subagents.mcp import MCPPool, MCPServerConnection
 from subagents.testing import FakeModelServer
+
+from tests.servers.tools_server import server as tools_server
+
+IN_MEMORY = "http://in-memory.invalid/mcp"
+"""A URL that makes :func:`build_agent` connect to the test server in memory."""
+
+
+class InMemoryConnection(MCPServerConnection):
+    """A real MCP session with an in-process server over the SDK's in-memory transport."""
+
+    def __init__(self, config: McpServerConfig, server: Any) -> None:
+        super().__init__(config)
+        self._server = server
+
+    async def _transport(self) -> Any:
+        return self._server
+
+
+class InMemoryPool(MCPPool):
+    """A pool whose ``tools`` server is the in-process test server, in memory."""
+
+    def connection(self, name: str) -> MCPServerConnection:
+        config = self.endpoints.mcp_server(name)
+        if config is not None and config.url == IN_MEMORY \
+                and name not in self._connections:
+            self._connections[name] = InMemoryConnection(config, tools_server)
+        return super().connection(name)
 
 
 class TimedChannel(CollectingOutputChannel):
@@ -40,7 +72,7 @@ async def build_agent(fake: FakeModelServer, url: str | None, *,
                       description: str = "Tell the user the weather.") -> MCPBaseAgent:
     servers = [McpServerConfig(name="tools", type="http", url=url)] if url else []
     endpoints = EndpointsConfig(mcp_servers=servers)
-    pool = MCPPool(endpoints)
+    pool = InMemoryPool(endpoints) if url == IN_MEMORY else MCPPool(endpoints)
     config = SubAgentConfig.model_validate({
         "agent": {"name": name, "description": description},
         "configuration": {"include_date_time": False, **(configuration or {})},

@@ -88,3 +88,11 @@ def make_project(tmp_path: Path) -> MakeProject:
         return root
 
     return build
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``--dist loadgroup``) the tests that use the shared PostgreSQL and
+    Redis servers run on one worker, so they never race on creating the same tables."""
+    for item in items:
+        if item.get_closest_marker("postgres") or item.get_closest_marker("redis"):
+            item.add_marker(pytest.mark.xdist_group("services"))

@@ -1,64 +1,217 @@
-"""Command line: ``subagents validate | demo | ...``."""
+"""Command line: ``subagents init | validate | test | demo | shell | serve``.
+
+Every command reports a broken project as a list of problems (file, line, stable code, fix)
+and exits 1, never with a traceback. ``shell`` and ``serve`` check the project's models
+before they accept a message.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from . import __version__
 
+_EPILOG = """\
+examples:
+  subagents init my_assistant && cd my_assistant
+  subagents validate
+  subagents test
+  subagents demo
+  export OPENAI_API_KEY=sk-... && subagents shell
+  subagents serve --host 0.0.0.0 --port 5005 --token "$SUBAGENTS_TOKEN"
 
-def _project_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--project", default=".", type=Path,
-                        help="assistant project folder (default: current folder)")
+The global options (-v, --debug, --log-level) may also follow the command.
+"""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="subagents", description=(
-        "ReAct sub agents for flow-based assistants."))
-    parser.add_argument("--version", action="version", version=f"subagents {__version__}")
-    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING, ERROR")
-    sub = parser.add_subparsers(dest="command", required=True)
-    validate = sub.add_parser("validate", help="load the whole project and report every problem")
-    _project_arg(validate)
-    demo = sub.add_parser("demo", help="run the example assistant with the scripted model")
-    _project_arg(demo)
-    demo.add_argument("--script", type=Path, help="the recorded conversation to play "
-                      "(default: <project>/demo.yml)")
-    demo.add_argument("--structure", action="store_true",
-                      help="only print the project's flows and agents")
-    shell = sub.add_parser("shell", help="talk to the assistant in the terminal")
-    _project_arg(shell)
-    shell.add_argument("--debug", action="store_true", help="show tool calls and slot changes")
-    serve = sub.add_parser("serve", help="serve the HTTP API (REST and SSE streaming)")
-    _project_arg(serve)
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=5005)
-    serve.add_argument("--token", default=None,
-                       help="bearer token required on every route but /health "
-                            "(default: $SUBAGENTS_TOKEN)")
-    serve.add_argument("--a2a", nargs="?", const="", default=None, metavar="AGENTS",
-                       help="also publish sub agents over A2A at /a2a/<name>/ (all, or a "
-                            "comma-separated list)")
-    test = sub.add_parser("test", help="run conversation tests (default: tests/e2e/)")
-    test.add_argument("paths", nargs="*", type=Path, help="fixture files or folders")
-    _project_arg(test)
-    test.add_argument("--junit", type=Path, help="write JUnit XML to this file")
-    test.add_argument("-k", dest="pattern", help="only test cases whose name contains this")
-    test.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the examples' line breaks and shows the default of every option that has one."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        no_default = action.default in (None, True, False, argparse.SUPPRESS, [])
+        if "default" in text or no_default or isinstance(action, argparse._CountAction):
+            return text
+        return text + " (default: %(default)s)"
+
+
+def _add_global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    # On the subcommands the defaults are suppressed, so a flag given before the command is
+    # not reset by the subcommand's parser.
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    group = parser.add_argument_group("global options")
+    group.add_argument("-v", "--verbose", action="count", default=default(0),
+                       help="more log output: -v for INFO, -vv for DEBUG")
+    group.add_argument("--debug", action="store_true", default=default(False),
+                       help="debug output: log level DEBUG; shell and demo also show tool "
+                            "calls and slot changes")
+    group.add_argument("--log-level", default=default(None),
+                       choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
+                       help="log level (overrides -v and --debug); logs go to stderr "
+                            "(default: WARNING)")
+
+
+def _command(sub: Any, name: str, help_text: str, examples: str) -> argparse.ArgumentParser:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".",
+        epilog="examples:\n" + textwrap.indent(textwrap.dedent(examples).strip(), "  "),
+        formatter_class=_Formatter)
+    _add_global_flags(parser, top=False)
     return parser
 
 
+def _project_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--project", default=Path("."), type=Path, metavar="DIR",
+                        help="the assistant project folder")
+
+
+def _model_check_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-model-check", dest="model_check", action="store_false",
+                        help="start without first checking that every model has a key and "
+                             "its endpoint answers")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``subagents`` argument parser (every command, option and example)."""
+    from .scaffold import DEFAULT_TEMPLATE, TEMPLATES
+
+    parser = argparse.ArgumentParser(
+        prog="subagents", formatter_class=_Formatter, epilog=_EPILOG,
+        description="ReAct sub agents for flow-based assistants: create, check, test and run "
+                    "an assistant project.")
+    parser.add_argument("--version", action="version", version=f"subagents {__version__}")
+    _add_global_flags(parser, top=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    init = _command(sub, "init", "create a new assistant project that runs right away", """
+        subagents init                      # into the current folder (must be empty)
+        subagents init my_assistant --template minimal
+        subagents init . --force            # write into a folder that has files""")
+    init.add_argument("directory", nargs="?", default=Path("."), type=Path,
+                      help="the folder to create or fill")
+    init.add_argument("--template", default=DEFAULT_TEMPLATE, choices=sorted(TEMPLATES),
+                      help="the starting point: " + "; ".join(
+                          f"{name}: {text}" for name, text in TEMPLATES.items()))
+    init.add_argument("--force", action="store_true",
+                      help="write into a folder that is not empty (files of the same name "
+                           "are replaced)")
+
+    validate = _command(sub, "validate", "load the whole project and report every problem", """
+        subagents validate
+        subagents validate --project path/to/assistant""")
+    _project_arg(validate)
+
+    test = _command(sub, "test", "run conversation tests (default: <project>/tests/e2e/)", """
+        subagents test
+        subagents test tests/e2e/conversations.yml -k return --fail-fast
+        subagents test --junit report.xml""")
+    test.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                      help="test files or folders (default: <project>/tests/e2e/)")
+    _project_arg(test)
+    test.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML to this file")
+    test.add_argument("-k", dest="pattern", metavar="PATTERN",
+                      help="only test cases whose name contains PATTERN")
+    test.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
+
+    demo = _command(sub, "demo", "play a recorded conversation with a scripted model (no API "
+                                 "key needed)", """
+        subagents demo
+        subagents demo --script tests/e2e/conversations.yml
+        subagents demo --structure          # only list the flows and sub agents""")
+    _project_arg(demo)
+    demo.add_argument("--script", type=Path, metavar="FILE",
+                      help="the conversation test file whose first test case is played "
+                           "(default: <project>/demo.yml)")
+    demo.add_argument("--structure", action="store_true",
+                      help="only print the project's flows, their steps and the sub agents")
+
+    shell = _command(sub, "shell", "talk to the assistant in the terminal", """
+        export OPENAI_API_KEY=sk-... && subagents shell
+        subagents shell --project path/to/assistant --debug""")
+    _project_arg(shell)
+    _model_check_arg(shell)
+
+    serve = _command(sub, "serve", "serve the HTTP API (Rasa's REST channel and SSE streaming)",
+                     """
+        subagents serve                     # http://127.0.0.1:5005
+        subagents serve --host 0.0.0.0 --port 8080 --token "$SUBAGENTS_TOKEN"
+        curl -XPOST localhost:5005/webhooks/rest/webhook -d '{"sender":"u1","message":"hi"}'""")
+    _project_arg(serve)
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="interface to listen on; 0.0.0.0 listens on every interface")
+    serve.add_argument("--port", type=int, default=5005, help="TCP port to listen on")
+    serve.add_argument("--token", default=None,
+                       help="secret required on every route but the health checks, as "
+                            "'Authorization: Bearer <token>' or '?token=<token>' "
+                            "(default: $SUBAGENTS_TOKEN)")
+    serve.add_argument("--metrics", action="store_true",
+                       default=os.environ.get("SUBAGENTS_METRICS", "").lower() in ("1", "true"),
+                       help="serve Prometheus metrics at GET /metrics (extra 'metrics'; also "
+                            "on when SUBAGENTS_METRICS=true)")
+    serve.add_argument("--otlp-endpoint", metavar="URL",
+                       default=os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"),
+                       help="export OpenTelemetry traces over OTLP/HTTP to URL, e.g. "
+                            "http://127.0.0.1:4318/v1/traces (extra 'tracing'; default: "
+                            "$OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, unset means no tracing)")
+    serve.add_argument("--credentials", type=Path, default=None,
+                       help="input channels to open (default: <project>/credentials.yml)")
+    serve.add_argument("--a2a", nargs="?", const="", default=None, metavar="AGENTS",
+                       help="also publish sub agents over A2A at /a2a/<name>/ (all that flows "
+                            "call, or a comma-separated list; extra 'a2a')")
+    _model_check_arg(serve)
+    return parser
+
+
+def _log_level(args: argparse.Namespace) -> str:
+    if args.log_level:
+        return str(args.log_level)
+    if args.debug or args.verbose >= 2:
+        return "DEBUG"
+    return "INFO" if args.verbose == 1 else "WARNING"
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """``subagents init``: write a template project and say what to do next."""
+    from .scaffold import ScaffoldError, create_project
+
+    try:
+        scaffold = create_project(args.directory, args.template, force=args.force)
+    except ScaffoldError as exc:
+        print(f"subagents init: error [{exc.code}]: {exc}", file=sys.stderr)
+        return 1
+    where = scaffold.root.resolve()
+    steps = [] if where == Path.cwd().resolve() else [f"cd {scaffold.root}"]
+    steps += ["subagents test                 # its conversation tests, with a scripted model",
+              "subagents demo                 # play a whole conversation, no API key needed",
+              "export OPENAI_API_KEY=sk-...   # or set api_base in endpoints.yml",
+              "subagents shell                # talk to it"]
+    print(f"Created a {scaffold.template!r} assistant in {where} ({len(scaffold.files)} "
+          "files). Next:\n" + "\n".join(f"  {step}" for step in steps))
+    return 0
+
+
+def _print_issues(issues: Sequence[Any]) -> int:
+    """Print problems like ``validate`` does; returns the number of errors."""
+    for issue in issues:
+        print(issue.format(), file=sys.stderr if issue.severity == "error" else sys.stdout)
+    return sum(1 for i in issues if i.severity == "error")
+
+
 def cmd_validate(project_dir: Path) -> int:
+    """``subagents validate``: every problem, one per line; exit 1 on an error."""
     from .config.project import collect_issues
 
     project, issues = collect_issues(project_dir)
-    for issue in issues:
-        print(issue.format(), file=sys.stderr if issue.severity == "error" else sys.stdout)
-    errors = sum(1 for i in issues if i.severity == "error")
+    errors = _print_issues(issues)
     warnings = len(issues) - errors
     if project is None:
         print(f"{errors} error(s), {warnings} warning(s): the project does not load.",
@@ -71,12 +224,12 @@ def cmd_validate(project_dir: Path) -> int:
 
 
 def cmd_structure(project_dir: Path) -> int:
+    """``subagents demo --structure``: the flows, their steps and the sub agents."""
     from .config.project import collect_issues
 
     project, issues = collect_issues(project_dir)
     if project is None:
-        for issue in issues:
-            print(issue.format(), file=sys.stderr)
+        _print_issues(issues)
         return 1
     print(f"Assistant project: {project.root.resolve()}")
     for flow in project.flows.values():
@@ -98,8 +251,7 @@ def cmd_structure(project_dir: Path) -> int:
 
 
 def cmd_test(args: argparse.Namespace) -> int:
-    import asyncio
-
+    """``subagents test``: run conversation test files; exit 1 if one fails."""
     from .testing.e2e import Runner
     from .testing.fixtures import discover, load_file
     from .testing.report import Progress, case_line, failure_text, summary, write_junit
@@ -151,37 +303,94 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    from .logs import configure_logging
+def _ready_to_run(args: argparse.Namespace) -> bool:
+    """For shell and serve: the project loads and, unless skipped, every model answers."""
+    from .config.project import collect_issues
+    from .preflight import check_models, format_problems
 
-    configure_logging(args.log_level)
+    project, issues = collect_issues(args.project)
+    errors = _print_issues(issues)
+    if project is None:
+        print(f"{errors} error(s): the project does not load (subagents validate lists them "
+              "too).", file=sys.stderr)
+        return False
+    if args.model_check:
+        problems = asyncio.run(check_models(project))
+        if problems:
+            print(format_problems(problems, project_dir=str(args.project)), file=sys.stderr)
+            return False
+    return True
+
+
+def _enable_observability(args: argparse.Namespace) -> bool:
+    from . import observability
+
+    wanted = [("metrics", args.metrics, observability.enable_metrics),
+              ("tracing", bool(args.otlp_endpoint),
+               lambda: observability.enable_tracing(endpoint=args.otlp_endpoint))]
+    for extra, on, enable in wanted:
+        if not on:
+            continue
+        try:
+            enable()
+        except ImportError as exc:
+            print(f"subagents serve: error [observability.extra_missing]: {extra} needs the "
+                  f"'{extra}' extra ({exc.name} is not installed): "
+                  f"pip install 'subagents[{extra}]'", file=sys.stderr)
+            return False
+    return True
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "init":
+        return cmd_init(args)
     if args.command == "validate":
         return cmd_validate(args.project)
+    if args.command == "test":
+        return cmd_test(args)
     if args.command == "demo":
         if args.structure:
             return cmd_structure(args.project)
         from .demo.player import play
 
         return play(args.project, args.script)
+    if not _ready_to_run(args):
+        return 1
     if args.command == "shell":
         from .shell import run_shell
 
         return run_shell(args.project, debug=args.debug)
-    if args.command == "serve":
-        import os
+    from .channels.registry import load_channels
+    from .dialogue.processor import Assistant
+    from .server import serve
 
-        from .dialogue.processor import Assistant
-        from .server import serve
+    if not _enable_observability(args):
+        return 1
+    channels = load_channels(args.project, args.credentials)
+    serve(Assistant.load(args.project), host=args.host, port=args.port,
+          token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels,
+          a2a_agents=None if args.a2a is None else [
+              n.strip() for n in args.a2a.split(",") if n.strip()])
+    return 0
 
-        serve(Assistant.load(args.project), host=args.host, port=args.port,
-              token=args.token or os.environ.get("SUBAGENTS_TOKEN"),
-              a2a_agents=None if args.a2a is None else [
-                  n.strip() for n in args.a2a.split(",") if n.strip()])
-        return 0
-    if args.command == "test":
-        return cmd_test(args)
-    raise AssertionError(f"unhandled command {args.command}")
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``subagents`` command; returns the exit status."""
+    from .exceptions import ProjectInvalidError, SubagentsError
+    from .logs import configure_logging
+
+    args = build_parser().parse_args(argv)
+    configure_logging(_log_level(args))
+    try:
+        return _run(args)
+    except ProjectInvalidError as exc:
+        errors = _print_issues(exc.issues)
+        print(f"{errors} error(s): the project does not load.", file=sys.stderr)
+    except SubagentsError as exc:
+        print(f"subagents {args.command}: error [{exc.code}]: {exc}", file=sys.stderr)
+    except KeyboardInterrupt:
+        return 130
+    return 1
 
 
 if __name__ == "__main__":

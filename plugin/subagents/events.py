@@ -1,68 +1,79 @@
-"""Events as rasa-sdk-style dicts (``{"event": "slot", "name": ..., "value": ...}``).
+"""Tracker events as rasa-sdk-style dicts (``{"event": "slot", "name": ..., "value": ...}``).
 
-The dict shapes are the ones ``rasa_sdk.events`` produces, so events returned by hooks written
-with rasa-sdk work as they are; the agent events use the reference's names and fields.
+Each function builds the typed event of :mod:`subagents.types` and returns its ``to_dict()``,
+the shape stored in the tracker. The dict shapes are the ones ``rasa_sdk.events`` produces, so
+events returned by hooks written with rasa-sdk work as they are.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-
-def _event(event_type: str, metadata: dict[str, Any] | None = None, /,
-           **fields: Any) -> dict[str, Any]:
-    event = {"event": event_type, "timestamp": time.time(), **fields}
-    if metadata is not None:
-        event["metadata"] = metadata
-    return event
-
-
-def user_uttered(text: str, *, metadata: dict[str, Any] | None = None,
-                 parse_data: dict[str, Any] | None = None) -> dict[str, Any]:
-    return _event("user", metadata or {}, text=text, parse_data=parse_data or {},
-                  input_channel=None, message_id=None)
-
-
-def bot_uttered(text: str | None, *, data: dict[str, Any] | None = None,
-                metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-    return _event("bot", metadata or {}, text=text, data=data or {})
+from .types import (
+    ActionExecuted,
+    AgentEvent,
+    BotUttered,
+    ClientToolResult,
+    FlowEvent,
+    JsonObject,
+    McpToolExecuted,
+    SlotSet,
+    TrackerEvent,
+    UserUttered,
+)
 
 
-def slot_set(name: str, value: Any) -> dict[str, Any]:
-    return _event("slot", name=name, value=value)
+def user_uttered(text: str, *, metadata: JsonObject | None = None,
+                 parse_data: JsonObject | None = None) -> TrackerEvent:
+    """A ``user`` event."""
+    return UserUttered(text=text, metadata=metadata, parse_data=parse_data or {}).to_dict()
 
 
-def action_executed(name: str, *, metadata: dict[str, Any] | None = None) -> dict[str, Any]:
-    return _event("action", metadata, name=name, policy=None, confidence=None)
+def bot_uttered(text: str | None, *, data: JsonObject | None = None,
+                metadata: JsonObject | None = None) -> TrackerEvent:
+    """A ``bot`` event."""
+    return BotUttered(text=text, data=data or {}, metadata=metadata).to_dict()
 
 
-def mcp_tool_executed(tool_name: str, arguments: dict[str, Any], result: str | None, *,
+def slot_set(name: str, value: Any) -> TrackerEvent:
+    """A ``slot`` event."""
+    return SlotSet(name=name, value=value).to_dict()
+
+
+def action_executed(name: str, *, metadata: JsonObject | None = None) -> TrackerEvent:
+    """An ``action`` event."""
+    return ActionExecuted(name=name, metadata=metadata).to_dict()
+
+
+def mcp_tool_executed(tool_name: str, arguments: JsonObject, result: str | None, *,
                       is_error: bool, error_message: str | None, agent_id: str,
-                      duration_ms: float | None = None) -> dict[str, Any]:
-    return _event("mcp_tool_executed", {"agent_id": agent_id}, tool_name=tool_name,
-                  arguments=arguments, result=result, is_error=is_error,
-                  error_message=error_message, duration_ms=duration_ms)
+                      duration_ms: float | None = None) -> TrackerEvent:
+    """An ``mcp_tool_executed`` event (``metadata.agent_id`` names the agent)."""
+    return McpToolExecuted(tool_name=tool_name, arguments=arguments, result=result,
+                           is_error=is_error, error_message=error_message, agent_id=agent_id,
+                           duration_ms=duration_ms).to_dict()
 
 
 def agent_event(name: str, agent_id: str, flow_id: str | None, *,
-                metadata: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
+                metadata: JsonObject | None = None, **fields: Any) -> TrackerEvent:
     """``agent_started`` / ``agent_completed`` / ``agent_interrupted`` / ``agent_resumed`` /
     ``agent_cancelled`` (with ``reason``) / ``agent_client_tool_requested``."""
-    return _event(name, metadata, agent_id=agent_id, flow_id=flow_id, **fields)
+    return AgentEvent(name=name, agent_id=agent_id, flow_id=flow_id, metadata=metadata,
+                      extra=fields).to_dict()
 
 
 def flow_event(name: str, flow_id: str, step_id: str | None = None, *,
-               metadata: dict[str, Any] | None = None) -> dict[str, Any]:
+               metadata: JsonObject | None = None) -> TrackerEvent:
     """``flow_started`` / ``flow_completed`` / ``flow_interrupted`` / ``flow_resumed`` /
     ``flow_cancelled``."""
-    return _event(name, metadata, flow_id=flow_id, step_id=step_id)
+    return FlowEvent(name=name, flow_id=flow_id, step_id=step_id, metadata=metadata).to_dict()
 
 
-def client_tool_result(tool_call_id: str, result: Any) -> dict[str, Any]:
-    """The client delivered the result of a client-executed tool (DECISIONS A6)."""
-    return _event("client_tool_result", tool_call_id=tool_call_id, result=result)
+def client_tool_result(tool_call_id: str, result: Any) -> TrackerEvent:
+    """The client delivered the result of a client-executed tool."""
+    return ClientToolResult(tool_call_id=tool_call_id, result=result).to_dict()
 
 
 def is_event(value: Any) -> bool:
+    """Whether ``value`` looks like a tracker event dict."""
     return isinstance(value, dict) and isinstance(value.get("event"), str)

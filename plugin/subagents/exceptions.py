@@ -38,6 +38,7 @@ class ConfigIssue:
     """``error`` (loading fails) or ``warning`` (reported, loading goes on)."""
 
     def format(self) -> str:
+        """``file:line: severity [code] key: message (fix: hint)``."""
         where = self.file or "<project>"
         if self.line is not None:
             where += f":{self.line}"
@@ -84,6 +85,7 @@ class ProjectInvalidError(SubagentsError):
 
     @property
     def codes(self) -> list[str]:
+        """The codes of the errors (not warnings)."""
         return [i.code for i in self.issues if i.severity == "error"]
 
 
@@ -117,12 +119,18 @@ class ToolInvocationError(Exception):
 
 
 class ToolTimeoutError(ToolInvocationError):
+    """A tool did not finish within its timeout."""
+
     code = "tool.timeout"
 
 
 class ToolArgumentsError(ToolInvocationError):
+    """The model's arguments do not match the tool's input schema; the tool did not run."""
+
     code = "tool.arguments_invalid"
 
 
 class ToolNotAvailableError(ToolInvocationError):
+    """The tool is not available to this agent (filtered out, or its pre-call hook failed)."""
+
     code = "tool.not_available"

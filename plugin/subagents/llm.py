@@ -18,6 +18,7 @@ import structlog
 
 from .config._base import resolve_env
 from .exceptions import ConfigError, ConfigIssue, LLMError
+from .observability import traced_model_call
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -157,6 +158,7 @@ class LLMClient:
             await self._client.close()
             self._client = None
 
+    @traced_model_call
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                        *, stream: bool = False, on_text: TextCallback | None = None
                        ) -> LLMResponse:

@@ -12,18 +12,18 @@
 * ``GET /health``, ``GET /version``.
 
 With a token (``--token`` or ``SUBAGENTS_TOKEN``) every route but ``/health`` needs
-``Authorization: Bearer <token>``. One sender's messages are serialised by the assistant.
+``Authorization: Bearer <token>`` or ``?token=<token>``. One sender's messages are serialised
+by the assistant.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import structlog
@@ -34,8 +34,11 @@ from starlette.routing import Route
 
 from . import __version__
 from .channels.base import CollectingOutputChannel
+from .channels.input import InputChannel
+from .channels.registry import mount_channels
 from .channels.sse import QueueOutputChannel, sse_frame
 from .dialogue.processor import Assistant
+from .rest_contract import extra_routes, token_matches, wants_stream
 
 log = structlog.get_logger("subagents.server")
 MAX_BODY = 1_000_000
@@ -96,8 +99,7 @@ class _Api:
     def guard(self, handler: Any) -> Any:
         """Bearer-token check and clear 4xx errors around a handler."""
         async def wrapped(request: Request) -> Response:
-            header = request.headers.get("authorization", "")
-            if self.token and not hmac.compare_digest(header, f"Bearer {self.token}"):
+            if self.token and not token_matches(request, self.token):
                 return _error(401, "missing or wrong bearer token")
             try:
                 return await handler(request)  # type: ignore[no-any-return]
@@ -110,6 +112,8 @@ class _Api:
         task.add_done_callback(self.inflight.discard)
 
     async def rest(self, request: Request) -> Response:
+        if wants_stream(request):
+            return await self.stream(request)
         sender, message, metadata = await _message_body(request, self.max_body)
         channel = CollectingOutputChannel()
         task = asyncio.ensure_future(self.assistant.handle_message(sender, message, metadata,
@@ -180,7 +184,8 @@ class _Api:
 
 
 def create_app(assistant: Assistant, *, token: str | None = None,
-               max_body: int = MAX_BODY, a2a_agents: list[str] | None = None) -> Starlette:
+               max_body: int = MAX_BODY, channels: Sequence[InputChannel] = (),
+               a2a_agents: list[str] | None = None) -> Starlette:
     """``a2a_agents``: publish sub agents over A2A at ``/a2a/<name>/`` (``[]``: all of them)."""
     api = _Api(assistant, token, max_body)
     routes = [
@@ -189,6 +194,7 @@ def create_app(assistant: Assistant, *, token: str | None = None,
         Route("/conversations/{sender}/tracker", api.guard(api.tracker), methods=["GET"]),
         Route("/conversations/{sender}/client_tool_results",
               api.guard(api.client_tool_results), methods=["POST"]),
+        *extra_routes(api.guard),
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]
@@ -196,11 +202,14 @@ def create_app(assistant: Assistant, *, token: str | None = None,
         from .a2a.server import sub_agent_routes
 
         routes += sub_agent_routes(assistant, a2a_agents, guard=api.guard)
-    return Starlette(routes=routes, lifespan=api.lifespan)
+    app = Starlette(routes=routes, lifespan=api.lifespan)
+    mount_channels(app, assistant, channels)  # the input channels of credentials.yml
+    return app
 
 
 def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
-          token: str | None = None, a2a_agents: list[str] | None = None) -> None:
+          token: str | None = None, channels: Sequence[InputChannel] = (),
+          a2a_agents: list[str] | None = None) -> None:
     """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s)."""
     import uvicorn
 
@@ -211,9 +220,9 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
                 print(f"subagents: serving on http://{host}:{port}", file=sys.stderr,
                       flush=True)
 
-    config = uvicorn.Config(create_app(assistant, token=token, a2a_agents=a2a_agents),
-                            host=host, port=port,
-                            log_level="warning", timeout_graceful_shutdown=30)
+    app = create_app(assistant, token=token, channels=channels, a2a_agents=a2a_agents)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
+                            timeout_graceful_shutdown=30)
     # uvicorn re-raises the signal that stopped it once it has drained; these handlers take it
     # so that a graceful stop ends with exit status 0
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,12 +8,24 @@ import threading
 import uuid
 from pathlib import Path
 
+import structlog
+
 from .channels.console import ConsoleOutputChannel
+from .exceptions import SubagentsError
+
+log = structlog.get_logger("subagents.shell")
 
 
-def _reader(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None]) -> None:
-    """Read lines on a daemon thread (so Ctrl-C/Ctrl-D never wait for a blocked input())."""
+def _reader(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None],
+            ready: threading.Event) -> None:
+    """Read lines on a daemon thread (so Ctrl-C/Ctrl-D never wait for a blocked input()).
+
+    The prompt is shown only once the previous message has been answered (``ready``), so it
+    never lands in the middle of the bot's output.
+    """
     while True:
+        ready.wait()
+        ready.clear()
         try:
             line = input("you> ")
         except (EOFError, KeyboardInterrupt):
@@ -27,25 +39,33 @@ async def _shell(project: Path, debug: bool) -> None:
 
     assistant = Assistant.load(project)
     channel = ConsoleOutputChannel(debug=debug)
+    print("Starting the assistant (connecting its MCP servers)...", flush=True)
     async with assistant:
         sender = f"shell-{uuid.uuid4().hex[:8]}"
         print("Talk to your assistant. /restart starts a new conversation; Ctrl-D quits.",
               flush=True)
         queue: asyncio.Queue[str | None] = asyncio.Queue()
-        threading.Thread(target=_reader, args=(asyncio.get_running_loop(), queue),
+        ready = threading.Event()
+        ready.set()
+        threading.Thread(target=_reader, args=(asyncio.get_running_loop(), queue, ready),
                          daemon=True).start()
         while (line := await queue.get()) is not None:
             text = line.strip()
-            if not text:
-                continue
             if text == "/restart":
                 sender = f"shell-{uuid.uuid4().hex[:8]}"
                 print("(a new conversation started)", flush=True)
-                continue
-            await assistant.handle_message(sender, text, None, channel)
+            elif text:
+                try:
+                    await assistant.handle_message(sender, text, None, channel)
+                except SubagentsError as exc:
+                    log.warning("shell.turn.failed", code=exc.code)
+                    print(f"(the assistant could not answer: [{exc.code}] {exc})", flush=True)
+            sys.stdout.flush()
+            ready.set()
 
 
 def run_shell(project: Path, *, debug: bool = False) -> int:
+    """Run the shell until Ctrl-D or Ctrl-C; returns the exit status."""
     try:
         asyncio.run(_shell(project, debug))
     except KeyboardInterrupt:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import anyio
+import pytest
 from subagents import events as ev
 from subagents.agents.open_agent import MCPOpenAgent
 from subagents.agents.schemas import (
@@ -18,7 +19,14 @@ from subagents.agents.schemas import (
 from subagents.testing import FakeModelServer
 from subagents.tools.python import tool
 
-from tests.agent_harness import TimedChannel, agent_input, build_agent, close, kinds
+from tests.agent_harness import IN_MEMORY, TimedChannel, agent_input, build_agent, close, kinds
+
+
+@pytest.fixture
+def tools_url() -> str:
+    """This module's agents reach the test MCP server in memory (the transport is not tested)."""
+    return IN_MEMORY
+
 
 SECRET = "tenant-secret-42"
 

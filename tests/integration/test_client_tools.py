@@ -1,4 +1,4 @@
-"""Client-executed tools (DECISIONS A6): the run parks, the client returns the result, the
+"""Client-executed tools: the run parks, the client returns the result, the
 next turn resumes the loop with it."""
 
 from __future__ import annotations

@@ -10,7 +10,14 @@ import pytest
 from subagents.agents.schemas import AgentStatus
 from subagents.testing import FakeModelServer
 
-from tests.agent_harness import TimedChannel, agent_input, build_agent, close, kinds
+from tests.agent_harness import IN_MEMORY, TimedChannel, agent_input, build_agent, close, kinds
+
+
+@pytest.fixture
+def tools_url() -> str:
+    """This module's agents reach the test MCP server in memory (the transport is not tested)."""
+    return IN_MEMORY
+
 
 
 async def run_agent(script, url, *, channel=None, inp=None, **kw):

@@ -70,10 +70,10 @@ class Terminal:
         self.changed = asyncio.Event()
         self.proc: asyncio.subprocess.Process | None = None
 
-    async def start(self, *args: str) -> None:
+    async def start(self, *args: str, env: dict[str, str] | None = None) -> None:
         self.proc = await asyncio.create_subprocess_exec(
             *args, stdin=self.slave, stdout=self.slave, stderr=self.slave, cwd=REPO,
-            env={**os.environ, "NO_COLOR": "1"})
+            env={**(os.environ if env is None else env), "NO_COLOR": "1"})
         os.close(self.slave)
         asyncio.get_running_loop().add_reader(self.master, self._read)
 

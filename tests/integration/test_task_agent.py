@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import anyio
+import pytest
 from subagents.agents.schemas import AgentInputSlot, AgentStatus
 from subagents.agents.task_agent import MCPTaskAgent
 from subagents.testing import FakeModelServer
 
-from tests.agent_harness import TimedChannel, agent_input, build_agent, close, kinds
+from tests.agent_harness import IN_MEMORY, TimedChannel, agent_input, build_agent, close, kinds
+
+
+@pytest.fixture
+def tools_url() -> str:
+    """This module's agents reach the test MCP server in memory (the transport is not tested)."""
+    return IN_MEMORY
+
 
 SLOTS = [
     AgentInputSlot(name="city", type="text", value=None, description="Where to book."),
@@ -88,7 +96,7 @@ async def test_a_text_reply_while_slots_are_missing_waits_for_the_user():
     output, fake = await run_task(script)
     fake.assert_done()
     assert output.status == AgentStatus.INPUT_REQUIRED
-    assert kinds(output.events) == ["bot:input_required", "slot:city=Berlin"]
+    assert kinds(output.events) == ["slot:city=Berlin", "bot:input_required"]
 
 
 async def test_a_text_reply_when_conditions_already_hold_completes_and_is_recorded():

@@ -1,14 +1,21 @@
-"""Per-tool settings: state mapping (A2), result budget + recall (A4), approvals (A5), slot
-verification (A7)."""
+"""Per-tool settings: state mapping, result budget + recall, approvals, slot verification."""
 
 from __future__ import annotations
 
 import anyio
+import pytest
 from subagents.agents.schemas import AgentInputSlot, AgentStatus
 from subagents.agents.task_agent import MCPTaskAgent
 from subagents.testing import FakeModelServer
 
-from tests.agent_harness import TimedChannel, agent_input, build_agent, close, kinds
+from tests.agent_harness import IN_MEMORY, TimedChannel, agent_input, build_agent, close, kinds
+
+
+@pytest.fixture
+def tools_url() -> str:
+    """This module's agents reach the test MCP server in memory (the transport is not tested)."""
+    return IN_MEMORY
+
 
 
 async def run_once(script, url, inp=None, cls=None, **kw):

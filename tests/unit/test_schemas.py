@@ -1,4 +1,4 @@
-"""Tool schema normalisation and the OpenAI tool shape (reference §2.5)."""
+"""Tool schema normalisation and the OpenAI tool shape."""
 
 from __future__ import annotations
 
@@ -6,17 +6,15 @@ import pytest
 from subagents.agents.schemas import AgentToolSchema, CustomToolSchema
 
 
-def test_parameters_are_closed_and_typed_one_level_deep():
+def test_parameters_are_closed_at_the_top_level_and_never_narrowed_below():
     schema = AgentToolSchema(name="t", parameters={"type": "object", "properties": {
         "a": {}, "b": {"type": "object", "properties": {"c": {}}},
         "d": {"enum": ["x", "y"]}, "e": {"anyOf": [{"type": "string"}, {"type": "null"}]}}})
     params = schema.parameters
     assert params["additionalProperties"] is False
     assert params["required"] == []
-    assert params["properties"]["a"] == {"type": "string"}
-    assert params["properties"]["b"]["additionalProperties"] is False
-    assert params["properties"]["b"]["required"] == []
-    assert params["properties"]["b"]["properties"]["c"] == {}  # one level only
+    assert params["properties"]["a"] == {}  # untyped stays untyped: it accepts anything
+    assert params["properties"]["b"] == {"type": "object", "properties": {"c": {}}}
     assert params["properties"]["d"] == {"enum": ["x", "y"]}
     assert "type" not in params["properties"]["e"]
     assert AgentToolSchema(name="t").parameters == {}

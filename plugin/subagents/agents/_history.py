@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..types import ChatMessage, TrackerEvent
 from .schemas import AgentInput
 
 PREVIOUS_RUN_START = "--- Previous run (completed). ---"
 PREVIOUS_RUN_END = "--- End of previous run ---"
 
 
-def _bot_text(event: dict[str, Any]) -> str:
+def _bot_text(event: TrackerEvent) -> str:
     text = " ".join(str(event.get("text") or "").split("\n")).strip()
     buttons = (event.get("data") or {}).get("buttons") or []
     if buttons:
@@ -20,7 +19,7 @@ def _bot_text(event: dict[str, Any]) -> str:
     return text
 
 
-def previous_run_region(events: list[dict[str, Any]], agent: str) -> tuple[int, int] | None:
+def previous_run_region(events: list[TrackerEvent], agent: str) -> tuple[int, int] | None:
     """Indexes (start, end) of the agent's last completed run in ``events``."""
     end = next((i for i in range(len(events) - 1, -1, -1)
                 if events[i].get("event") == "agent_completed"
@@ -39,12 +38,13 @@ def previous_run_region(events: list[dict[str, Any]], agent: str) -> tuple[int, 
     return (start, end) if start is not None else None
 
 
-def history_messages(context: AgentInput, agent: str, turns: int) -> list[dict[str, Any]]:
+def history_messages(context: AgentInput, agent: str, turns: int) -> list[ChatMessage]:
+    """The last ``turns`` utterances as chat messages, then the current message."""
     events = context.events
     indexed = [(i, e) for i, e in enumerate(events) if e.get("event") in ("user", "bot")]
     window = indexed[-turns:] if turns else []
     region = previous_run_region(events, agent) if context.metadata.get("restarted") else None
-    messages: list[dict[str, Any]] = []
+    messages: list[ChatMessage] = []
     in_region: list[int] = []
     for index, event in window:
         is_user = event.get("event") == "user"

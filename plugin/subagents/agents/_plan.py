@@ -1,4 +1,4 @@
-"""The per-invocation state of a run, and a model response parsed into a plan."""
+"""The state of one run, a model response parsed into a plan, and what a step returns."""
 
 from __future__ import annotations
 
@@ -7,10 +7,19 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..channels.base import OutputChannel
 from ..llm import LLMResponse, ToolCall, Usage
-from ..tools.base import PlannedCall, Tool
-from .schemas import AgentInput, AgentStatus, AgentToolResult
+from ..tools.approvals import ApprovalToolset
+from ..tools.base import Deferral, PlannedCall, Tool, ToolOutcome, Toolset
+from ..types import (
+    AgentInput,
+    AgentStatus,
+    AgentToolResult,
+    ChatMessage,
+    ExitReason,
+    JsonObject,
+    TrackerEvent,
+)
+from ..types import OutputChannelLike as OutputChannel
 
 _NAME_RUN = re.compile(r"^[A-Za-z0-9_.\-]+")
 _SANITISE = re.compile(r"[^A-Za-z0-9_\-]")
@@ -18,18 +27,47 @@ _SANITISE = re.compile(r"[^A-Za-z0-9_\-]")
 
 @dataclass
 class Outcome:
-    """How a run ends; built by the step functions, turned into an AgentOutput at the end."""
+    """How a run ends; turned into an :class:`AgentOutput` at the end."""
 
     status: AgentStatus
     exit_reason: str
+    """An :class:`ExitReason`, or ``tool:<name>`` (:meth:`ExitReason.for_tool`)."""
     error_message: str | None = None
     response_message: str | None = None
 
     @classmethod
-    def fatal(cls, message: str, reason: str = "error") -> Outcome:
+    def fatal(cls, message: str, reason: ExitReason = ExitReason.ERROR) -> Outcome:
+        """A fatal error with ``message``."""
         return cls(AgentStatus.FATAL_ERROR, reason, error_message=message)
 
 
+# ---------------------------------------------------------------------------- step results
+@dataclass(frozen=True)
+class Continue:
+    """The run goes on with another step; ``note`` is a system message for the model."""
+
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Finish:
+    """The run ends with ``outcome`` (completed, waiting for the user's answer, or failed)."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Park:
+    """The run waits for deferred calls (client tools, approvals); its state is saved in the
+    output metadata and the next invocation resumes it."""
+
+    outcome: Outcome
+
+
+StepResult = Continue | Finish | Park
+
+
+# ---------------------------------------------------------------------------- the plan
 @dataclass
 class Plan:
     """A model response, parsed before anything runs."""
@@ -38,36 +76,63 @@ class Plan:
     text: str
     """Stripped text ('' when none)."""
     calls: list[PlannedCall]
+    """Calls of offered tools, to run (or defer) through the toolset."""
     unavailable: list[PlannedCall]
+    """Calls of tools that are not offered; answered with an error, never run."""
     builtin: list[PlannedCall]
-    """Calls of built-in tools handled by the agent itself (task_completed)."""
+    """Calls of built-in tools the agent handles itself (``task_completed``)."""
     malformed: list[ToolCall]
-    client: list[PlannedCall] = field(default_factory=list)
-    """Calls of client-executed tools (DECISIONS A6): the run parks until results arrive."""
-    approval: list[PlannedCall] = field(default_factory=list)
-    """Calls of tools that need the user's yes first (A5): the run parks with a question."""
+    """Calls whose arguments were not valid JSON."""
+    has_text: bool = False
+    """The model sent some text, perhaps only whitespace (which is never sent or recorded)."""
 
     @property
     def has_tool_calls(self) -> bool:
-        return bool(self.calls or self.unavailable or self.builtin or self.client
-                    or self.approval)
+        """Whether the response calls any tool."""
+        return bool(self.calls or self.unavailable or self.builtin)
 
     def called(self, name: str) -> bool:
-        return any(c.name == name for c in self.builtin) or any(c.name == name
-                                                                   for c in self.calls)
+        """Whether the response calls ``name`` (an offered or a handled tool)."""
+        return any(c.name == name for c in [*self.builtin, *self.calls])
 
 
+@dataclass
+class Executed:
+    """The outcomes of a step's calls, in call order."""
+
+    outcomes: list[ToolOutcome] = field(default_factory=list)
+
+    @property
+    def ran(self) -> list[ToolOutcome]:
+        """The calls that ran (not deferred)."""
+        return [o for o in self.outcomes if o.deferred is None]
+
+    def deferred(self, reason: Deferral | None = None) -> list[PlannedCall]:
+        """The deferred calls (for ``reason``, or all)."""
+        return [o.call for o in self.outcomes if o.deferred is not None
+                and (reason is None or o.deferred == reason)]
+
+    def succeeded(self, name: str) -> bool:
+        """Whether a call of ``name`` ran without an error."""
+        return any(o.call.name == name and not o.result.is_error for o in self.ran)
+
+
+# ---------------------------------------------------------------------------- the run
 @dataclass
 class AgentRun:
     """State that lives for one invocation only."""
 
     input: AgentInput
     channel: OutputChannel | None
+    toolset: Toolset | None = None
+    """The composed toolset of this run (features wrapped around the plain tools)."""
+    approvals: ApprovalToolset | None = None
     tools: dict[str, Tool] = field(default_factory=dict)
-    tool_messages: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
+    """The offered tools by name."""
+    tool_messages: list[ChatMessage] = field(default_factory=list)
+    events: list[TrackerEvent] = field(default_factory=list)
     results: dict[str, AgentToolResult] = field(default_factory=dict)
-    structured: list[dict[str, Any]] = field(default_factory=list)
+    structured: list[JsonObject] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     steps: int = 0
     unavailable_rounds: int = 0
@@ -76,16 +141,22 @@ class AgentRun:
     slot_values: dict[str, Any] = field(default_factory=dict)
     initial_slot_values: dict[str, Any] = field(default_factory=dict)
     slot_set_by_hook: set[str] = field(default_factory=set)
-    output_metadata: dict[str, Any] = field(default_factory=dict)
-    full_results: dict[str, str] = field(default_factory=dict)
-    """Results over ``tool_result_budget``, kept whole for ``recall`` (A4)."""
+    recorded_slots: dict[str, Any] = field(default_factory=dict)
+    """Slots whose SlotSet was recorded during the run, with the value recorded last."""
+    output_metadata: JsonObject = field(default_factory=dict)
 
     @property
     def recipient_id(self) -> str | None:
+        """Who the agent talks to (for the output channel)."""
         return self.input.recipient_id or self.input.metadata.get("sender_id")
 
     def count_tool(self, name: str) -> None:
+        """Count one executed call of ``name``."""
         self.tool_counts[name] = self.tool_counts.get(name, 0) + 1
+
+    def note(self, text: str) -> None:
+        """Add a system message for the model's next call."""
+        self.tool_messages.append({"role": "system", "content": text})
 
 
 def repair_name(name: str, offered: set[str], taken: set[str]) -> tuple[str, bool]:
@@ -109,9 +180,9 @@ def repair_name(name: str, offered: set[str], taken: set[str]) -> tuple[str, boo
     return clean, False
 
 
-def assistant_message(plan: Plan) -> dict[str, Any]:
+def assistant_message(plan: Plan) -> ChatMessage:
     """The assistant turn as the provider must see it again (arguments re-serialised)."""
-    calls = [*plan.calls, *plan.unavailable, *plan.builtin, *plan.client, *plan.approval]
+    calls = [*plan.calls, *plan.unavailable, *plan.builtin]
     order = {c.id: i for i, c in enumerate(plan.response.tool_calls)}
     calls.sort(key=lambda c: order.get(c.id, len(order)))
     return {"role": "assistant", "content": plan.text or None, "tool_calls": [
@@ -119,5 +190,19 @@ def assistant_message(plan: Plan) -> dict[str, Any]:
          "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls]}
 
 
-def tool_message(call_id: str, content: str) -> dict[str, Any]:
+def tool_message(call_id: str, content: str) -> ChatMessage:
+    """The answer to one tool call, as the provider expects it."""
     return {"role": "tool", "tool_call_id": call_id, "content": content}
+
+
+def unavailable_text(name: str, offered: list[str]) -> str:
+    """The error answer to a call of a tool that is not offered."""
+    names = sorted(offered)
+    text = f"Error: `{name}` is not an available tool, so nothing was run. "
+    if not names:
+        text += "No tools are available. "
+    elif len(names) <= 30:
+        text += f"Available tools: {', '.join(names)}. "
+    else:
+        text += "Use only the tools listed in this request. "
+    return text + "Call a tool by its exact name, or answer the user directly."

@@ -43,10 +43,10 @@ import anyio
 import httpx
 import structlog
 
-from ..channels.base import OutputChannel
 from ..config._base import resolve_env
 from ..config.sub_agent import AgentConfiguration, SubAgentConfig
 from ..exceptions import AgentInitializationError, ConfigError, MCPConnectionError
+from ..types import OutputChannelLike as OutputChannel
 from .base import MCPBaseAgent
 from .schemas import AgentInput, AgentOutput, AgentStatus
 

@@ -1,12 +1,18 @@
 """The ReAct loop shared by MCPOpenAgent and MCPTaskAgent.
 
-``run`` = ``process_input`` -> ``send_message`` (the loop) -> ``process_output``. The loop is a
-short ``for`` over :meth:`MCPBaseAgent._run_step`; a step calls the model (text reaches the output
-channel at once, streamed when the channel streams), parses the response into a :class:`Plan`,
-then the subclass decides (:meth:`_on_text`, :meth:`_on_tools`). Tool failures come back to the
-model as error results (DECISIONS D4) unless ``raise_on_tool_invocation_failure`` is set.
+``run`` = ``process_input`` -> ``send_message`` (the loop) -> ``process_output``. The loop runs
+:meth:`MCPBaseAgent._step` until a step returns :class:`Finish` or :class:`Park`; one step is, in
+order: generate (call the model; text reaches the output channel at once, streamed when the
+channel streams) -> plan (parse the response) -> deliver text -> execute tools (through the
+run's toolset) -> decide. Only the decision differs between the open and the task agent
+(:meth:`_decide_on_text`, :meth:`_decide_on_tools`).
 
-Choices where the reference has accidental quirks (reference §10), pinned by tests:
+Tool features (approvals, client-executed tools, state mapping, the result budget) are toolset
+wrappers in :mod:`subagents.tools`; a deferred call (client tool, approval) parks the run. Tool
+failures come back to the model as error results unless ``raise_on_tool_invocation_failure`` is
+set.
+
+Choices where Rasa Pro behaves accidentally, pinned by tests:
 
 * text sent alongside tool calls is always recorded (also with fillers disabled), because the
   user saw it;
@@ -19,34 +25,53 @@ Choices where the reference has accidental quirks (reference §10), pinned by te
 from __future__ import annotations
 
 import contextlib
-import inspect
-import json
-from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, assert_never
 from zoneinfo import ZoneInfo
 
 import anyio
 import structlog
 
 from .. import events as ev
-from ..channels.base import OutputChannel
 from ..config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
-from ..exceptions import LLMError
+from ..exceptions import AgentInitializationError, LLMError
 from ..llm import LLMClient, LLMResponse, resolve_model_settings
-from ..tools.base import CallContext, PlannedCall, Tool, ToolOutcome
-from ..tools.executor import execute_calls
-from ..tools.mcp_tools import MCPToolset
-from ._plan import AgentRun, Outcome, Plan, assistant_message, repair_name, tool_message
-from ._tool_features import (
-    RECALL,
-    is_yes,
-    preview,
-    recall_tool,
-    state_outputs,
-    with_state_inputs,
+from ..observability import traced_agent_run
+from ..tools.approvals import ApprovalToolset
+from ..tools.base import (
+    CallContext,
+    PlannedCall,
+    Tool,
+    Toolset,
 )
+from ..tools.client_tools import ClientToolset
+from ..tools.concurrency import execute_calls
+from ..tools.executor import FunctionToolset
+from ..tools.mcp_tools import MCPToolset
+from ..tools.python import custom_tool
+from ..tools.result_budget import ResultBudgetToolset
+from ..tools.state_mapping import StateMappingToolset
+from ..types import ChatMessage, JsonObject, TrackerEvent
+from ..types import OutputChannelLike as OutputChannel
+from ._limits import cap_text, capped_render
+from ._model_io import deliver, generate, send_event
+from ._parking import park, resume_approval, resume_client_tools
+from ._plan import (
+    AgentRun,
+    Continue,
+    Executed,
+    Finish,
+    Outcome,
+    Park,
+    Plan,
+    StepResult,
+    assistant_message,
+    repair_name,
+    tool_message,
+    unavailable_text,
+)
+from ._recording import apply_slot, record_tool
 from .schemas import (
     AgentInput,
     AgentOutput,
@@ -55,6 +80,7 @@ from .schemas import (
     AgentToolResult,
     AgentToolSchema,
     CustomToolSchema,
+    ExitReason,
 )
 
 if TYPE_CHECKING:
@@ -79,6 +105,12 @@ class MCPBaseAgent:
     TEMPLATE_FILE: ClassVar[str] = ""
     MAX_UNAVAILABLE_TOOL_CALL_RETRIES: ClassVar[int] = 1
     TOOL_CALL_DEFAULT_TIMEOUT: ClassVar[float] = 10.0
+    MAX_PROMPT_CHARS: ClassVar[int] = 200_000
+    """The rendered system prompt is cut (and marked) after this many characters."""
+    MAX_RESPONSE_CHARS: ClassVar[int] = 20_000
+    """Model text longer than this is cut (and marked) before it is sent or recorded."""
+    MAX_TOOL_RESULT_CHARS: ClassVar[int] = 200_000
+    """Tool results longer than this are cut (and marked) before they are recorded."""
 
     def __init__(self, name: str, description: str, *,
                  configuration: AgentConfiguration | None = None,
@@ -104,6 +136,7 @@ class MCPBaseAgent:
     def from_config(cls, config: SubAgentConfig, *, endpoints: EndpointsConfig | None = None,
                     pool: MCPPool | None = None, project_root: Path | None = None,
                     llm: LLMClient | None = None) -> MCPBaseAgent:
+        """Build the agent from its ``sub_agents/<name>/config.yml``."""
         conf = config.configuration
         if llm is None:
             settings = resolve_model_settings(conf.llm, endpoints, where=config.agent.name)
@@ -114,6 +147,7 @@ class MCPBaseAgent:
 
     @property
     def protocol_type(self) -> str:
+        """``mcp_open`` or ``mcp_task`` (how the agent is registered)."""
         return self.PROTOCOL_TYPE
 
     @property
@@ -125,13 +159,23 @@ class MCPBaseAgent:
         from jinja2.sandbox import SandboxedEnvironment
 
         path = self.configuration.prompt_template
-        text = (self.project_root / path).read_text(encoding="utf-8") if path else \
+        text = self._read_project_template(path) if path else \
             self.get_default_prompt_template()
         env = SandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
         return env.from_string(text)
 
+    def _read_project_template(self, path: str) -> str:
+        root = self.project_root.resolve()
+        resolved = (root / path).resolve()
+        if not resolved.is_relative_to(root):
+            raise AgentInitializationError(
+                f"agent {self.name!r}: configuration.prompt_template {path!r} is outside the "
+                f"project folder {root}", code="agent.prompt_template.outside_project")
+        return resolved.read_text(encoding="utf-8")
+
     @classmethod
     def get_default_prompt_template(cls) -> str:
+        """The built-in prompt template of this agent kind."""
         return (TEMPLATES / cls.TEMPLATE_FILE).read_text(encoding="utf-8")
 
     async def connect(self) -> None:
@@ -140,6 +184,7 @@ class MCPBaseAgent:
             await self.mcp_toolset.start(self.configuration.max_retries or 5)
 
     async def disconnect(self) -> None:
+        """Release the model client (MCP connections belong to the shared pool)."""
         await self.llm.close()
 
     # ------------------------------------------------------------------ hooks
@@ -148,30 +193,33 @@ class MCPBaseAgent:
         return input
 
     async def process_output(self, output: AgentOutput) -> AgentOutput:
-        """Rewrite the output after a run (called, unlike in the reference)."""
+        """Rewrite the output after a run (called, unlike in Rasa Pro)."""
         return output
 
-    def get_custom_tool_definitions(self) -> list[dict[str, Any]]:
+    def get_custom_tool_definitions(self) -> list[JsonObject]:
         """OpenAI-format tool dicts, each with a ``tool_executor(arguments, context)``."""
         from ..tools.python import discover_python_tools
 
         return discover_python_tools(self)
 
-    async def build_custom_tool_call_metadata(self, context: dict[str, Any]) -> dict[str, Any]:
+    async def build_custom_tool_call_metadata(self, context: JsonObject) -> JsonObject:
         """Extra metadata (e.g. credentials) merged into ``AgentToolContext.metadata``."""
         return {}
 
     async def process_tool_output(self, current_iteration_results: dict[str, AgentToolResult],
                                   cumulative_results: dict[str, AgentToolResult],
-                                  output_channel: OutputChannel | None) -> list[dict[str, Any]]:
+                                  output_channel: OutputChannel | None) -> list[TrackerEvent]:
         """Events to add after an iteration's tools ran (SlotSets update the slot view)."""
         return []
 
     def get_agent_specific_built_in_tools(self, agent_input: AgentInput) -> list[AgentToolSchema]:
+        """Built-in tools of this agent kind (none here)."""
         return []
 
     def render_prompt_template(self, context: AgentInput) -> str:
-        return str(self._template.render(**self._build_context_for_prompt(context)))
+        """The system prompt; cut (and marked) after ``MAX_PROMPT_CHARS`` characters."""
+        return capped_render(self._template, self._build_context_for_prompt(context),
+                             self.MAX_PROMPT_CHARS)
 
     def _build_context_for_prompt(self, context: AgentInput) -> dict[str, Any]:
         meta = context.metadata
@@ -200,7 +248,7 @@ class MCPBaseAgent:
         return datetime.now(tz)
 
     def build_messages_for_llm_request(self, context: AgentInput,
-                                       turns: int = 10) -> list[dict[str, Any]]:
+                                       turns: int = 10) -> list[ChatMessage]:
         """System prompt, then the last ``turns`` utterances as chat messages."""
         from ._history import history_messages
 
@@ -212,7 +260,8 @@ class MCPBaseAgent:
                            message_type: str = "final_response",
                            llm_time_to_first_token_ms: float | None = None,
                            llm_total_time_ms: float | None = None,
-                           streamed: bool = False) -> dict[str, Any]:
+                           streamed: bool = False) -> TrackerEvent:
+        """A ``bot`` event for text the agent sent, with the agent's metadata."""
         meta = {"utter_source": type(self).__name__, "agent_name": self.name,
                 "agent_message_type": message_type,
                 "agent_id": agent_input.metadata.get("agent_id"),
@@ -224,6 +273,7 @@ class MCPBaseAgent:
         return ev.bot_uttered(text, metadata=meta)
 
     # ------------------------------------------------------------------ the run
+    @traced_agent_run
     async def run(self, input: AgentInput, output_channel: OutputChannel | None = None,
                   cancellation_token: Any = None) -> AgentOutput:
         """``process_input`` -> the loop -> ``process_output``."""
@@ -236,7 +286,7 @@ class MCPBaseAgent:
 
     async def send_message(self, agent_input: AgentInput,
                            output_channel: OutputChannel | None = None) -> AgentOutput:
-        """The ReAct loop with the whole-run deadline (``configuration.timeout``, D5)."""
+        """The ReAct loop under the whole-run deadline (``configuration.timeout``)."""
         run = AgentRun(agent_input, output_channel)
         timeout = self.configuration.timeout
         outcome: Outcome | None = None
@@ -250,7 +300,7 @@ class MCPBaseAgent:
                 outcome = Outcome.fatal(f"{type(exc).__name__}: {exc}")
         if scope.cancelled_caught or outcome is None:
             outcome = Outcome.fatal(f"agent {self.name!r} did not finish within {timeout:g}s "
-                                    "(configuration.timeout)", reason="timeout")
+                                    "(configuration.timeout)", reason=ExitReason.TIMEOUT)
         output = self._output(run, outcome)
         log.info("agent.run.finished", agent=self.name, status=output.status.value,
                  exit_reason=output.exit_reason, steps=output.steps, tool_calls=output.tool_calls,
@@ -259,64 +309,75 @@ class MCPBaseAgent:
         return output
 
     async def _loop(self, run: AgentRun) -> Outcome:
-        await self._prepare(run)
-        parked = await self._resume_client_tools(run)
-        if parked is not None:
-            return parked
-        await self._resume_approval(run)
+        """Resume parked calls, then step until a step finishes or parks the run."""
+        self._prepare(run, await self._mcp_tools())
+        resumed = await resume_client_tools(run, agent_id=self.agent_id)
+        if isinstance(resumed, Park):
+            return resumed.outcome
+        await resume_approval(run, self._call_context(run), agent_id=self.agent_id,
+                              agent_name=self.name,
+                              max_parallel=self.configuration.max_parallel_tools)
         for _ in range(self.configuration.max_agent_steps):
-            outcome = await self._run_step(run)
-            if outcome is not None:
-                return outcome
+            result = await self._step(run)
+            match result:
+                case Continue(note=note):
+                    if note:
+                        run.note(note)
+                case Finish(outcome=outcome) | Park(outcome=outcome):
+                    return outcome
+                case _:
+                    assert_never(result)
         return await self._on_max_steps(run)
 
-    async def _prepare(self, run: AgentRun) -> None:
-        """Resolve the tools offered in this run (MCP, built-ins, custom)."""
-        tools = await self.mcp_toolset.tools() if self.mcp_toolset is not None else []
-        tools += self._builtin_tools(run)
-        tools += [self._custom_tool(c) for c in self._custom_tools]
-        tools += self._client_tools()
-        if self.configuration.tool_result_budget:
-            tools.append(recall_tool(run.full_results))
-        run.tools = {}
-        for tool in tools:
-            settings = self.configuration.tools.get(tool.name)
-            if settings is not None:
-                tool = with_state_inputs(tool, settings)
-            run.tools.setdefault(tool.name, tool)
-
-    def _builtin_tools(self, run: AgentRun) -> list[Tool]:
-        return []
-
-    async def _run_step(self, run: AgentRun) -> Outcome | None:
-        messages = self._messages(run)
-        response = await self._generate(run, messages, self._offered(run))
+    async def _step(self, run: AgentRun) -> StepResult:
+        """One ReAct step: generate -> plan -> deliver text -> execute tools -> decide."""
+        # 1. generate: the model sees the conversation, this run's exchange and the tools
+        response = await generate(self.llm, run, await self._messages(run), self._offered(run))
+        # 2. plan: resolve the calls against the offered tools before anything runs
         plan = self._plan(run, response)
         if plan.malformed:
-            run.tool_messages.append({"role": "system", "content": RETRY_MALFORMED_JSON})
-            return None
-        if not response.streamed and plan.text:
-            await self._deliver(run, plan.text)
+            return Continue(note=RETRY_MALFORMED_JSON)
+        # 3. deliver text: the user sees it now (streamed text already arrived)
+        if plan.text and not response.streamed:
+            await deliver(run, plan.text)
         if not plan.has_tool_calls:
             if not plan.text and not run.completion_pending:
-                run.tool_messages.append({"role": "system", "content": NUDGE_EMPTY})
-                return None
-            return await self._on_text(run, plan)
-        return await self._on_tools(run, plan)
+                return Continue(note=NUDGE_EMPTY)
+            return self._decide_on_text(run, plan)
+        if plan.text:
+            self._record_text(run, plan.text, response, self._text_kind(plan))
+        # 4. execute tools: through the toolset (deferred calls are not run)
+        executed = await self._execute(run, plan) if self._runs_tools(plan) else Executed()
+        # 5. decide: the subclass's rule - finish, park, or go on
+        return await self._decide_on_tools(run, plan, executed)
 
-    async def _on_text(self, run: AgentRun, plan: Plan) -> Outcome | None:
+    # ------------------------------------------------------------------ decisions (subclasses)
+    def _decide_on_text(self, run: AgentRun, plan: Plan) -> StepResult:
+        """A response with text and no tool calls."""
         raise NotImplementedError
 
-    async def _on_tools(self, run: AgentRun, plan: Plan) -> Outcome | None:
+    async def _decide_on_tools(self, run: AgentRun, plan: Plan,
+                               executed: Executed) -> StepResult:
+        """A response with tool calls, after they ran."""
         raise NotImplementedError
+
+    def _text_kind(self, plan: Plan) -> str:
+        """The message type of text sent beside tool calls."""
+        return "filler_message"
+
+    def _runs_tools(self, plan: Plan) -> bool:
+        """Whether the plan's calls are executed (False skips straight to the decision)."""
+        return True
 
     async def _on_max_steps(self, run: AgentRun) -> Outcome:
-        """D6: one last model call with tools disabled produces a real reply."""
-        run.tool_messages.append({"role": "system", "content": LAST_STEP})
-        response = await self._generate(run, self._messages(run), [])
-        text = (response.text or "").strip()
+        """One last model call with tools disabled produces a real reply."""
+        log.warning("agent.run.max_steps", agent=self.name,
+                    max_agent_steps=self.configuration.max_agent_steps)
+        run.note(LAST_STEP)
+        response = await generate(self.llm, run, await self._messages(run), [])
+        text = cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS)
         if text and not response.streamed:
-            await self._deliver(run, text)
+            await deliver(run, text)
         if text:
             self._record_text(run, text, response, self._max_steps_message_type())
         return self._max_steps_outcome(run)
@@ -325,68 +386,68 @@ class MCPBaseAgent:
         return "final_response"
 
     def _max_steps_outcome(self, run: AgentRun) -> Outcome:
-        return Outcome(AgentStatus.COMPLETED, "max_steps")
+        return Outcome(AgentStatus.COMPLETED, ExitReason.MAX_STEPS)
+
+    # ------------------------------------------------------------------ tools of a run
+    async def _mcp_tools(self) -> list[Tool]:
+        return await self.mcp_toolset.tools() if self.mcp_toolset is not None else []
+
+    def _prepare(self, run: AgentRun, mcp_tools: list[Tool]) -> None:
+        """Compose the run's toolset: plain tools, then one wrapper per feature."""
+        settings = self.configuration.tools
+        custom = [custom_tool(c, settings.get(c.tool_name),
+                              self.build_custom_tool_call_metadata, self.name)
+                  for c in self._custom_tools]
+        plain = FunctionToolset([*mcp_tools, *self._builtin_tools(run), *custom],
+                                max_result_chars=self.MAX_TOOL_RESULT_CHARS)
+        run.approvals = ApprovalToolset(plain, settings)
+        toolset: Toolset = ClientToolset(run.approvals, self.configuration.client_tools)
+        if self.configuration.tool_result_budget:
+            toolset = ResultBudgetToolset(toolset, self.configuration.tool_result_budget)
+        toolset = StateMappingToolset(toolset, settings)
+        run.toolset = toolset
+        run.tools = {}
+        for tool in toolset.tools():
+            run.tools.setdefault(tool.name, tool)
+
+    def _builtin_tools(self, run: AgentRun) -> list[Tool]:
+        return []
+
+    def _handled_builtins(self) -> set[str]:
+        """Built-in tool names the agent handles itself instead of executing."""
+        return set()
 
     # ------------------------------------------------------------------ model call + delivery
-    def _messages(self, run: AgentRun) -> list[dict[str, Any]]:
-        base = self.build_messages_for_llm_request(run.input)
-        return [*base, *run.tool_messages]
+    async def _conversation(self, run: AgentRun) -> list[ChatMessage]:
+        """System prompt and history, built in a worker thread: rendering a template never
+        blocks the event loop."""
+        return await anyio.to_thread.run_sync(self.build_messages_for_llm_request, run.input)
 
-    def _offered(self, run: AgentRun) -> list[dict[str, Any]]:
+    async def _messages(self, run: AgentRun) -> list[ChatMessage]:
+        return [*await self._conversation(run), *run.tool_messages]
+
+    def _offered(self, run: AgentRun) -> list[JsonObject]:
         return [tool.schema.to_openai() for tool in run.tools.values()]
 
-    async def _generate(self, run: AgentRun, messages: list[dict[str, Any]],
-                        tools: list[dict[str, Any]]) -> LLMResponse:
-        channel, recipient = run.channel, run.recipient_id
-        run.steps += 1
-        if channel is None or recipient is None or not channel.wants_streaming():
-            response = await self.llm.complete(messages, tools or None)
-        else:
-            response = await self._stream(channel, recipient, messages, tools)
-        run.usage.add(response.usage)
-        return response
-
-    async def _stream(self, channel: OutputChannel, recipient: str,
-                      messages: list[dict[str, Any]], tools: list[dict[str, Any]]
-                      ) -> LLMResponse:
-        started = False
-
-        async def on_text(delta: str) -> None:
-            nonlocal started
-            if not started:
-                started = True
-                await channel.send_response_chunk_start(recipient)
-            await channel.send_response_chunk(recipient, delta)
-
-        try:
-            response = await self.llm.complete(messages, tools or None, stream=True,
-                                               on_text=on_text)
-        except BaseException:
-            if started:
-                await channel.send_response_chunk_end(recipient, interrupted=True)
-            raise
-        if started:
-            await channel.send_response_chunk_end(recipient)
-        return response
-
-    async def _deliver(self, run: AgentRun, text: str) -> None:
-        if run.channel is not None and run.recipient_id is not None:
-            await run.channel.send_text_message(run.recipient_id, text)
-
-    def _record_text(self, run: AgentRun, text: str, response: LLMResponse,
-                     message_type: str) -> dict[str, Any]:
-        event = self.create_bot_uttered(text, run.input, message_type,
-                                        response.time_to_first_token_ms,
-                                        response.total_time_ms, streamed=response.streamed)
+    def _record_text(self, run: AgentRun, text: str, response: LLMResponse | None,
+                     message_type: str) -> TrackerEvent:
+        event = self.create_bot_uttered(
+            text, run.input, message_type,
+            response.time_to_first_token_ms if response else None,
+            response.total_time_ms if response else None,
+            streamed=bool(response and response.streamed))
         run.events.append(event)
         return event
 
     # ------------------------------------------------------------------ planning
     def _plan(self, run: AgentRun, response: LLMResponse) -> Plan:
-        offered = set(run.tools) | self._handled_builtins()
+        """Resolve each call against the offered tools; nothing runs yet."""
+        handled = self._handled_builtins()
+        offered = set(run.tools) | handled
         taken: set[str] = set()
-        plan = Plan(response=response, text=(response.text or "").strip(), calls=[],
-                    unavailable=[], builtin=[], malformed=[])
+        plan = Plan(response=response,
+                    text=cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS), calls=[],
+                    unavailable=[], builtin=[], malformed=[], has_text=bool(response.text))
         for call in response.tool_calls:
             if call.arguments is None:
                 plan.malformed.append(call)
@@ -396,198 +457,42 @@ class MCPBaseAgent:
             planned = PlannedCall(call.id, name, call.arguments, run.tools.get(name))
             if not available:
                 plan.unavailable.append(planned)
-            elif name in self._handled_builtins():
+            elif name in handled:
                 plan.builtin.append(planned)
-            elif planned.tool is not None and planned.tool.source == "client":
-                plan.client.append(planned)
-            elif self._needs_approval(name):
-                plan.approval.append(planned)
             else:
                 plan.calls.append(planned)
         return plan
 
-    def _handled_builtins(self) -> set[str]:
-        """Built-in tool names the agent handles itself instead of executing."""
-        return set()
-
     # ------------------------------------------------------------------ tool execution
-    async def _execute(self, run: AgentRun, plan: Plan) -> list[ToolOutcome]:
-        """Run the plan's tools (parallel policy), answer every call, record events."""
+    def _call_context(self, run: AgentRun) -> CallContext:
+        return CallContext(run.input, AgentToolContext(metadata=dict(run.input.metadata)),
+                           timeout=self.configuration.tool_timeout)
+
+    async def _execute(self, run: AgentRun, plan: Plan) -> Executed:
+        """Run the plan's calls through the toolset, answer every call, record events."""
+        assert run.toolset is not None
         run.tool_messages.append(assistant_message(plan))
-        ctx = CallContext(run.input, AgentToolContext(metadata=dict(run.input.metadata)),
-                          timeout=self.configuration.tool_timeout)
-        outcomes = await execute_calls(plan.calls, ctx,
+        outcomes = await execute_calls(run.toolset, plan.calls, self._call_context(run),
                                        max_parallel=self.configuration.max_parallel_tools)
+        executed = Executed(outcomes)
         answers: dict[str, str] = {}
-        for outcome in outcomes:
-            answers[outcome.call.id], event = self._record_tool(run, outcome)
-            if event is not None and run.channel is not None and run.recipient_id is not None:
-                await run.channel.send_event(run.recipient_id, event)
+        for outcome in executed.ran:
+            answers[outcome.call.id], event = record_tool(
+                run, outcome, agent_id=self.agent_id, agent_name=self.name)
+            if event is not None:
+                await send_event(run, event)
         for call in plan.unavailable:
-            answers[call.id] = self._unavailable_text(call.name, run)
+            answers[call.id] = unavailable_text(call.name, list(run.tools))
         for call in plan.builtin:
             answers[call.id] = self._builtin_answer(run, call)
         for raw in plan.response.tool_calls:
             if raw.id in answers:
                 run.tool_messages.append(tool_message(raw.id, answers.pop(raw.id)))
-        current = {o.call.id: o.result for o in outcomes
+        current = {o.call.id: o.result for o in executed.ran
                    if not o.result.is_error and o.call.tool and o.call.tool.source != "builtin"}
         if current:
             await self._apply_hook_events(run, current)
-        return outcomes
-
-    def _record_tool(self, run: AgentRun, outcome: ToolOutcome
-                     ) -> tuple[str, dict[str, Any] | None]:
-        """Record the call; return the model's answer and the event (None for built-ins)."""
-        call, result = outcome.call, outcome.result
-        run.count_tool(call.name)
-        source = call.tool.source if call.tool else ""
-        event = None
-        if source != "builtin":
-            event = ev.mcp_tool_executed(
-                call.name, call.arguments, result.result, is_error=result.is_error,
-                error_message=result.error_message, agent_id=self.agent_id,
-                duration_ms=round(outcome.duration_ms, 1))
-            run.events.append(event)
-            if not result.is_error:
-                run.results[call.id] = result
-                run.structured.append({"name": call.name, "result": result.result or ""})
-                self._outputs_to_state(run, call.name, result.result or "")
-        log.info("agent.tool.finished", agent=self.name, tool=call.name, source=source,
-                 is_error=result.is_error, duration_ms=round(outcome.duration_ms, 1))
-        if result.is_error:
-            return f"Error: {result.error_message}", event
-        text = result.result if result.result is not None else ""
-        budget = self.configuration.tool_result_budget
-        if budget and len(text) > budget and call.name != RECALL:
-            run.full_results[call.id] = text
-            text = preview(call.id, text, budget)
-        return text, event
-
-    def _outputs_to_state(self, run: AgentRun, tool_name: str, result: str) -> None:
-        """A2: copy result fields into slots (list slots are extended)."""
-        settings = self.configuration.tools.get(tool_name)
-        if settings is None or not settings.outputs_to_state:
-            return
-        for slot_name, value in state_outputs(settings, result):
-            slot = run.input.slot(slot_name)
-            if slot is not None and slot.type == "list":
-                current = list(slot.value or [])
-                value = current + (value if isinstance(value, list) else [value])
-            self._apply_slot(run, slot_name, value)
-            run.slot_set_by_hook.add(slot_name)
-            run.events.append(ev.slot_set(slot_name, value))
-
-    # ------------------------------------------------------------------ client tools (A6)
-    def _client_tools(self) -> list[Tool]:
-        async def never(arguments: dict[str, Any], ctx: Any) -> AgentToolResult:
-            raise AssertionError("client tools are executed by the client")
-
-        tools = []
-        for item in self.configuration.client_tools:
-            schema = AgentToolSchema(name=item.name, description=item.description,
-                                     parameters=item.parameters)
-            tools.append(Tool(schema=schema, run=never, source="client"))
-        return tools
-
-    def _needs_approval(self, tool_name: str) -> bool:
-        settings = self.configuration.tools.get(tool_name)
-        return bool(settings and settings.requires_approval)
-
-    async def _park(self, run: AgentRun, plan: Plan) -> Outcome | None:
-        """Client tools, then approvals: the run waits for the client or the user."""
-        parked = await self._park_for_client(run, plan)
-        if parked is not None or not plan.approval:
-            return parked
-        described = "; ".join(f"{c.name}({', '.join(f'{k}={v!r}' for k, v in c.arguments.items())})"
-                              for c in plan.approval)
-        question = f"Before I go ahead: may I run {described}? Please answer yes or no."
-        await self._deliver(run, question)
-        event = self.create_bot_uttered(question, run.input, "input_required")
-        run.events.append(event)
-        run.output_metadata["pending_approval"] = {
-            "messages": run.tool_messages,
-            "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                      for c in plan.approval]}
-        return Outcome(AgentStatus.INPUT_REQUIRED, "approval")
-
-    async def _resume_approval(self, run: AgentRun) -> None:
-        """The user answered an approval question: run the calls on a yes, else decline."""
-        pending = run.input.metadata.get("pending_approval")
-        if not pending:
-            return
-        run.tool_messages = list(pending.get("messages") or [])
-        approved = is_yes(run.input.user_message)
-        planned = [PlannedCall(c["id"], c["name"], c.get("arguments") or {},
-                               run.tools.get(c["name"])) for c in pending.get("calls") or []]
-        runnable = [c for c in planned if approved and c.tool is not None]
-        ctx = CallContext(run.input, AgentToolContext(metadata=dict(run.input.metadata)),
-                          timeout=self.configuration.tool_timeout)
-        outcomes = {o.call.id: o for o in await execute_calls(
-            runnable, ctx, max_parallel=self.configuration.max_parallel_tools)}
-        for call in planned:
-            if call.id in outcomes:
-                answer, _ = self._record_tool(run, outcomes[call.id])
-            else:
-                answer = "The user did not approve this call, so it was not run."
-            run.tool_messages.append(tool_message(call.id, answer))
-
-    async def _park_for_client(self, run: AgentRun, plan: Plan) -> Outcome | None:
-        """After the other calls ran: ask the client to run its tools and wait for results."""
-        if not plan.client:
-            return None
-        for call in plan.client:
-            event = ev.agent_event("agent_client_tool_requested", self.name, None,
-                                   tool_call_id=call.id, tool_name=call.name,
-                                   arguments=call.arguments)
-            run.events.append(event)
-            if run.channel is not None and run.recipient_id is not None:
-                await run.channel.send_event(run.recipient_id, event)
-        run.output_metadata["pending_client_tools"] = {
-            "messages": run.tool_messages,
-            "calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                      for c in plan.client]}
-        return Outcome(AgentStatus.INPUT_REQUIRED, "client_tool")
-
-    async def _resume_client_tools(self, run: AgentRun) -> Outcome | None:
-        """Restore a parked exchange; answer pending calls with the client's results."""
-        pending = run.input.metadata.get("pending_client_tools")
-        if not pending:
-            return None
-        results: dict[str, Any] = dict(run.input.metadata.get("client_tool_results") or {})
-        run.tool_messages = list(pending.get("messages") or [])
-        waiting = []
-        for call in pending.get("calls") or []:
-            if call["id"] in results:
-                text = results[call["id"]]
-                text = text if isinstance(text, str) else json.dumps(text)
-                run.events.append(ev.mcp_tool_executed(
-                    call["name"], call.get("arguments") or {}, text, is_error=False,
-                    error_message=None, agent_id=self.agent_id))
-                run.tool_messages.append(tool_message(call["id"], text))
-                run.structured.append({"name": call["name"], "result": text})
-            else:
-                waiting.append(call)
-        if waiting and not run.input.user_message.strip():
-            run.output_metadata["pending_client_tools"] = {**pending, "calls": waiting,
-                                                           "messages": run.tool_messages}
-            return Outcome(AgentStatus.INPUT_REQUIRED, "client_tool")
-        for call in waiting:
-            run.tool_messages.append(tool_message(
-                call["id"], "The client has not returned this tool's result yet. Do not call "
-                "it again; continue with the user's message."))
-        return None
-
-    def _unavailable_text(self, name: str, run: AgentRun) -> str:
-        names = sorted(run.tools)
-        text = f"Error: `{name}` is not an available tool, so nothing was run. "
-        if not names:
-            text += "No tools are available. "
-        elif len(names) <= 30:
-            text += f"Available tools: {', '.join(names)}. "
-        else:
-            text += "Use only the tools listed in this request. "
-        return text + "Call a tool by its exact name, or answer the user directly."
+        return executed
 
     def _builtin_answer(self, run: AgentRun, call: PlannedCall) -> str:
         return "ok"
@@ -605,64 +510,53 @@ class MCPBaseAgent:
             run.events.append(event)
             run.input.events.append(event)
             if event["event"] == "slot":
-                self._apply_slot(run, event["name"], event.get("value"))
+                apply_slot(run, event["name"], event.get("value"))
                 run.slot_set_by_hook.add(event["name"])
 
-    def _apply_slot(self, run: AgentRun, name: str, value: Any) -> None:
-        from .schemas import AgentInputSlot
+    # ------------------------------------------------------------------ shared decision rules
+    def _tool_failure(self, executed: Executed, *, builtins: bool = True) -> Finish | None:
+        """The first failure that ends the run, if any.
 
-        slot = run.input.slot(name)
-        if slot is None:
-            run.input.slots.append(AgentInputSlot(name=name, value=value, type="any"))
-        else:
-            slot.value = value
-        run.slot_values[name] = value
-
-    def _tool_failure(self, outcomes: list[ToolOutcome]) -> Outcome | None:
-        """With ``raise_on_tool_invocation_failure``, the first failed tool ends the run."""
-        if not self.configuration.raise_on_tool_invocation_failure:
-            return None
-        for outcome in outcomes:
-            if outcome.result.is_error:
-                return Outcome.fatal(f"tool {outcome.call.name!r} failed: "
-                                     f"{outcome.result.error_message}")
+        A tool that returned neither a result nor an error is a recoverable error (the caller
+        retries the whole invocation); with ``raise_on_tool_invocation_failure``, the first
+        failed tool is fatal (built-in tools too, when ``builtins``).
+        """
+        ran = [o for o in executed.ran if o.call.tool is not None
+               and (builtins or o.call.tool.source != "builtin")]
+        for outcome in ran:
+            if outcome.call.tool is not None and outcome.call.tool.source == "builtin":
+                continue
+            if outcome.result.result is None and not outcome.result.is_error:
+                return Finish(Outcome(AgentStatus.RECOVERABLE_ERROR, ExitReason.NO_RESULT,
+                                      error_message=f"tool {outcome.call.name!r} returned "
+                                                    "neither a result nor an error"))
+        if self.configuration.raise_on_tool_invocation_failure:
+            for outcome in ran:
+                if outcome.result.is_error:
+                    return Finish(Outcome.fatal(f"tool {outcome.call.name!r} failed: "
+                                                f"{outcome.result.error_message}"))
         return None
 
-    def _unavailable_outcome(self, run: AgentRun, plan: Plan) -> Outcome | None:
+    def _after_unavailable(self, run: AgentRun, plan: Plan) -> StepResult:
+        """Go on, unless the model keeps calling tools that are not offered."""
         if not plan.unavailable:
-            return None
+            return Continue()
         run.unavailable_rounds += 1
         if run.unavailable_rounds > self.MAX_UNAVAILABLE_TOOL_CALL_RETRIES:
             name = plan.unavailable[-1].name
-            return Outcome.fatal(f"the model kept calling tools that are not available "
-                                 f"(last: {name!r})")
-        return None
+            return Finish(Outcome.fatal(f"the model kept calling tools that are not available "
+                                        f"(last: {name!r})"))
+        return Continue()
 
-    # ------------------------------------------------------------------ custom tools
-    def _custom_tool(self, custom: CustomToolSchema) -> Tool:
-        settings = self.configuration.tools.get(custom.tool_name)
-        read_only = custom.read_only
-        if settings is not None and settings.read_only is not None:
-            read_only = settings.read_only
+    # ------------------------------------------------------------------ parking
+    async def _park(self, run: AgentRun, executed: Executed) -> Park:
+        """Deferred calls park the run (client tools first, then approvals)."""
 
-        async def run(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
-            hook_ctx = {"sender_id": ctx.agent_input.recipient_id, "server_name": None,
-                        "tool_name": custom.tool_name, "agent_id": self.name}
-            try:
-                extra = await self.build_custom_tool_call_metadata(hook_ctx)
-            except Exception as exc:  # noqa: BLE001 - reported to the model
-                return AgentToolResult(tool_name=custom.tool_name, is_error=True,
-                                       error_message=f"the call-metadata hook failed for "
-                                                     f"{custom.tool_name!r}: {exc}")
-            metadata = {**ctx.tool_context.metadata, **(extra or {})}
-            executor: Callable[..., Any] = custom.tool_executor
-            result = executor(dict(arguments), AgentToolContext(metadata=metadata))
-            if inspect.isawaitable(result):
-                result = await result
-            return _as_result(custom.tool_name, result)
+        async def ask(question: str) -> None:
+            await deliver(run, question)
+            self._record_text(run, question, None, "input_required")
 
-        return Tool(schema=custom.tool_definition, run=run, source="custom",
-                    read_only=read_only, timeout=settings.timeout if settings else None)
+        return await park(run, executed, agent_name=self.name, ask=ask)
 
     # ------------------------------------------------------------------ output
     def _output(self, run: AgentRun, outcome: Outcome) -> AgentOutput:
@@ -678,14 +572,5 @@ class MCPBaseAgent:
                    "completion_tokens": run.usage.completion_tokens,
                    "total_tokens": run.usage.total_tokens})
 
-    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[dict[str, Any]]:
+    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[TrackerEvent]:
         return list(run.events)
-
-
-def _as_result(tool_name: str, value: Any) -> AgentToolResult:
-    if isinstance(value, AgentToolResult):
-        return value
-    if isinstance(value, str):
-        return AgentToolResult(tool_name=tool_name, result=value)
-    raise TypeError(f"tool {tool_name!r} returned {type(value).__name__}, not an AgentToolResult")
-

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..tools.base import Tool
-from ._plan import AgentRun, Outcome, Plan
+from ..types import ChatMessage, JsonObject
+from ._plan import AgentRun, Continue, Executed, Finish, Outcome, Plan, StepResult
 from .base import MCPBaseAgent
-from .schemas import AgentInput, AgentStatus, AgentToolResult, AgentToolSchema
+from .schemas import AgentInput, AgentStatus, AgentToolResult, AgentToolSchema, ExitReason
 
 TASK_COMPLETED = "task_completed"
 
@@ -15,7 +16,7 @@ TASK_COMPLETED = "task_completed"
 class MCPOpenAgent(MCPBaseAgent):
     """Runs until the model calls ``task_completed`` (with a closing text) or asks the user.
 
-    ``configuration.exit_conditions`` (A1) may also end the run after a text answer (``text``)
+    ``configuration.exit_conditions`` may also end the run after a text answer (``text``)
     or right after a named tool ran.
     """
 
@@ -23,7 +24,7 @@ class MCPOpenAgent(MCPBaseAgent):
     TEMPLATE_FILE = "open_agent.jinja2"
 
     @staticmethod
-    def get_task_completed_tool() -> dict[str, Any] | None:
+    def get_task_completed_tool() -> JsonObject | None:
         """The built-in completion tool; return None in a subclass to remove it."""
         return {"type": "function", "function": {
             "name": TASK_COMPLETED,
@@ -35,18 +36,20 @@ class MCPOpenAgent(MCPBaseAgent):
             "strict": True}}
 
     @staticmethod
-    def get_system_message_for_empty_content_at_task_completion() -> dict[str, Any]:
+    def get_system_message_for_empty_content_at_task_completion() -> ChatMessage:
+        """The instruction for one more call when ``task_completed`` came without text."""
         return {"role": "system", "content": (
             "The task is complete and this is your only instruction now. Do not call any tool. "
             "Write one short, natural closing line that answers the user's last message. "
             "Do not summarise the conversation.")}
 
     def get_agent_specific_built_in_tools(self, agent_input: AgentInput) -> list[AgentToolSchema]:
+        """``task_completed`` (unless :meth:`get_task_completed_tool` returns None)."""
         tool = self.get_task_completed_tool()
         return [AgentToolSchema.from_openai_json_format(tool)] if tool else []
 
     def _builtin_tools(self, run: AgentRun) -> list[Tool]:
-        async def never(arguments: dict[str, Any], ctx: Any) -> AgentToolResult:
+        async def never(arguments: JsonObject, ctx: Any) -> AgentToolResult:
             raise AssertionError("task_completed is handled by the agent")
 
         return [Tool(schema=schema, run=never, source="builtin")
@@ -55,15 +58,15 @@ class MCPOpenAgent(MCPBaseAgent):
     def _handled_builtins(self) -> set[str]:
         return {TASK_COMPLETED} if self.get_task_completed_tool() else set()
 
-    def _messages(self, run: AgentRun) -> list[dict[str, Any]]:
+    async def _messages(self, run: AgentRun) -> list[ChatMessage]:
         if not run.completion_pending:
-            return super()._messages(run)
-        base = self.build_messages_for_llm_request(run.input)[1:]  # without the system prompt
+            return await super()._messages(run)
+        base = (await self._conversation(run))[1:]  # without the system prompt
         rest = [*base, *run.tool_messages]
         system = [m for m in rest if m.get("role") == "system"]
         return [*system, *[m for m in rest if m.get("role") != "system"]]
 
-    def _offered(self, run: AgentRun) -> list[dict[str, Any]]:
+    def _offered(self, run: AgentRun) -> list[JsonObject]:
         if not run.completion_pending:
             return super()._offered(run)
         exchanged = any(m.get("tool_calls") or m.get("role") == "tool" for m in run.tool_messages)
@@ -72,45 +75,49 @@ class MCPOpenAgent(MCPBaseAgent):
         completion = run.tools.get(TASK_COMPLETED)
         return [completion.schema.to_openai()] if completion else super()._offered(run)
 
-    async def _on_text(self, run: AgentRun, plan: Plan) -> Outcome | None:
+    def _text_kind(self, plan: Plan) -> str:
+        return "final_response" if plan.called(TASK_COMPLETED) else "filler_message"
+
+    def _runs_tools(self, plan: Plan) -> bool:
+        # task_completed alone, without any text: nothing to run, ask for a closing line
+        return not (plan.called(TASK_COMPLETED) and not plan.has_text and not plan.calls
+                    and not plan.unavailable)
+
+    def _decide_on_text(self, run: AgentRun, plan: Plan) -> StepResult:
+        """A text answer asks the user, unless the task is done or ``text`` is an exit."""
         if run.completion_pending:
             if plan.text:
                 self._record_text(run, plan.text, plan.response, "final_response")
-            return Outcome(AgentStatus.COMPLETED, "task_completed")
-        exits = self.configuration.exit_conditions or []
-        if "text" in exits:
+            return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.TASK_COMPLETED))
+        if "text" in (self.configuration.exit_conditions or []):
             self._record_text(run, plan.text, plan.response, "final_response")
-            return Outcome(AgentStatus.COMPLETED, "text")
+            return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.TEXT))
         self._record_text(run, plan.text, plan.response, "input_required")
-        return Outcome(AgentStatus.INPUT_REQUIRED, "text")
+        return Finish(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.TEXT))
 
-    async def _on_tools(self, run: AgentRun, plan: Plan) -> Outcome | None:
+    async def _decide_on_tools(self, run: AgentRun, plan: Plan,
+                               executed: Executed) -> StepResult:
+        """Failures, then deferred calls, then completion, then exit tools; else go on."""
         completing = plan.called(TASK_COMPLETED)
-        if completing and not plan.text and not plan.calls and not plan.unavailable:
+        if not self._runs_tools(plan):
             self._ask_for_closing_line(run)
-            return None
-        if plan.text:
-            kind = "final_response" if completing else "filler_message"
-            self._record_text(run, plan.text, plan.response, kind)
-        outcomes = await self._execute(run, plan)
-        failure = self._tool_failure(outcomes)
+            return Continue()
+        failure = self._tool_failure(executed)
         if failure is not None:
             return failure
-        parked = await self._park(run, plan)
-        if parked is not None:
-            return parked
+        if executed.deferred():
+            return await self._park(run, executed)
         if completing:
             run.count_tool(TASK_COMPLETED)
             run.structured.append({"name": TASK_COMPLETED, "result": "Task completed"})
-            if plan.text:
-                return Outcome(AgentStatus.COMPLETED, "task_completed")
+            if plan.has_text:  # whitespace counts as a closing text, though never sent
+                return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.TASK_COMPLETED))
             self._ask_for_closing_line(run, counted=True)
-            return None
+            return Continue()
         for name in self.configuration.exit_conditions or []:
-            if name != "text" and any(o.call.name == name and not o.result.is_error
-                                      for o in outcomes):
-                return Outcome(AgentStatus.COMPLETED, f"tool:{name}")
-        return self._unavailable_outcome(run, plan)
+            if name != "text" and executed.succeeded(name):
+                return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.for_tool(name)))
+        return self._after_unavailable(run, plan)
 
     def _ask_for_closing_line(self, run: AgentRun, counted: bool = False) -> None:
         """``task_completed`` without text: one more call, tools disabled, for a closing line."""

@@ -38,6 +38,7 @@ def protocol_type_for(spec: AgentSpec, *, has_exit_if: bool) -> str:
 
 
 def registered_classes() -> dict[str, type[MCPBaseAgent]]:
+    """Built-in agent classes plus those registered under the entry point group."""
     classes = dict(BUILTIN)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         loaded = ep.load()
@@ -47,6 +48,7 @@ def registered_classes() -> dict[str, type[MCPBaseAgent]]:
 
 
 def agent_class(spec: AgentSpec, protocol_type: str, root: Path) -> type[MCPBaseAgent]:
+    """The class for an agent: ``configuration.module`` or the protocol type's class."""
     classes = registered_classes()
     required = classes.get(protocol_type)
     if required is None:
@@ -86,6 +88,7 @@ def agent_class(spec: AgentSpec, protocol_type: str, root: Path) -> type[MCPBase
 def create_agent(spec: AgentSpec, protocol_type: str, *, root: Path,
                  endpoints: EndpointsConfig | None = None, pool: MCPPool | None = None,
                  llm: LLMClient | None = None) -> MCPBaseAgent:
+    """Build the agent of ``spec`` for the protocol type its call step needs."""
     cls = agent_class(spec, protocol_type, root)
     return cls.from_config(spec.config, endpoints=endpoints, pool=pool, project_root=root,
                            llm=llm)

@@ -1,8 +1,8 @@
 """The task-specific agent: fills exit slots through ``set_slot_<slot>`` tools, then completes
 silently once the step's ``exit_if`` conditions hold.
 
-Choices where the reference has quirks (reference §10): values are coerced to the slot type and
-an invalid value is an error tool result naming the allowed values (D9); a text reply that
+Choices where Rasa Pro behaves accidentally: values are coerced to the slot
+type and an invalid value is an error tool result naming the allowed values; a text reply that
 arrives when the conditions already hold is recorded (the user saw it); when the step limit is
 reached without the conditions holding, the agent keeps waiting for the user
 (``input_required``) instead of letting the flow move on.
@@ -17,85 +17,37 @@ from typing import Any
 from .. import events as ev
 from ..conditions import Condition, ConditionSyntaxError, parse_condition, referenced_slots
 from ..config.domain import mappings_allow_llm
-from ..tools.base import CallContext, Tool
-from ._plan import AgentRun, Outcome, Plan
+from ..slots import coerce_slot_value
+from ..tools.base import CallContext, SlotEffect, Tool
+from ..types import JsonObject, TrackerEvent
+from ._plan import AgentRun, Executed, Finish, Outcome, Plan, StepResult
 from .base import MCPBaseAgent
-from .schemas import AgentInput, AgentInputSlot, AgentStatus, AgentToolResult, AgentToolSchema
+from .schemas import (
+    AgentInput,
+    AgentInputSlot,
+    AgentStatus,
+    AgentToolResult,
+    AgentToolSchema,
+    ExitReason,
+)
+
+__all__ = ["MCPTaskAgent", "coerce_slot_value"]  # coerce_slot_value: old import path
 
 SET_SLOT = re.compile(r"^set_slot_(\w+)$")
 _JSON_TYPES = {"text": "string", "float": "number", "bool": "boolean", "list": "array",
                "categorical": "string", "strict_categorical": "string"}
 
 
-def _to_bool(slot: AgentInputSlot, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "1"):
-        return True
-    if text in ("false", "no", "0"):
-        return False
-    raise ValueError(f"slot {slot.name!r} is a bool: use true or false")
-
-
-def _to_float(slot: AgentInputSlot, value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    try:
-        return float(str(value).strip())
-    except ValueError:
-        raise ValueError(f"slot {slot.name!r} is a number: {value!r} is not one") from None
-
-
-def _to_category(slot: AgentInputSlot, value: Any) -> Any:
-    for allowed in slot.allowed_values or []:
-        if str(allowed).lower() == str(value).strip().lower():
-            return allowed
-    allowed_text = ", ".join(str(a) for a in slot.allowed_values or [])
-    raise ValueError(f"{value!r} is not allowed for slot {slot.name!r}; "
-                     f"allowed values: {allowed_text}")
-
-
-def _to_list(slot: AgentInputSlot, value: Any) -> list[Any]:
-    if isinstance(value, list):
-        return value
-    if isinstance(value, str) and value.strip().startswith("["):
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = None
-        if isinstance(parsed, list):
-            return parsed
-    return [value]
-
-
-def _to_text(slot: AgentInputSlot, value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    return json.dumps(value) if isinstance(value, dict | list) else str(value)
-
-
-_COERCERS = {"bool": _to_bool, "float": _to_float, "list": _to_list, "text": _to_text,
-             "categorical": _to_category, "strict_categorical": _to_category}
-
-
-def coerce_slot_value(slot: AgentInputSlot, value: Any) -> Any:
-    """Coerce ``value`` to the slot's type; raise ValueError saying what is allowed (D9)."""
-    coerce = _COERCERS.get(slot.type)
-    if value is None or coerce is None:
-        return value
-    if coerce is _to_category and not slot.allowed_values:
-        return _to_text(slot, value)
-    return coerce(slot, value)
-
-
 class MCPTaskAgent(MCPBaseAgent):
+    """Fills the slots its call step's ``exit_if`` needs, then completes silently."""
+
     PROTOCOL_TYPE = "mcp_task"
     TEMPLATE_FILE = "task_agent.jinja2"
 
     # ------------------------------------------------------------------ exit slots + tools
     @staticmethod
     def exit_conditions(agent_input: AgentInput) -> list[Condition]:
+        """The call step's ``exit_if`` conditions (from the input metadata)."""
         conditions = []
         for text in agent_input.metadata.get("exit_if") or []:
             try:
@@ -106,6 +58,7 @@ class MCPTaskAgent(MCPBaseAgent):
 
     @classmethod
     def exit_slot_names(cls, agent_input: AgentInput) -> list[str]:
+        """The slots the exit conditions refer to."""
         return referenced_slots(cls.exit_conditions(agent_input))
 
     @classmethod
@@ -116,7 +69,8 @@ class MCPTaskAgent(MCPBaseAgent):
                 if s.name in exit_names and mappings_allow_llm(s.mappings)]
 
     @classmethod
-    def get_slot_specific_set_slot_tool(cls, slot: AgentInputSlot) -> dict[str, Any]:
+    def get_slot_specific_set_slot_tool(cls, slot: AgentInputSlot) -> JsonObject:
+        """The ``set_slot_<slot>`` tool for one slot (OpenAI format, strict)."""
         description = f"Set the slot '{slot.name}' (type: {slot.type})."
         if slot.description:
             description += f" {slot.description}"
@@ -126,7 +80,7 @@ class MCPTaskAgent(MCPBaseAgent):
         if slot.verify:
             description += (" Before setting it, read the value back to the user and set it "
                             "only after they confirm it.")
-        value_schema: dict[str, Any] = {"type": _JSON_TYPES.get(slot.type, "string")}
+        value_schema: JsonObject = {"type": _JSON_TYPES.get(slot.type, "string")}
         if slot.type in ("float", "bool"):
             value_schema = {"type": [value_schema["type"], "string"]}
         elif slot.type == "list":
@@ -145,6 +99,7 @@ class MCPTaskAgent(MCPBaseAgent):
         return values
 
     def get_agent_specific_built_in_tools(self, agent_input: AgentInput) -> list[AgentToolSchema]:
+        """One ``set_slot_<slot>`` tool per fillable exit slot."""
         return [AgentToolSchema.from_openai_json_format(self.get_slot_specific_set_slot_tool(s))
                 for s in self.fillable_slots(agent_input)]
 
@@ -158,7 +113,7 @@ class MCPTaskAgent(MCPBaseAgent):
         match = SET_SLOT.match(schema.name)
         slot_name = match.group(1) if match else schema.name
 
-        async def set_slot(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+        async def set_slot(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
             slot = run.input.slot(slot_name)
             if slot is None:
                 return AgentToolResult(tool_name=schema.name, is_error=True,
@@ -168,7 +123,7 @@ class MCPTaskAgent(MCPBaseAgent):
             except ValueError as exc:
                 return AgentToolResult(tool_name=schema.name, is_error=True,
                                        error_message=str(exc))
-            self._apply_slot(run, slot_name, value)
+            ctx.effects.append(SlotEffect(slot_name, value, only_if_changed=True))
             return AgentToolResult(tool_name=schema.name,
                                    result=f"Slot {slot_name} set to {json.dumps(value)}.")
 
@@ -183,47 +138,43 @@ class MCPTaskAgent(MCPBaseAgent):
         return all(cond.evaluate(view) for cond in conditions)
 
     # ------------------------------------------------------------------ step decisions
-    async def _on_text(self, run: AgentRun, plan: Plan) -> Outcome | None:
+    def _decide_on_text(self, run: AgentRun, plan: Plan) -> StepResult:
+        """Complete when the exit conditions hold; otherwise the text asks the user."""
         if self._exit_met(run):
             if plan.text:
                 self._record_text(run, plan.text, plan.response, "final_response")
-            return Outcome(AgentStatus.COMPLETED, "exit_if")
+            return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.EXIT_IF))
         self._record_text(run, plan.text, plan.response, "input_required")
-        return Outcome(AgentStatus.INPUT_REQUIRED, "text")
+        return Finish(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.TEXT))
 
-    async def _on_tools(self, run: AgentRun, plan: Plan) -> Outcome | None:
-        if plan.text:
-            self._record_text(run, plan.text, plan.response, "filler_message")
-        outcomes = await self._execute(run, plan)
-        failure = self._tool_failure([o for o in outcomes if o.call.tool is not None
-                                      and o.call.tool.source != "builtin"])
+    async def _decide_on_tools(self, run: AgentRun, plan: Plan,
+                               executed: Executed) -> StepResult:
+        """Failures, then the exit conditions, then deferred calls; else go on."""
+        failure = self._tool_failure(executed, builtins=False)
         if failure is not None:
             return failure
         if self._exit_met(run):
-            return Outcome(AgentStatus.COMPLETED, "exit_if")
-        parked = await self._park(run, plan)
-        if parked is not None:
-            return parked
-        return self._unavailable_outcome(run, plan)
+            return Finish(Outcome(AgentStatus.COMPLETED, ExitReason.EXIT_IF))
+        if executed.deferred():
+            return await self._park(run, executed)
+        return self._after_unavailable(run, plan)
 
     def _max_steps_message_type(self) -> str:
         return "input_required"
 
     def _max_steps_outcome(self, run: AgentRun) -> Outcome:
         if self._exit_met(run):
-            return Outcome(AgentStatus.COMPLETED, "exit_if")
-        return Outcome(AgentStatus.INPUT_REQUIRED, "max_steps")
+            return Outcome(AgentStatus.COMPLETED, ExitReason.EXIT_IF)
+        return Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.MAX_STEPS)
 
     # ------------------------------------------------------------------ output
-    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[dict[str, Any]]:
+    def _final_events(self, run: AgentRun, outcome: Outcome) -> list[TrackerEvent]:
+        """On completion, the exit slots not set during this run are stated once more."""
         events = list(run.events)
-        exit_names = self.exit_slot_names(run.input)
-        for name in exit_names:
-            if name not in run.slot_values or name in run.slot_set_by_hook:
-                continue
-            value = run.slot_values[name]
-            changed = value != run.initial_slot_values.get(name)
-            if outcome.status == AgentStatus.COMPLETED or changed:
-                events.append(ev.slot_set(name, value))
+        if outcome.status != AgentStatus.COMPLETED:
+            return events
+        for name in self.exit_slot_names(run.input):
+            if name in run.slot_values and name not in run.slot_set_by_hook \
+                    and name not in run.recorded_slots:
+                events.append(ev.slot_set(name, run.slot_values[name]))
         return events
-

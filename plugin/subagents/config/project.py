@@ -22,6 +22,7 @@ from .._yaml import Loc, YamlDoc, YamlSyntaxError, load_yaml
 from ..conditions import ConditionSyntaxError, parse_condition
 from ..exceptions import ConfigIssue, ProjectInvalidError
 from ._base import pydantic_issues
+from .credentials import check_credentials
 from .domain import Domain, DomainFile
 from .endpoints import EndpointsConfig
 from .flows import END, Flow, FlowModel, Step, flatten
@@ -605,7 +606,7 @@ def collect_issues(root: Path) -> tuple[Project | None, list[ConfigIssue]]:
     domain, raw_flows = loader.load_data()
     agents = loader.load_agents(endpoints, endpoints_doc)
     flows = loader.build_flows(raw_flows, domain, agents)
-    issues = loader.issues
+    issues = loader.issues + check_credentials(root)[1]
     if any(i.severity == "error" for i in issues):
         return None, issues
     project = Project(root=root, endpoints=endpoints, domain=domain, flows=flows, agents=agents,

@@ -20,12 +20,14 @@ from ..config.project import Project, load_project
 from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
 from ..llm import LLMClient, ModelSettings, resolve_model_settings
 from ..mcp.pool import MCPPool
+from ..observability import traced_command_generation, traced_turn
 from ..stores import (
     LockStore,
     TrackerStore,
     create_lock_store,
     create_tracker_store,
 )
+from ..usage import conversation_usage, turn_metadata
 from .actions import ActionRunner
 from .commands import CannotHandle, Command, ContinueAgent, parse_deterministic
 from .flow_executor import FlowExecutor
@@ -118,6 +120,7 @@ class Assistant:
         await self.close()
 
     # ------------------------------------------------------------------ turns
+    @traced_turn
     async def handle_message(self, sender_id: str, text: str,
                              metadata: dict[str, Any] | None = None,
                              output_channel: OutputChannel | None = None) -> list[dict[str, Any]]:
@@ -153,7 +156,7 @@ class Assistant:
             if commands or not result_only:  # a late result with no waiting agent: record only
                 self.executor.apply_commands(turn, commands)
                 await self.executor.advance(turn)
-            turn.add(ev.action_executed("action_listen"))
+            turn.add(ev.action_executed("action_listen", metadata=turn_metadata()))
             await self.tracker_store.save_turn(sender_id, turn.new_events, turn.stack.to_list(),
                                                turn.previous_count)
             return turn.new_events
@@ -165,6 +168,7 @@ class Assistant:
         return await self.handle_message(sender_id, "", {"client_tool_results": results},
                                          output_channel)
 
+    @traced_command_generation
     async def understand(self, turn: Turn, text: str) -> list[Command]:
         fixed = parse_deterministic(text, set(self.project.flows))
         if fixed is not None:
@@ -186,7 +190,7 @@ class Assistant:
         record = await self.tracker_store.load(sender_id)
         return {"sender_id": sender_id, "events": record.events,
                 "slots": slots_from_events(self.project.domain, record.events),
-                "stack": record.stack}
+                "stack": record.stack, "usage": conversation_usage(record.events)}
 
 
 def _client_results(raw: Any) -> dict[str, Any]:

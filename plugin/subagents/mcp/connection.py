@@ -19,7 +19,6 @@ from typing import Any
 
 import structlog
 
-from ..agents.schemas import AgentToolResult
 from ..config._base import resolve_env
 from ..config.endpoints import McpServerConfig
 from ..exceptions import (
@@ -27,6 +26,7 @@ from ..exceptions import (
     ToolInvocationError,
     ToolTimeoutError,
 )
+from ..types import AgentToolResult
 from .auth import HeaderBuilder
 
 log = structlog.get_logger("subagents.mcp")

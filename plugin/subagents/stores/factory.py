@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..config._base import resolve_env
 from ..exceptions import ConfigError, ConfigIssue
 from .base import TrackerStore
 from .locks import InProcessLockStore, LockStore
@@ -26,7 +27,7 @@ def tracker_store_from_config(config: Any, root: Any) -> TrackerStore:
                                       hint="use sql (SQLite or PostgreSQL) or memory"))
     from .sql import SQLTrackerStore
 
-    url = data.get("url")
+    url = resolve_env(data["url"], what="tracker_store.url") if data.get("url") else None
     if not url:
         dialect = str(data.get("dialect") or "sqlite")
         if dialect.startswith("postgres"):
@@ -48,6 +49,7 @@ def lock_store_from_config(config: Any) -> LockStore:
     if kind == "redis":
         from .redis_lock import RedisLockStore
 
-        return RedisLockStore(url=data.get("url"), host=data.get("host", "localhost"),
+        url = resolve_env(data["url"], what="lock_store.url") if data.get("url") else None
+        return RedisLockStore(url=url, host=data.get("host", "localhost"),
                               port=int(data.get("port", 6379)), db=int(data.get("db", 0)))
     return InProcessLockStore()

@@ -1,13 +1,12 @@
-"""Running tool calls: argument validation, timeouts, errors as results, parallel policy.
+"""Running one tool call: argument validation, the per-tool timeout, errors as results.
 
-Read-only tools run concurrently (at most ``max_parallel`` at once); any other tool runs alone,
-after the read-only calls before it finished and before the ones after it start. Outcomes come
-back in call order.
+The timeout is the tool's own (``configuration.tools.<name>.timeout``) or the agent's
+``tool_timeout``. Every failure becomes an error result the model reads; nothing raises.
+How several calls of one response share time is in :mod:`subagents.tools.concurrency`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import json
@@ -17,8 +16,9 @@ from typing import Any
 import anyio
 import structlog
 
-from ..agents.schemas import AgentToolResult
 from ..exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutError
+from ..observability import traced_tool_call
+from ..types import AgentToolResult, JsonObject
 from .base import CallContext, PlannedCall, Tool, ToolOutcome
 
 log = structlog.get_logger("subagents.tools")
@@ -26,9 +26,20 @@ log = structlog.get_logger("subagents.tools")
 
 @functools.lru_cache(maxsize=512)
 def _validator_for(schema_json: str) -> Any:
+    """A validator of the draft the schema names in ``$schema`` (2020-12 when it names none);
+    None when the schema is not valid under that draft, so the server alone checks arguments."""
     from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
 
-    return Draft202012Validator(json.loads(schema_json))
+    schema = json.loads(schema_json)
+    cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        cls.check_schema(schema)
+    except SchemaError as exc:
+        log.warning("agent.tool.schema_invalid", draft=cls.__name__, error=exc.message)
+        return None
+    return cls(schema)
 
 
 def _validator(tool: Tool) -> Any:
@@ -37,7 +48,7 @@ def _validator(tool: Tool) -> Any:
     return _validator_for(json.dumps(schema, sort_keys=True))
 
 
-def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
+def validate_arguments(tool: Tool, arguments: JsonObject) -> JsonObject:
     """Fill top-level defaults, then check against the schema; raise ToolArgumentsError."""
     schema = tool.schema.parameters
     if not schema or not tool.validate_arguments:
@@ -46,7 +57,10 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     for name, prop in (schema.get("properties") or {}).items():
         if name not in filled and isinstance(prop, dict) and "default" in prop:
             filled[name] = prop["default"]
-    errors = sorted(_validator(tool).iter_errors(filled), key=lambda e: list(e.path))
+    validator = _validator(tool)
+    if validator is None:
+        return filled
+    errors = sorted(validator.iter_errors(filled), key=lambda e: list(e.path))
     if errors:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e.path) or 'arguments'}: {e.message}" for e in errors[:5])
@@ -55,13 +69,15 @@ def validate_arguments(tool: Tool, arguments: dict[str, Any]) -> dict[str, Any]:
     return filled
 
 
-async def invoke_tool(tool: Tool, arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+@traced_tool_call
+async def invoke_tool(tool: Tool, arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
     """Run one tool; every failure becomes an error result (never an exception)."""
     timeout = tool.timeout or ctx.timeout
     try:
         args = validate_arguments(tool, arguments)
         with anyio.fail_after(timeout + 1.0):  # the runner enforces `timeout`; this is a backstop
-            outcome: Any = tool.run(args, CallContext(ctx.agent_input, ctx.tool_context, timeout))
+            outcome: Any = tool.run(args, CallContext(ctx.agent_input, ctx.tool_context, timeout,
+                                                      ctx.effects))
             result = await outcome if inspect.isawaitable(outcome) else outcome
         if not isinstance(result, AgentToolResult):
             raise ToolInvocationError(f"tool {tool.name!r} returned {type(result).__name__}, "
@@ -83,38 +99,33 @@ def _error(name: str, message: str, code: str) -> AgentToolResult:
     return AgentToolResult(tool_name=name, is_error=True, error_message=message)
 
 
-async def _one(call: PlannedCall, ctx: CallContext) -> ToolOutcome:
-    assert call.tool is not None
-    started = time.monotonic()
-    result = await invoke_tool(call.tool, call.arguments, ctx)
-    return ToolOutcome(call=call, result=result, started=started, finished=time.monotonic())
+class FunctionToolset:
+    """Plain tools, run with argument validation, timeouts and errors as results."""
 
+    def __init__(self, tools: list[Tool], *, max_result_chars: int | None = None) -> None:
+        self.max_result_chars = max_result_chars
+        """Longer results are cut and marked (a safety cap; the tracker keeps the cut text)."""
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self._tools.setdefault(tool.name, tool)
 
-async def execute_calls(calls: list[PlannedCall], ctx: CallContext, *,
-                        max_parallel: int = 3) -> list[ToolOutcome]:
-    """Execute ``calls`` (all with a tool) under the parallel policy; outcomes in call order."""
-    outcomes: list[ToolOutcome] = []
-    batch: list[PlannedCall] = []
-    limiter = asyncio.Semaphore(max(1, max_parallel))
+    def tools(self) -> list[Tool]:
+        """The tools, first of each name kept."""
+        return list(self._tools.values())
 
-    async def limited(call: PlannedCall) -> ToolOutcome:
-        async with limiter:
-            return await _one(call, ctx)
-
-    async def flush() -> None:
-        if batch:
-            outcomes.extend(await asyncio.gather(*(limited(c) for c in batch)))
-            batch.clear()
-
-    for call in calls:
+    async def call(self, call: PlannedCall, ctx: CallContext) -> ToolOutcome:
+        """Run the call's tool and time it."""
         assert call.tool is not None
-        if call.tool.read_only:
-            batch.append(call)
-            continue
-        await flush()
-        outcomes.append(await _one(call, ctx))
-    await flush()
-    return outcomes
+        call_ctx = ctx.for_call()
+        started = time.monotonic()
+        result = await invoke_tool(call.tool, call.arguments, call_ctx)
+        text, cap = result.result, self.max_result_chars
+        if cap is not None and text is not None and len(text) > cap:
+            log.warning("agent.tool.result_capped", tool=call.name, chars=len(text), cap=cap)
+            result = result.model_copy(update={"result": text[:cap] + (
+                f"\n[Result cut: {len(text)} characters in all, the first {cap} are shown.]")})
+        return ToolOutcome(call=call, result=result, started=started, finished=time.monotonic(),
+                           effects=list(call_ctx.effects))
 
 
-__all__ = ["ToolTimeoutError", "execute_calls", "invoke_tool", "validate_arguments"]
+__all__ = ["FunctionToolset", "ToolTimeoutError", "invoke_tool", "validate_arguments"]

@@ -4,32 +4,31 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from typing import Any
 
 import structlog
 
-from ..agents.schemas import AgentInput, AgentToolResult, AgentToolSchema
 from ..config.sub_agent import McpServerRef, ToolSettings
 from ..exceptions import ToolNotAvailableError
 from ..mcp.connection import MCPTool
 from ..mcp.pool import MCPPool
+from ..types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
 from .base import CallContext, Tool
 
 log = structlog.get_logger("subagents.tools")
 
 
 def allowed(ref: McpServerRef, tool_name: str) -> bool:
-    """DECISIONS D3: an include list (even empty) allows only its tools; else exclude wins."""
+    """An include list (even empty) allows only its tools; else exclude wins."""
     if ref.include_tools is not None:
         return tool_name in ref.include_tools
     return not (ref.exclude_tools and tool_name in ref.exclude_tools)
 
 
 def build_meta(pool: MCPPool, server: str, agent_input: AgentInput, tool_name: str,
-               agent_name: str) -> dict[str, Any]:
+               agent_name: str) -> JsonObject:
     """``meta_map`` (static first, then from_slots) plus the server's ``pre_call_hook``."""
     config = pool.endpoints.mcp_server(server)
-    meta: dict[str, Any] = {}
+    meta: JsonObject = {}
     if config is None:
         return meta
     if config.meta_map is not None:
@@ -40,7 +39,8 @@ def build_meta(pool: MCPPool, server: str, agent_input: AgentInput, tool_name: s
     return meta
 
 
-async def run_pre_call_hook(hook_path: str, context: dict[str, Any]) -> dict[str, Any]:
+async def run_pre_call_hook(hook_path: str, context: JsonObject) -> JsonObject:
+    """Call a server's ``pre_call_hook`` (dotted path); return the metadata it adds."""
     mod_name, _, func_name = hook_path.rpartition(".")
     hook = getattr(importlib.import_module(mod_name), func_name)
     result = hook(context)
@@ -64,6 +64,7 @@ class MCPToolset:
         self.settings = settings or {}
 
     async def start(self, attempts: int) -> None:
+        """Connect the agent's servers (shared per process)."""
         for ref in self.refs:
             await self.pool.start(ref.name, attempts=attempts, agent=self.agent_name)
 
@@ -98,14 +99,15 @@ class MCPToolset:
         schema = AgentToolSchema(name=mcp_tool.name, description=mcp_tool.description,
                                  parameters=mcp_tool.input_schema or {}, strict=False)
 
-        async def run(arguments: dict[str, Any], ctx: CallContext) -> AgentToolResult:
+        async def run(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
             return await self.call(ref, mcp_tool.name, arguments, ctx, read_only=read_only)
 
         return Tool(schema=schema, run=run, source=f"mcp:{ref.name}", read_only=read_only,
                     timeout=settings.timeout if settings else None)
 
-    async def call(self, ref: McpServerRef, name: str, arguments: dict[str, Any],
+    async def call(self, ref: McpServerRef, name: str, arguments: JsonObject,
                    ctx: CallContext, *, read_only: bool) -> AgentToolResult:
+        """Call ``name`` on the server of ``ref``, enforcing the include/exclude filter."""
         if not allowed(ref, name):
             raise ToolNotAvailableError(f"tool {name!r} is not available to this agent")
         meta = build_meta(self.pool, ref.name, ctx.agent_input, name, self.agent_name)

@@ -1,4 +1,4 @@
-"""``@tool``: a typed Python function becomes a custom tool (DECISIONS A8).
+"""``@tool``: a typed Python function becomes a custom tool; custom tools as :class:`Tool`.
 
 The schema comes from the signature (pydantic) and the docstring's first paragraph. A parameter
 annotated ``AgentToolContext`` receives the tool context and is hidden from the model. Decorated
@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, create_model
 
-from ..agents.schemas import AgentToolContext, AgentToolResult
+from ..config.sub_agent import ToolSettings
+from ..types import AgentToolContext, AgentToolResult, CustomToolSchema, JsonObject
+from .base import CallContext, Tool
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK = "__subagents_tool__"
 
 
 class ToolSpec:
+    """What ``@tool`` learned about a function: name, description, argument model."""
+
     def __init__(self, fn: Callable[..., Any], name: str | None, description: str | None,
                  read_only: bool) -> None:
         self.fn = fn
@@ -42,13 +46,14 @@ class ToolSpec:
             fields[param.name] = (annotation, default)
         self.model: type[BaseModel] = create_model(f"{self.name}_arguments", **fields)
 
-    def definition(self, owner: Any = None) -> dict[str, Any]:
+    def definition(self, owner: Any = None) -> JsonObject:
+        """The OpenAI-format tool dict with its ``tool_executor`` (bound to ``owner``)."""
         schema = self.model.model_json_schema()
         schema.pop("title", None)
         for prop in schema.get("properties", {}).values():
             prop.pop("title", None)
 
-        async def executor(arguments: dict[str, Any], context: AgentToolContext
+        async def executor(arguments: JsonObject, context: AgentToolContext
                            ) -> AgentToolResult:
             parsed = self.model.model_validate(arguments)
             kwargs = {k: getattr(parsed, k) for k in type(parsed).model_fields}
@@ -89,9 +94,9 @@ def tool(fn: Any = None, *, name: str | None = None, description: str | None = N
     return mark(fn) if fn is not None else mark
 
 
-def discover_python_tools(agent: Any) -> list[dict[str, Any]]:
+def discover_python_tools(agent: Any) -> list[JsonObject]:
     """Definitions of the agent's ``@tool`` methods and of functions in ``python_tools``."""
-    found: list[dict[str, Any]] = []
+    found: list[JsonObject] = []
     for attr in dir(type(agent)):
         member = getattr(type(agent), attr, None)
         spec = getattr(member, _MARK, None)
@@ -101,3 +106,42 @@ def discover_python_tools(agent: Any) -> list[dict[str, Any]]:
         spec = getattr(fn, _MARK, None) or ToolSpec(fn, None, None, False)
         found.append(spec.definition())
     return found
+
+
+MetadataHook = Callable[[JsonObject], Awaitable[JsonObject]]
+
+
+def custom_tool(custom: CustomToolSchema, settings: ToolSettings | None,
+                metadata_hook: MetadataHook, agent_name: str) -> Tool:
+    """A custom tool as a :class:`Tool`: ``metadata_hook`` adds call metadata (credentials)
+    to the tool context, which the model never sees."""
+    read_only = custom.read_only
+    if settings is not None and settings.read_only is not None:
+        read_only = settings.read_only
+
+    async def run(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
+        hook_ctx = {"sender_id": ctx.agent_input.recipient_id, "server_name": None,
+                    "tool_name": custom.tool_name, "agent_id": agent_name}
+        try:
+            extra = await metadata_hook(hook_ctx)
+        except Exception as exc:  # noqa: BLE001 - reported to the model
+            return AgentToolResult(tool_name=custom.tool_name, is_error=True,
+                                   error_message=f"the call-metadata hook failed for "
+                                                 f"{custom.tool_name!r}: {exc}")
+        metadata = {**ctx.tool_context.metadata, **(extra or {})}
+        executor: Callable[..., Any] = custom.tool_executor
+        result = executor(dict(arguments), AgentToolContext(metadata=metadata))
+        if inspect.isawaitable(result):
+            result = await result
+        return _as_result(custom.tool_name, result)
+
+    return Tool(schema=custom.tool_definition, run=run, source="custom",
+                read_only=read_only, timeout=settings.timeout if settings else None)
+
+
+def _as_result(tool_name: str, value: Any) -> AgentToolResult:
+    if isinstance(value, AgentToolResult):
+        return value
+    if isinstance(value, str):
+        return AgentToolResult(tool_name=tool_name, result=value)
+    raise TypeError(f"tool {tool_name!r} returned {type(value).__name__}, not an AgentToolResult")

@@ -1,0 +1,59 @@
+"""The model call of a step and the delivery of text and events to the output channel."""
+
+from __future__ import annotations
+
+from ..llm import LLMClient, LLMResponse
+from ..types import ChatMessage, JsonObject, OutputChannelLike, TrackerEvent
+from ._plan import AgentRun
+
+
+async def generate(llm: LLMClient, run: AgentRun, messages: list[ChatMessage],
+                   tools: list[JsonObject]) -> LLMResponse:
+    """Call the model once (streamed to the channel when it streams); count the step."""
+    channel, recipient = run.channel, run.recipient_id
+    run.steps += 1
+    if channel is None or recipient is None or not channel.wants_streaming():
+        response = await llm.complete(messages, tools or None)
+    else:
+        response = await _stream(llm, channel, recipient, messages, tools)
+    run.usage.add(response.usage)
+    return response
+
+
+async def _stream(llm: LLMClient, channel: OutputChannelLike, recipient: str,
+                  messages: list[ChatMessage], tools: list[JsonObject]) -> LLMResponse:
+    started = False
+    leading = ""
+
+    async def on_text(delta: str) -> None:
+        # leading whitespace is held back, so a whitespace-only reply is never sent
+        nonlocal started, leading
+        if not started:
+            leading += delta
+            if not leading.strip():
+                return
+            started, delta = True, leading
+            await channel.send_response_chunk_start(recipient)
+        await channel.send_response_chunk(recipient, delta)
+
+    try:
+        response = await llm.complete(messages, tools or None, stream=True, on_text=on_text)
+    except BaseException:
+        if started:
+            await channel.send_response_chunk_end(recipient, interrupted=True)
+        raise
+    if started:
+        await channel.send_response_chunk_end(recipient)
+    return response
+
+
+async def deliver(run: AgentRun, text: str) -> None:
+    """Send one whole message to the user (no-op without a channel)."""
+    if run.channel is not None and run.recipient_id is not None:
+        await run.channel.send_text_message(run.recipient_id, text)
+
+
+async def send_event(run: AgentRun, event: TrackerEvent) -> None:
+    """Show an event on channels that show them (no-op without a channel)."""
+    if run.channel is not None and run.recipient_id is not None:
+        await run.channel.send_event(run.recipient_id, event)

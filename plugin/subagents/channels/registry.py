@@ -1,0 +1,119 @@
+"""Build the input channels named in ``credentials.yml`` and mount them on the HTTP server."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import structlog
+from starlette.applications import Starlette
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..config.credentials import Credentials, load_credentials
+from ..config.project import import_from_project
+from ..exceptions import ConfigError, ConfigIssue
+from .input import InputChannel
+
+if TYPE_CHECKING:
+    from ..dialogue.processor import Assistant
+
+log = structlog.get_logger("subagents.channels")
+
+BUILTIN: dict[str, tuple[str, str, str, str]] = {
+    "socketio": ("subagents.channels.socketio", "SocketIOInput", "socketio", "socketio"),
+    "slack": ("subagents.channels.slack", "SlackInput", "slack", "slack_sdk"),
+    "telegram": ("subagents.channels.telegram", "TelegramInput", "telegram", "telegram"),
+    "twilio": ("subagents.channels.twilio", "TwilioInput", "twilio", "twilio"),
+}
+"""Channel name -> (module, class, the optional extra that installs its library, the library)."""
+
+
+def channel_class(name: str, root: Path) -> type[InputChannel]:
+    """The class of channel ``name``: built-in, or a custom ``pkg.mod.Class`` of the project."""
+    if name in BUILTIN:
+        module_name, cls_name, extra, library = BUILTIN[name]
+        try:
+            importlib.import_module(library)
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise ConfigError(ConfigIssue(
+                "credentials.channel.extra_missing",
+                f"channel {name!r} needs a library that is not installed ({exc.name})",
+                file="credentials.yml", key=name,
+                hint=f"pip install 'subagents[{extra}]'")) from exc
+        cls: type[InputChannel] = getattr(module, cls_name)
+        return cls
+    mod_name, _, cls_name = name.rpartition(".")
+    custom: type[InputChannel] = getattr(import_from_project(root, mod_name), cls_name)
+    return custom
+
+
+def build_channels(root: Path, credentials: Credentials) -> list[InputChannel]:
+    """One channel object per entry (``rest`` is the server's own REST API: nothing to build)."""
+    channels = []
+    for entry in credentials.channels:
+        if entry.name == "rest":
+            continue
+        cls = channel_class(entry.name, root)
+        channels.append(cls.from_credentials(entry.resolved()))
+        log.info("channels.enabled", channel=entry.name)
+    return channels
+
+
+def load_channels(root: Path, credentials_path: Path | None = None) -> list[InputChannel]:
+    """Read the project's ``credentials.yml`` (or ``credentials_path``) and build its channels.
+
+    Raises:
+        ProjectInvalidError: the file has errors (each with file, line and code).
+        ConfigError: a ``${VAR}`` is not set, or a channel's library is not installed.
+    """
+    return build_channels(Path(root), load_credentials(Path(root), credentials_path))
+
+
+def mount_channels(app: Starlette, assistant: Assistant,
+                   channels: Sequence[InputChannel]) -> None:
+    """Add the channels' routes to ``app``, put their ASGI wrappers in front of it and run
+    their ``startup``/``shutdown`` with the server's lifespan."""
+    if not channels:
+        return
+    for channel in channels:
+        app.router.routes.extend(channel.routes(assistant))
+    app.add_middleware(_ChannelsMiddleware, channels=list(channels), assistant=assistant)
+
+
+class _ChannelsMiddleware:
+    def __init__(self, app: ASGIApp, *, channels: list[InputChannel],
+                 assistant: Assistant) -> None:
+        self.channels = channels
+        self.assistant = assistant
+        self.app = app
+        for channel in channels:
+            app = channel.wrap(app, assistant)
+        self.wrapped = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.wrapped(scope, receive, send)
+            return
+
+        async def on_receive() -> Message:
+            message = await receive()
+            if message["type"] == "lifespan.shutdown":
+                for channel in self.channels:
+                    await channel.shutdown()
+            return message
+
+        async def on_send(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                try:
+                    for channel in self.channels:
+                        await channel.startup(self.assistant)
+                except Exception as exc:
+                    log.exception("channels.startup.failed")
+                    message = {"type": "lifespan.startup.failed", "message": str(exc)}
+            await send(message)
+
+        await self.app(scope, on_receive, on_send)
+
