@@ -7,6 +7,7 @@ model latency, and the server's RSS. The tracker store is the default SQLite fil
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import socket
@@ -142,7 +143,16 @@ async def run_level(root: Path, fake: FakeModelServer, n: int) -> str:
             print(log[-3000:])
 
 
-async def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="bench_serve.py", description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--levels", type=lambda text: tuple(int(n) for n in text.split(",")),
+                        default=LEVELS, metavar="N,N,...",
+                        help="concurrent conversations per level (default: %(default)s)")
+    return parser.parse_args(argv)
+
+
+async def main(levels: tuple[int, ...] = LEVELS) -> None:
     raise_fd_limit()
     print(f"== serve under load (fake model {MODEL_MS} ms per call, SQLite tracker; "
           "the client and the fake model share the machine's 2 cores with the server) ==")
@@ -150,10 +160,10 @@ async def main() -> None:
         async with FakeModelServer() as fake:
             root = Path(tmp)
             write_project(root, fake)
-            for n in LEVELS:
+            for n in levels:
                 print(await run_level(root, fake, n), flush=True)
             fake.assert_done()
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(main(parse_args().levels))

@@ -3,7 +3,13 @@
 Supported: ``=``/``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, ``is``, ``is not``, ``contains``,
 ``matches`` (regex search), ``and``, ``or``, ``not``, parentheses, string/number/boolean literals,
 ``null`` (also ``none``/``undefined``) and references such as ``slots.city`` or ``context.x``.
-Keywords are case-insensitive. ``{{ ... }}`` Jinja expressions are rendered (sandboxed) first.
+Keywords are case-insensitive.
+
+Jinja placeholders are values, never condition text: a bare ``{{ slots.city | lower }}`` is an
+operand whose value is the (sandboxed) expression's result, and a quoted string holding
+placeholders or ``{% ... %}`` blocks, such as ``'{{ slots.pin }}'``, is an operand whose value is
+the rendered string. The condition is parsed once; what a slot holds can never change its shape,
+so a value like ``' or true or '`` stays a string.
 
 Evaluation never raises: comparing values of incompatible types (``slots.guests > 1`` while
 ``guests`` is unset) is false, not an error; a numeric string compares as a number. The parser is a
@@ -22,17 +28,35 @@ __all__ = ["Condition", "ConditionSyntaxError", "parse_condition", "referenced_s
 
 
 class ConditionSyntaxError(ValueError):
-    """The condition text does not parse."""
+    """The condition text does not parse.
+
+    Attributes:
+        code: Stable error code, ``condition.syntax``.
+        text: The condition as written.
+        position: 1-based character position of the problem in ``text`` (None when the
+            problem is the condition as a whole, e.g. an empty one).
+        reason: What is wrong, without the condition text.
+    """
+
+    code = "condition.syntax"
+
+    def __init__(self, reason: str, *, text: str = "", position: int | None = None) -> None:
+        where = f" at position {position}" if position is not None else ""
+        super().__init__(f"{reason}{where} in {text!r}" if text else reason)
+        self.reason = reason
+        self.text = text
+        self.position = position
 
 
 _TOKEN = re.compile(
     r"""\s*(?:
         (?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')
       | (?P<number>-?\d+(?:\.\d+)?(?![\w.]))
+      | (?P<jinja>\{\{.*?\}\}|\{%)
       | (?P<op>==|!=|<=|>=|=|<|>|\(|\)|\{|\}|,)
       | (?P<word>[A-Za-z_][\w\-]*(?:\.[A-Za-z_][\w\-]*)*)
     )""",
-    re.VERBOSE,
+    re.VERBOSE | re.DOTALL,
 )
 _KEYWORDS = {"and", "or", "not", "is", "contains", "matches"}
 class _Empty:
@@ -55,6 +79,56 @@ class _Tok:
     pos: int
 
 
+@functools.cache
+def _jinja_env() -> Any:
+    from jinja2.sandbox import SandboxedEnvironment
+
+    return SandboxedEnvironment()
+
+
+def _unquote(raw: str) -> str:
+    body = raw[1:-1]
+    return bytes(body, "utf-8").decode("unicode_escape") if "\\" in body else body
+
+
+def _string_token(raw: str, text: str, start: int) -> _Tok:
+    """A quoted string; one holding Jinja becomes a template rendered at evaluation time."""
+    value = _unquote(raw)
+    if "{{" not in value and "{%" not in value:
+        return _Tok("literal", value, start)
+    from jinja2 import TemplateSyntaxError
+
+    try:
+        return _Tok("template", (_jinja_env().from_string(value), value), start)
+    except TemplateSyntaxError as exc:
+        raise ConditionSyntaxError(f"the template string does not parse ({exc.message})",
+                                   text=text, position=start + 1) from exc
+
+
+def _jinja_token(raw: str, text: str, start: int) -> _Tok:
+    """A bare ``{{ expression }}``: an operand whose value is the expression's result."""
+    if raw == "{%":
+        raise ConditionSyntaxError("a '{% ... %}' block is only allowed inside a quoted string",
+                                   text=text, position=start + 1)
+    from jinja2 import TemplateSyntaxError
+
+    source = raw[2:-2].strip()
+    try:
+        return _Tok("expr", (_jinja_env().compile_expression(source), source), start)
+    except TemplateSyntaxError as exc:
+        raise ConditionSyntaxError(f"the expression {source!r} does not parse ({exc.message})",
+                                   text=text, position=start + 1) from exc
+
+
+def _word_token(raw: str, start: int) -> _Tok:
+    low = raw.lower()
+    if low in _KEYWORDS:
+        return _Tok("kw", low, start)
+    if low in _CONSTANTS:
+        return _Tok("literal", _CONSTANTS[low], start)
+    return _Tok("ref", raw, start)
+
+
 def _tokenize(text: str) -> list[_Tok]:
     tokens: list[_Tok] = []
     pos = 0
@@ -63,33 +137,33 @@ def _tokenize(text: str) -> list[_Tok]:
             break
         match = _TOKEN.match(text, pos)
         if not match or match.end() == pos:
-            raise ConditionSyntaxError(f"unexpected character {text[pos:].strip()[:1]!r} "
-                                       f"at position {pos + 1} in {text!r}")
+            where = pos + len(text[pos:]) - len(text[pos:].lstrip())
+            raise ConditionSyntaxError(f"unexpected character {text[where]!r}", text=text,
+                                       position=where + 1)
         kind = match.lastgroup or ""
         raw = match.group(kind)
         start = match.start(kind)
         if kind == "string":
-            tokens.append(_Tok("literal", bytes(raw[1:-1], "utf-8").decode("unicode_escape")
-                               if "\\" in raw else raw[1:-1], start))
+            tokens.append(_string_token(raw, text, start))
         elif kind == "number":
             tokens.append(_Tok("literal", float(raw) if "." in raw else int(raw), start))
+        elif kind == "jinja":
+            tokens.append(_jinja_token(raw, text, start))
         elif kind == "op":
             tokens.append(_Tok("op", raw, start))
         else:
-            low = raw.lower()
-            if low in _KEYWORDS:
-                tokens.append(_Tok("kw", low, start))
-            elif low in _CONSTANTS:
-                tokens.append(_Tok("literal", _CONSTANTS[low], start))
-            else:
-                tokens.append(_Tok("ref", raw, start))
+            tokens.append(_word_token(raw, start))
         pos = match.end()
     return tokens
 
 
-# AST nodes are tuples: ("lit", v) | ("ref", "a.b") | ("not", x) | ("and"/"or", x, y)
-# | ("cmp", op, x, y)
+# AST nodes are tuples: ("lit", v) | ("ref", "a.b") | ("expr", compiled, source)
+# | ("template", template, source) | ("not", x) | ("and"/"or", x, y) | ("cmp", op, x, y)
 Node = tuple[Any, ...]
+
+
+def _shown(tok: _Tok) -> str:
+    return repr(tok.value[1]) if tok.kind in ("expr", "template") else repr(tok.value)
 
 
 class _Parser:
@@ -104,7 +178,8 @@ class _Parser:
     def take(self) -> _Tok:
         tok = self.peek()
         if tok is None:
-            raise ConditionSyntaxError(f"unexpected end of condition {self.text!r}")
+            raise ConditionSyntaxError("unexpected end of condition", text=self.text,
+                                       position=len(self.text) + 1)
         self.i += 1
         return tok
 
@@ -114,12 +189,12 @@ class _Parser:
 
     def parse(self) -> Node:
         if not self.tokens:
-            raise ConditionSyntaxError("empty condition")
+            raise ConditionSyntaxError("empty condition", text=self.text)
         node = self.parse_or()
         tok = self.peek()
         if tok is not None:
-            raise ConditionSyntaxError(f"unexpected {tok.value!r} at position {tok.pos + 1} "
-                                       f"in {self.text!r}")
+            raise ConditionSyntaxError(f"unexpected {_shown(tok)}", text=self.text,
+                                       position=tok.pos + 1)
         return node
 
     def parse_or(self) -> Node:
@@ -175,8 +250,8 @@ class _Parser:
             if tok.kind == "op" and tok.value == ",":
                 continue
             if tok.kind != "literal":
-                raise ConditionSyntaxError(f"a set holds literals, not {tok.value!r} "
-                                           f"(position {tok.pos + 1} in {self.text!r})")
+                raise ConditionSyntaxError(f"a set holds literals, not {_shown(tok)}",
+                                           text=self.text, position=tok.pos + 1)
             items.append(tok.value)
 
     def parse_operand(self) -> Node:
@@ -185,8 +260,8 @@ class _Parser:
             node = self.parse_or()
             close = self.take()
             if close.kind != "op" or close.value != ")":
-                raise ConditionSyntaxError(f"expected ')' at position {close.pos + 1} "
-                                           f"in {self.text!r}")
+                raise ConditionSyntaxError("expected ')'", text=self.text,
+                                           position=close.pos + 1)
             return node
         if tok.kind == "op" and tok.value == "{":
             return ("lit", self.parse_set())
@@ -194,8 +269,10 @@ class _Parser:
             return ("lit", tok.value)
         if tok.kind == "ref":
             return ("ref", tok.value)
-        raise ConditionSyntaxError(f"unexpected {tok.value!r} at position {tok.pos + 1} "
-                                   f"in {self.text!r}")
+        if tok.kind in ("expr", "template"):
+            return (tok.kind, *tok.value)
+        raise ConditionSyntaxError(f"unexpected {_shown(tok)}", text=self.text,
+                                   position=tok.pos + 1)
 
 
 _NUMERIC = re.compile(r"^\s*-?\d+(\.\d+)?\s*$")
@@ -282,12 +359,27 @@ def _lookup(path: str, context: Mapping[str, Any]) -> Any:
     return current
 
 
+class _RenderFailedError(Exception):
+    """A placeholder could not be evaluated; the whole condition is false."""
+
+
+def _jinja_value(node: Node, context: Mapping[str, Any]) -> Any:
+    try:
+        if node[0] == "expr":
+            return node[1](**context)
+        return node[1].render(**context)
+    except Exception as exc:  # sandbox violations, undefined attributes, filter errors
+        raise _RenderFailedError(str(exc)) from exc
+
+
 def _eval(node: Node, context: Mapping[str, Any]) -> Any:
     kind = node[0]
     if kind == "lit":
         return node[1]
     if kind == "ref":
         return _lookup(node[1], context)
+    if kind in ("expr", "template"):
+        return _jinja_value(node, context)
     if kind == "not":
         return not _truthy(_eval(node[1], context))
     if kind == "and":
@@ -303,62 +395,66 @@ def _truthy(value: Any) -> bool:
     return bool(value)
 
 
+_SLOT_IN_JINJA = re.compile(r"\bslots\.(\w+)")
+
+
 def _refs(node: Node) -> list[str]:
     if node[0] == "ref":
         return [node[1]]
     if node[0] == "lit":
         return []
+    if node[0] in ("expr", "template"):
+        return [f"slots.{name}" for name in _SLOT_IN_JINJA.findall(node[2])]
     if node[0] == "cmp":
         return _refs(node[2]) + _refs(node[3])
     return [ref for child in node[1:] for ref in _refs(child)]
 
 
-_JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
-_SLOT_IN_JINJA = re.compile(r"\bslots\.(\w+)")
-
-
 @dataclass(frozen=True)
 class Condition:
-    """A parsed predicate; ``evaluate`` never raises."""
+    """A parsed predicate, built by :func:`parse_condition`; ``evaluate`` never raises.
+
+    Attributes:
+        text: The condition as written.
+    """
 
     text: str
     _ast: Node | None
+    """The parsed form; None for a condition that did not parse, which is always false."""
 
     @property
     def slot_names(self) -> list[str]:
         """Slot names referenced as ``slots.<name>``, in order, without duplicates."""
         found: list[str] = []
-        if self._ast is not None:
-            refs = [r.split(".", 1)[1] for r in _refs(self._ast) if r.startswith("slots.")]
-        else:
-            refs = _SLOT_IN_JINJA.findall(self.text)
-        for name in refs:
-            name = name.split(".")[0]
+        refs = (_refs(self._ast) if self._ast is not None
+                else [f"slots.{name}" for name in _SLOT_IN_JINJA.findall(self.text)])
+        for ref in refs:
+            if not ref.startswith("slots."):
+                continue
+            name = ref.split(".")[1]
             if name not in found:
                 found.append(name)
         return found
 
     def evaluate(self, context: Mapping[str, Any]) -> bool:
-        ast = self._ast
-        if ast is None:
-            try:
-                ast = _Parser(_render_jinja(self.text, context)).parse()
-            except ConditionSyntaxError:
-                return False
-        return _truthy(_eval(ast, context))
+        """Evaluate against ``context`` (e.g. ``{"slots": {...}, "context": {...}}``).
+
+        Args:
+            context: The values references and placeholders read.
+
+        Returns:
+            Whether the condition holds; a placeholder that cannot be evaluated makes it false.
+        """
+        if self._ast is None:
+            return False
+        try:
+            return _truthy(_eval(self._ast, context))
+        except _RenderFailedError:
+            return False
 
     def evaluate_slots(self, slots: Mapping[str, Any]) -> bool:
+        """Evaluate with only slot values available (``{"slots": slots}``)."""
         return self.evaluate({"slots": dict(slots)})
-
-
-def _render_jinja(text: str, context: Mapping[str, Any]) -> str:
-    from jinja2.sandbox import SandboxedEnvironment
-
-    env = SandboxedEnvironment()
-    try:
-        return env.from_string(text).render(**context)
-    except Exception as exc:
-        raise ConditionSyntaxError(f"cannot render {text!r}: {exc}") from exc
 
 
 def referenced_slots(conditions: Iterable[Condition]) -> list[str]:
@@ -371,11 +467,17 @@ def referenced_slots(conditions: Iterable[Condition]) -> list[str]:
 
 @functools.lru_cache(maxsize=1024)
 def parse_condition(text: str) -> Condition:
-    """Parse ``text``; raise :class:`ConditionSyntaxError` with the position on failure."""
+    """Parse a condition once, into an object evaluated many times.
+
+    Args:
+        text: The condition, e.g. ``slots.guests > 2 and '{{ slots.city | lower }}' = 'rome'``.
+
+    Returns:
+        The parsed condition.
+
+    Raises:
+        ConditionSyntaxError: The text does not parse; ``position`` points at the problem.
+    """
     if not isinstance(text, str):
         raise ConditionSyntaxError(f"a condition must be a string, got {type(text).__name__}")
-    if _JINJA.search(text):
-        dummy = _JINJA.sub("placeholder", text)
-        _Parser(dummy).parse()
-        return Condition(text, None)
     return Condition(text, _Parser(text).parse())

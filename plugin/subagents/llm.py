@@ -2,15 +2,23 @@
 
 Retries (429, 5xx, connection errors, with backoff) are the openai SDK's; a stream that already
 started is never retried. Every failure becomes :class:`~subagents.exceptions.LLMError` with a
-stable code (``llm.timeout``, ``llm.connection``, ``llm.http_<status>``, ``llm.auth``).
+stable code (``llm.timeout``, ``llm.connection``, ``llm.http_<status>``, ``llm.auth``,
+``llm.bad_response``, ``llm.deadline``).
+
+Inside :func:`call_deadline` every call - its retries and their waits included - ends by the
+deadline: the request timeout shrinks to the time left, and a call still running then fails
+with ``llm.deadline``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import contextvars
 import json
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +36,32 @@ if TYPE_CHECKING:
 log = structlog.get_logger("subagents.llm")
 
 TextCallback = Callable[[str], Awaitable[None]]
+
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "subagents_llm_deadline", default=None)
+
+
+@contextlib.contextmanager
+def call_deadline(seconds: float | None) -> Iterator[None]:
+    """Model calls made inside (in this task and the tasks it starts) end within ``seconds``.
+
+    A deadline already in force is only ever shortened.
+    """
+    if seconds is None:
+        yield
+        return
+    deadline = time.monotonic() + seconds
+    current = _DEADLINE.get()
+    token = _DEADLINE.set(deadline if current is None else min(current, deadline))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def _time_left() -> float | None:
+    deadline = _DEADLINE.get()
+    return None if deadline is None else deadline - time.monotonic()
 
 DEFAULT_MODEL_SETTINGS: dict[str, Any] = {
     "provider": "openai", "model": "gpt-4.1-mini", "temperature": 1.0,
@@ -163,18 +197,37 @@ class LLMClient:
                        *, stream: bool = False, on_text: TextCallback | None = None
                        ) -> LLMResponse:
         """One model call. With ``stream``, ``on_text`` receives each text delta as it arrives."""
-        import openai
-
         body: dict[str, Any] = {"model": self.settings.model, "messages": messages,
                                 **self.settings.options}
         if tools:
             body["tools"] = tools
         started = time.perf_counter()
+        left = _time_left()
+        if left is not None and left <= 0:
+            raise LLMError(f"no time was left in this turn to call the model "
+                           f"{self.settings.model!r}", code="llm.deadline")
+        try:
+            async with asyncio.timeout(left):
+                response = await self._call(body, stream, on_text, started, left)
+        except TimeoutError as exc:
+            raise LLMError(f"the model {self.settings.model!r} did not answer before the turn's "
+                           f"deadline", code="llm.deadline") from exc
+        response.total_time_ms = (time.perf_counter() - started) * 1000
+        log.debug("llm.call.finished", model=self.settings.model, streamed=stream,
+                  tool_calls=len(response.tool_calls), duration_ms=round(response.total_time_ms, 1),
+                  prompt_tokens=response.usage.prompt_tokens,
+                  completion_tokens=response.usage.completion_tokens)
+        return response
+
+    async def _call(self, body: dict[str, Any], stream: bool, on_text: TextCallback | None,
+                    started: float, left: float | None) -> LLMResponse:
+        """One call with its retries; every failure becomes LLMError."""
+        import openai
+
         try:
             if stream:
-                response = await self._stream(body, on_text, started)
-            else:
-                response = self._parse(await self._post(body, stream=False))
+                return await self._stream(body, on_text, started, left)
+            return self._parse(await self._post(body, stream=False, left=left))
         except openai.APITimeoutError as exc:
             raise LLMError(f"the model {self.settings.model!r} did not answer within "
                            f"{self.settings.timeout:g}s", code="llm.timeout") from exc
@@ -189,14 +242,13 @@ class LLMClient:
                            code=f"llm.http_{exc.status_code}") from exc
         except openai.OpenAIError as exc:
             raise LLMError(f"model call failed: {exc}") from exc
-        response.total_time_ms = (time.perf_counter() - started) * 1000
-        log.debug("llm.call.finished", model=self.settings.model, streamed=stream,
-                  tool_calls=len(response.tool_calls), duration_ms=round(response.total_time_ms, 1),
-                  prompt_tokens=response.usage.prompt_tokens,
-                  completion_tokens=response.usage.completion_tokens)
-        return response
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+            # a body that is not JSON, or JSON of the wrong shape
+            raise LLMError(f"the model endpoint sent a malformed response "
+                           f"({type(exc).__name__})", code="llm.bad_response") from exc
 
-    async def _post(self, body: dict[str, Any], *, stream: bool) -> Any:
+    async def _post(self, body: dict[str, Any], *, stream: bool,
+                    left: float | None = None) -> Any:
         """POST the (already plain-JSON) body; skips the SDK's per-request TypedDict transform,
         which costs tens of milliseconds per call on long conversations, and keeps its retry,
         timeout and error handling."""
@@ -205,8 +257,14 @@ class LLMClient:
 
         if stream:
             body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        from openai._types import RequestOptions
+
+        options: RequestOptions = {}
+        if left is not None:  # never wait past the deadline for one attempt
+            options["timeout"] = max(0.01, min(self.settings.timeout, left))
         return await self.client.post("/chat/completions", body=body, cast_to=ChatCompletion,
-                                      stream=stream, stream_cls=AsyncStream[ChatCompletionChunk])
+                                      options=options, stream=stream,
+                                      stream_cls=AsyncStream[ChatCompletionChunk])
 
     def _parse(self, completion: Any) -> LLMResponse:
         if not completion.choices:
@@ -218,8 +276,8 @@ class LLMClient:
                            usage=_usage(completion.usage), finish_reason=choice.finish_reason)
 
     async def _stream(self, body: dict[str, Any], on_text: TextCallback | None,
-                      started: float) -> LLMResponse:
-        stream = await self._post(body, stream=True)
+                      started: float, left: float | None) -> LLMResponse:
+        stream = await self._post(body, stream=True, left=left)
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage = Usage()

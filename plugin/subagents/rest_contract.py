@@ -26,11 +26,13 @@ _TRUE = {"true", "1", "yes"}
 
 def token_matches(request: Request, token: str) -> bool:
     """Whether the request carries ``token`` in the bearer header or the ``token`` parameter."""
-    header = request.headers.get("authorization", "")
-    if hmac.compare_digest(header.encode(), f"Bearer {token}".encode()):
+    # headers arrive as latin-1 text; compare bytes so non-ASCII input is just a mismatch
+    header = request.headers.get("authorization", "").encode("latin-1", "replace")
+    if hmac.compare_digest(header, f"Bearer {token}".encode()):
         return True
     given = request.query_params.get("token")
-    return given is not None and hmac.compare_digest(given.encode(), token.encode())
+    return given is not None and hmac.compare_digest(given.encode("utf-8", "replace"),
+                                                     token.encode())
 
 
 def wants_stream(request: Request) -> bool:

@@ -14,6 +14,11 @@
 With a token (``--token`` or ``SUBAGENTS_TOKEN``) every route but ``/health`` needs
 ``Authorization: Bearer <token>`` or ``?token=<token>``. One sender's messages are serialised
 by the assistant.
+A message may carry an idempotency key (``Idempotency-Key`` header or ``message_id``); a retry
+with a recorded key is answered from the tracker. A turn that fails answers the internal-error
+reply (REST) or a ``message`` then an ``error`` frame (SSE) with an error id that finds the
+details in the log; nothing of a failed turn is recorded. Browser origins, content types, Host
+names and stalled connections are checked by :mod:`subagents.server_security`.
 """
 
 from __future__ import annotations
@@ -23,12 +28,13 @@ import contextlib
 import json
 import signal
 import sys
-from collections.abc import AsyncIterator, Sequence
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 import structlog
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
@@ -37,11 +43,29 @@ from .channels.base import CollectingOutputChannel
 from .channels.input import InputChannel
 from .channels.registry import mount_channels
 from .channels.sse import QueueOutputChannel, sse_frame
+from .dialogue.client_input import (
+    ClientInputError,
+    TurnFailedError,
+    check_message_id,
+    check_sender_id,
+)
 from .dialogue.processor import Assistant
 from .rest_contract import extra_routes, token_matches, wants_stream
+from .server_security import (
+    HEADER_TIMEOUT,
+    LOOPBACK_HOSTS,
+    cors_origins_from_env,
+    http_protocol,
+    is_loopback,
+    security_middleware,
+    warn_if_exposed,
+)
 
 log = structlog.get_logger("subagents.server")
 MAX_BODY = 1_000_000
+ERROR_ID_HEADER = "x-subagents-error-id"
+BODY_TIMEOUT = 30.0
+"""Seconds a request body may take to arrive."""
 
 
 class BadRequestError(Exception):
@@ -55,26 +79,71 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-async def _json_body(request: Request, max_body: int) -> dict[str, Any]:
+MAX_JSON_DEPTH = 64
+
+
+async def _json_body(request: Request, max_body: int,
+                     body_timeout: float = BODY_TIMEOUT) -> dict[str, Any]:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_body:
         raise BadRequestError(413, f"request body is larger than {max_body} bytes")
     raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > max_body:
-            raise BadRequestError(413, f"request body is larger than {max_body} bytes")
+    try:
+        async with asyncio.timeout(body_timeout):  # a client that stops sending mid-body
+            async for chunk in request.stream():
+                raw += chunk
+                if len(raw) > max_body:
+                    raise BadRequestError(413, f"request body is larger than {max_body} bytes")
+    except TimeoutError:
+        raise BadRequestError(408, f"the body did not arrive in {body_timeout:g}s") from None
+    except ClientDisconnect:
+        raise BadRequestError(400, "the client went away before sending the body") from None
+    return _parse_json_object(raw)
+
+
+def _parse_json_object(raw: bytes) -> dict[str, Any]:
+    """A JSON object of plain UTF-8 text, nested at most MAX_JSON_DEPTH deep (else 400)."""
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and \
+            _nesting_depth(raw) > MAX_JSON_DEPTH:
+        raise BadRequestError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         body = json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # bad JSON or UTF-8, an integer too long to convert
         raise BadRequestError(400, "the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequestError(400, "the body must be a JSON object")
+    try:  # \ud800 escapes decode to lone surrogates, which no store or response can encode
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequestError(400, "the body contains an unpaired surrogate") from None
     return body
 
 
-async def _message_body(request: Request, max_body: int) -> tuple[str, str, dict[str, Any]]:
-    body = await _json_body(request, max_body)
+def _nesting_depth(raw: bytes) -> int:
+    """The deepest bracket nesting outside strings (an upper bound is enough)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in raw:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+async def _message_body(request: Request, max_body: int,
+                        body_timeout: float = BODY_TIMEOUT) -> tuple[str, str, dict[str, Any]]:
+    body = await _json_body(request, max_body, body_timeout)
     sender, message = body.get("sender"), body.get("message")
     if not isinstance(sender, str) or not sender.strip():
         raise BadRequestError(400, "'sender' must be a non-empty string")
@@ -84,14 +153,34 @@ async def _message_body(request: Request, max_body: int) -> tuple[str, str, dict
     metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict):
         raise BadRequestError(400, "'metadata' must be an object")
+    check_message_id(body.get("message_id"))
+    request.state.message_id = body.get("message_id")
     return sender, message, metadata
+
+
+def _message_id(request: Request) -> str | None:
+    """The client's idempotency key: the ``Idempotency-Key`` header or the body's
+    ``message_id`` (a retry with the same key is answered from the tracker)."""
+    header = request.headers.get("idempotency-key")
+    value = header if header is not None else getattr(request.state, "message_id", None)
+    check_message_id(value)
+    return value
+
+
+def _log_unexpected(exc: Exception, where: str) -> str:
+    error_id = uuid.uuid4().hex[:16]
+    log.error("server.request.failed", where=where, error_id=error_id,
+              error_type=type(exc).__name__, exc_info=exc)
+    return error_id
 
 
 class _Api:
     """Route handlers; one instance per app."""
 
-    def __init__(self, assistant: Assistant, token: str | None, max_body: int) -> None:
+    def __init__(self, assistant: Assistant, token: str | None, max_body: int,
+                 body_timeout: float = BODY_TIMEOUT) -> None:
         self.assistant = assistant
+        self.body_timeout = body_timeout
         self.token = token
         self.max_body = max_body
         self.inflight: set[asyncio.Task[Any]] = set()
@@ -99,40 +188,78 @@ class _Api:
     def guard(self, handler: Any) -> Any:
         """Bearer-token check and clear 4xx errors around a handler."""
         async def wrapped(request: Request) -> Response:
-            if self.token and not token_matches(request, self.token):
+            if not self.authorized(request):
                 return _error(401, "missing or wrong bearer token")
             try:
                 return await handler(request)  # type: ignore[no-any-return]
             except BadRequestError as exc:
                 return _error(exc.status, exc.message)
+            except ClientInputError as exc:
+                return JSONResponse({"error": str(exc), "code": exc.code},
+                                    status_code=exc.status)
+            except Exception as exc:  # noqa: BLE001 - details go to the log, never the client
+                error_id = _log_unexpected(exc, request.url.path)
+                return JSONResponse({"error": "internal error", "error_id": error_id},
+                                    status_code=500, headers={ERROR_ID_HEADER: error_id})
         return wrapped
+
+    def authorized(self, request: Request) -> bool:
+        if not self.token:
+            return True
+        # headers arrive as latin-1 text; compare bytes so non-ASCII input is just a mismatch
+        return token_matches(request, self.token)
+
+    async def _message(self, request: Request) -> tuple[str, str, dict[str, Any]]:
+        return await _message_body(request, self.max_body, self.body_timeout)
 
     def track(self, task: asyncio.Task[Any]) -> None:
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
 
+    async def _collect(self, sender: str, turn: Awaitable[Any],
+                       channel: CollectingOutputChannel) -> Response:
+        """Run a turn to its end (a client that hangs up does not cancel it) and answer with
+        its messages; a failed turn answers with the internal-error reply alone."""
+        task = asyncio.ensure_future(turn)
+        self.track(task)
+        try:
+            await asyncio.shield(task)
+        except TurnFailedError as exc:
+            return JSONResponse([{"recipient_id": sender, "text": exc.reply}],
+                                headers={ERROR_ID_HEADER: exc.error_id})
+        return JSONResponse(channel.messages)
+
     async def rest(self, request: Request) -> Response:
         if wants_stream(request):
             return await self.stream(request)
-        sender, message, metadata = await _message_body(request, self.max_body)
+        sender, message, metadata = await self._message(request)
+        check_sender_id(sender)
         channel = CollectingOutputChannel()
-        task = asyncio.ensure_future(self.assistant.handle_message(sender, message, metadata,
-                                                                   channel))
-        self.track(task)
-        await asyncio.shield(task)
-        return JSONResponse(channel.messages)
+        return await self._collect(sender, self.assistant.handle_message(
+            sender, message, metadata, channel, message_id=_message_id(request)), channel)
 
     async def stream(self, request: Request) -> Response:
-        sender, message, metadata = await _message_body(request, self.max_body)
+        sender, message, metadata = await self._message(request)
+        check_sender_id(sender)
+        message_id = _message_id(request)
         channel = QueueOutputChannel()
 
         async def run() -> None:
             try:
-                await self.assistant.handle_message(sender, message, metadata, channel)
+                await self.assistant.handle_message(sender, message, metadata, channel,
+                                                    message_id=message_id)
                 await channel.queue.put(sse_frame("done", {"sender": sender}))
-            except Exception as exc:
-                log.exception("server.turn.failed", sender=sender)
-                await channel.queue.put(sse_frame("error", {"message": str(exc)}))
+            except ClientInputError as exc:
+                await channel.queue.put(sse_frame("error", {
+                    "error": str(exc), "code": exc.code, "turn_recorded": False}))
+            except TurnFailedError as exc:  # the reply went out as a message frame already
+                await channel.queue.put(sse_frame("error", {
+                    "error": "the turn failed", "code": exc.code, "error_id": exc.error_id,
+                    "turn_recorded": False}))
+            except Exception as exc:  # noqa: BLE001 - details go to the log, never the client
+                await channel.queue.put(sse_frame("error", {
+                    "error": "internal error", "error_id": _log_unexpected(exc, "stream"),
+                    "turn_recorded": False}))
             finally:
                 await channel.queue.put(None)
 
@@ -146,11 +273,13 @@ class _Api:
                                  headers={"cache-control": "no-cache"})
 
     async def tracker(self, request: Request) -> Response:
-        return JSONResponse(await self.assistant.state(request.path_params["sender"]))
+        sender = check_sender_id(request.path_params["sender"])
+        return JSONResponse(await self.assistant.state(sender))
 
     async def client_tool_results(self, request: Request) -> Response:
         """``{"id", "result"}`` or ``{"results": [{"id", "result"}]}`` -> the bot messages."""
-        body = await _json_body(request, self.max_body)
+        sender = check_sender_id(request.path_params["sender"])
+        body = await _json_body(request, self.max_body, self.body_timeout)
         results = body.get("results", [body] if "id" in body else None)
         if not isinstance(results, list) or not results or not all(
                 isinstance(r, dict) and isinstance(r.get("id"), str) and "result" in r
@@ -158,11 +287,8 @@ class _Api:
             raise BadRequestError(400, 'send {"id": "<tool call id>", "result": ...} or '
                                        '{"results": [...]}')
         channel = CollectingOutputChannel()
-        task = asyncio.ensure_future(self.assistant.handle_client_tool_results(
-            request.path_params["sender"], results, channel))
-        self.track(task)
-        await asyncio.shield(task)
-        return JSONResponse(channel.messages)
+        return await self._collect(sender, self.assistant.handle_client_tool_results(
+            sender, results, channel), channel)
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -183,11 +309,26 @@ class _Api:
             await self.assistant.close()
 
 
-def create_app(assistant: Assistant, *, token: str | None = None,
-               max_body: int = MAX_BODY, channels: Sequence[InputChannel] = (),
+def create_app(assistant: Assistant, *, token: str | None = None, max_body: int = MAX_BODY,
+               cors_origins: Sequence[str] = (),
+               allowed_hosts: Sequence[str] | None = None,
+               body_timeout: float = BODY_TIMEOUT,
+               channels: Sequence[InputChannel] = (),
                a2a_agents: list[str] | None = None) -> Starlette:
-    """``a2a_agents``: publish sub agents over A2A at ``/a2a/<name>/`` (``[]``: all of them)."""
-    api = _Api(assistant, token, max_body)
+    """The ASGI app.
+
+    Args:
+        assistant: The loaded assistant.
+        token: When set, every route but ``/health`` needs ``Authorization: Bearer <token>``.
+        max_body: The largest request body accepted (bytes).
+        cors_origins: Browser origins allowed to call the API (``*`` for any); requests from
+            other origins are refused.
+        allowed_hosts: When set, the only ``Host`` header values accepted.
+        body_timeout: Seconds a request body may take to arrive (else 408).
+        channels: Input channels (from ``credentials.yml``) mounted beside the API.
+        a2a_agents: Publish sub agents over A2A at ``/a2a/<name>/`` (``[]``: all of them).
+    """
+    api = _Api(assistant, token, max_body, body_timeout)
     routes = [
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
         Route("/webhooks/stream/webhook", api.guard(api.stream), methods=["POST"]),
@@ -202,15 +343,31 @@ def create_app(assistant: Assistant, *, token: str | None = None,
         from .a2a.server import sub_agent_routes
 
         routes += sub_agent_routes(assistant, a2a_agents, guard=api.guard)
-    app = Starlette(routes=routes, lifespan=api.lifespan)
+    app = Starlette(routes=routes, lifespan=api.lifespan,
+                    middleware=security_middleware(
+                        cors_origins, allowed_hosts, [c.url_prefix() for c in channels]))
     mount_channels(app, assistant, channels)  # the input channels of credentials.yml
     return app
 
 
+def uvicorn_config(app: Starlette, *, host: str, port: int,
+                   header_timeout: float = HEADER_TIMEOUT) -> Any:
+    """uvicorn settings: graceful drain, idle and stalled connections closed."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning",
+                          timeout_graceful_shutdown=30, timeout_keep_alive=5,
+                          http=http_protocol(header_timeout))
+
+
 def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
-          token: str | None = None, channels: Sequence[InputChannel] = (),
-          a2a_agents: list[str] | None = None) -> None:
-    """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s)."""
+          token: str | None = None, cors_origins: Sequence[str] | None = None,
+          channels: Sequence[InputChannel] = (), a2a_agents: list[str] | None = None) -> None:
+    """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s).
+
+    On a loopback address only loopback ``Host`` names are accepted; CORS origins default to
+    ``SUBAGENTS_CORS_ORIGINS``. A public address without a token gets a loud warning.
+    """
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -220,9 +377,12 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
                 print(f"subagents: serving on http://{host}:{port}", file=sys.stderr,
                       flush=True)
 
-    app = create_app(assistant, token=token, channels=channels, a2a_agents=a2a_agents)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                            timeout_graceful_shutdown=30)
+    warn_if_exposed(host, token)
+    hosts = list(LOOPBACK_HOSTS) if is_loopback(host) else None
+    origins = cors_origins_from_env() if cors_origins is None else list(cors_origins)
+    app = create_app(assistant, token=token, cors_origins=origins, allowed_hosts=hosts,
+                     channels=channels, a2a_agents=a2a_agents)
+    config = uvicorn_config(app, host=host, port=port)
     # uvicorn re-raises the signal that stopped it once it has drained; these handlers take it
     # so that a graceful stop ends with exit status 0
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -35,6 +35,7 @@ def _reader(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None],
 
 
 async def _shell(project: Path, debug: bool) -> None:
+    from .dialogue.client_input import TurnFailedError
     from .dialogue.processor import Assistant
 
     assistant = Assistant.load(project)
@@ -57,6 +58,8 @@ async def _shell(project: Path, debug: bool) -> None:
             elif text:
                 try:
                     await assistant.handle_message(sender, text, None, channel)
+                except TurnFailedError as exc:  # the reply is shown; the details are in the log
+                    print(f"(the turn failed; error id {exc.error_id})", flush=True)
                 except SubagentsError as exc:
                     log.warning("shell.turn.failed", code=exc.code)
                     print(f"(the assistant could not answer: [{exc.code}] {exc})", flush=True)

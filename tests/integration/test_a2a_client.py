@@ -144,8 +144,6 @@ async def test_failed_rejected_and_canceled_tasks_end_in_the_internal_error_patt
     assert "agent_cancelled:car_dealer" in flow
     assert "flow_cancelled:buy_car" in flow
     assert "flow_started:pattern_internal_error" in flow
-    cancelled = next(e for e in events if e["event"] == "agent_cancelled")
-    assert "Task state" in (cancelled.get("reason") or "")
     assert texts  # the user hears the internal-error reply
 
 
@@ -233,3 +231,24 @@ async def test_an_agent_that_goes_away_mid_conversation_ends_in_the_internal_err
     assert texts1 == [ASK_MODEL]
     assert "flow_started:pattern_internal_error" in names(turn2)
     assert texts2
+
+
+async def test_a_failing_output_hook_ends_in_the_internal_error_pattern(tmp_path, tools_url,
+                                                                         dealer):
+    root = tmp_path / "a"
+    project = project_with(root, tools_url, f"{dealer}/.well-known/agent-card.json",
+                           "  module: hooks_pkg.bad.BadDealer")
+    (root / "hooks_pkg").mkdir()
+    (root / "hooks_pkg" / "__init__.py").write_text("")
+    (root / "hooks_pkg" / "bad.py").write_text(
+        "from subagents.agents.a2a_agent import A2AAgent\n\n\n"
+        "class BadDealer(A2AAgent):\n"
+        "    async def process_agent_output(self, output):\n"
+        "        raise RuntimeError('boom')\n")
+    script = {"command_generator": ["start flow buy_car"]}
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
+        with anyio.fail_after(30):
+            texts, events = await Conversation(assistant).say("a civic please")
+    assert "agent_cancelled:car_dealer" in names(events)
+    assert "flow_started:pattern_internal_error" in names(events)
+    assert texts  # the user hears the internal-error reply

@@ -75,3 +75,50 @@ def test_referenced_slots_merges_conditions_in_order():
 
     conds = [parse_condition("slots.b is null and slots.a > 1"), parse_condition("slots.a")]
     assert referenced_slots(conds) == ["b", "a"]
+
+
+@pytest.mark.parametrize("payload", ["' or true or '", "x' or '1' = '1", "' or slots.pin or '",
+                                     "1234' or 'a", "{{ 7 * 7 }}"])
+def test_a_slot_value_never_becomes_condition_code(payload):
+    cond = parse_condition("'{{ slots.pin }}' == '1234'")
+    assert cond.evaluate_slots({"pin": payload}) is False
+    assert cond.evaluate_slots({"pin": "1234"}) is True
+    bare = parse_condition("{{ slots.pin }} == '1234'")
+    assert bare.evaluate_slots({"pin": payload}) is False
+    assert bare.evaluate_slots({"pin": "1234"}) is True
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("{{ slots.city | lower }} = 'berlin'", True),
+    ("{{ slots.guests }} > 2", True),
+    ("{{ slots.tags | length }} == 2", True),
+    ("{{ slots.unknown }} is null", True),
+    ("'{% if slots.vip %}gold{% else %}basic{% endif %}' = 'gold'", True),
+    ("'{{ slots.city }}-{{ slots.count_text }}' = 'Berlin-2'", True),
+    ("{{ context.flow_id }} = 'f'", True),
+    ("{{ slots.city.__class__.__mro__ }} is not null", False),  # sandbox: false, no error
+])
+def test_placeholders_are_values(text, expected):
+    cond = parse_condition(text)
+    assert cond.evaluate({"slots": SLOTS, "context": {"flow_id": "f"}}) is expected
+
+
+def test_placeholder_slots_are_referenced():
+    cond = parse_condition("'{{ slots.pin }}' == '1' and {{ slots.city | lower }} = 'x'")
+    assert cond.slot_names == ["pin", "city"]
+
+
+@pytest.mark.parametrize(("text", "position"), [
+    ("slots.city $ 3", 12),
+    ("slots.city is", 14),
+    ("{{ slots.city | }} = 'x'", 1),
+    ("slots.a = '{{ slots.b }'", 11),
+    ("{% if slots.a %}x{% endif %} = 'x'", 1),
+    ("(slots.a is null", 17),
+])
+def test_syntax_errors_carry_code_and_position(text, position):
+    with pytest.raises(ConditionSyntaxError) as info:
+        parse_condition(text)
+    assert info.value.code == "condition.syntax"
+    assert info.value.position == position
+    assert info.value.text == text

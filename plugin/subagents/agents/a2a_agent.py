@@ -46,6 +46,7 @@ import structlog
 from ..config._base import resolve_env
 from ..config.sub_agent import AgentConfiguration, SubAgentConfig
 from ..exceptions import AgentInitializationError, ConfigError, MCPConnectionError
+from ..observability import traced_agent_run
 from ..types import OutputChannelLike as OutputChannel
 from .base import MCPBaseAgent
 from .schemas import AgentInput, AgentOutput, AgentStatus
@@ -258,7 +259,25 @@ class A2AAgent(MCPBaseAgent):
         return output
 
     async def process_output(self, output: AgentOutput) -> AgentOutput:
+        """Calls :meth:`process_agent_output`."""
         return await self.process_agent_output(output)
+
+    @traced_agent_run
+    async def run(self, input: AgentInput, output_channel: OutputChannel | None = None,
+                  cancellation_token: Any = None) -> AgentOutput:
+        """``process_input`` -> one remote call -> ``process_agent_output``; a failing hook
+        ends the step with a fatal error."""
+        try:
+            processed = await self.process_input(input)
+        except Exception as exc:  # noqa: BLE001 - a failing hook ends the run, not the process
+            return self._fail(input, [], AgentStatus.FATAL_ERROR,
+                              f"process_input failed: {type(exc).__name__}: {exc}")
+        output = await self.send_message(processed, output_channel)
+        try:
+            return await self.process_output(output)
+        except Exception as exc:  # noqa: BLE001
+            return self._fail(input, output.events, AgentStatus.FATAL_ERROR,
+                              f"process_agent_output failed: {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ one invocation
     def _request(self, text: str, task_id: str | None, context_id: str | None,

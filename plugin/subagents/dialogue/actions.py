@@ -23,10 +23,20 @@ log = structlog.get_logger("subagents.actions")
 
 
 class ActionFailedError(SubagentsError):
+    """A custom action could not be run or raised; the flow is cancelled."""
+
     code = "action.failed"
 
 
 class ActionRunner:
+    """Runs the project's custom actions, in process or on an action server.
+
+    Args:
+        project: The loaded project (its action endpoint and domain).
+        stubs: Action name -> ``{events, responses}`` returned instead of running the action
+            (conversation tests).
+    """
+
     def __init__(self, project: Project, *, stubs: dict[str, Any] | None = None) -> None:
         self.project = project
         self.root: Path = project.root
@@ -38,6 +48,7 @@ class ActionRunner:
         self._executor: Any = None
 
     def tracker_state(self, turn: Turn) -> dict[str, Any]:
+        """The conversation in the tracker shape rasa-sdk actions receive."""
         latest: dict[str, Any] = next((e for e in reversed(turn.events)
                                        if e.get("event") == "user"), {})
         action = next((e.get("name") for e in reversed(turn.events)
@@ -50,6 +61,7 @@ class ActionRunner:
                 "stack": turn.stack.to_list()}
 
     def domain_dict(self) -> dict[str, Any]:
+        """The domain in the shape rasa-sdk actions receive."""
         domain = self.project.domain
         return {"slots": {k: v.model_dump(exclude_none=True) for k, v in domain.slots.items()},
                 "responses": {k: [r.model_dump(exclude_none=True) for r in v]

@@ -1,9 +1,14 @@
 """Commands the dialogue understanding produces, and their text forms.
 
 One command per line: ``start flow X``, ``set slot X Y``, ``cancel flow``, ``continue agent``,
-``restart agent X``, ``offtopic reply``, ``cannot handle``. Rasa's v1 forms (``StartFlow(x)``,
-``SetSlot(x, y)``, ``CancelFlow()``, ``ChitChat()``, ``CannotHandle()``, ``ContinueAgent()``,
-``RestartAgent(x)``) are accepted too. Lines that match nothing are ignored.
+``restart agent X``, ``offtopic reply``, ``cannot handle``, ``disambiguate flows X Y``,
+``repeat message``, ``skip question``. Rasa's v1 forms (``StartFlow(x)``, ``SetSlot(x, y)``,
+``CancelFlow()``, ``ChitChat()``, ``CannotHandle()``, ``ContinueAgent()``, ``RestartAgent(x)``,
+``Clarify(x, y)``, ``RepeatBotMessages()``, ``SkipQuestion()``) are accepted too. Lines that
+match nothing are ignored.
+
+Button payloads need no model: ``/SetSlots(a=1, b=x)`` sets slots and ``/name`` is an intent
+(a flow whose ``nlu_trigger`` names it starts, or the flow with that id).
 """
 
 from __future__ import annotations
@@ -15,41 +20,90 @@ from typing import Any
 
 @dataclass(frozen=True)
 class StartFlow:
+    """Start the flow ``flow`` (interrupting the running one)."""
+
     flow: str
 
 
 @dataclass(frozen=True)
 class SetSlot:
+    """Set the slot ``name`` to ``value`` (coerced to the slot's type)."""
+
     name: str
     value: Any
 
 
 @dataclass(frozen=True)
 class CancelFlow:
-    pass
+    """Cancel the running user flow."""
 
 
 @dataclass(frozen=True)
 class ContinueAgent:
-    pass
+    """The message is for the sub agent that is waiting for the user."""
 
 
 @dataclass(frozen=True)
 class RestartAgent:
+    """Run the completed sub agent ``agent`` again."""
+
     agent: str
 
 
 @dataclass(frozen=True)
 class ChitChat:
-    pass
+    """Small talk or an off-topic message."""
 
 
 @dataclass(frozen=True)
 class CannotHandle:
+    """The message could not be understood."""
+
     reason: str | None = None
 
 
-Command = StartFlow | SetSlot | CancelFlow | ContinueAgent | RestartAgent | ChitChat | CannotHandle
+@dataclass(frozen=True)
+class Clarify:
+    """The message could mean several flows; ask which one."""
+
+    flows: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class RepeatBotMessages:
+    """Say the last bot messages again."""
+
+
+@dataclass(frozen=True)
+class SkipQuestion:
+    """The user wants to skip the question being asked."""
+
+
+@dataclass(frozen=True)
+class SessionStart:
+    """A new session starts (the ``session_start`` intent)."""
+
+
+@dataclass(frozen=True)
+class SessionEnd:
+    """The session ends (the ``session_end`` intent)."""
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Start the conversation afresh (the ``restart`` intent)."""
+
+
+@dataclass(frozen=True)
+class Intent:
+    """An intent sent as a ``/name`` payload; resolved against the flows' ``nlu_trigger``."""
+
+    name: str
+
+
+Command = (StartFlow | SetSlot | CancelFlow | ContinueAgent | RestartAgent | ChitChat
+           | CannotHandle | Clarify | RepeatBotMessages | SkipQuestion | SessionStart | SessionEnd
+           | Restart | Intent)
 
 _LINE_FORMS: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"^start flow ([\w\-]+)$", re.I), lambda m: StartFlow(m.group(1))),
@@ -60,6 +114,10 @@ _LINE_FORMS: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"^restart agent ([\w\-]+)$", re.I), lambda m: RestartAgent(m.group(1))),
     (re.compile(r"^(offtopic reply|chitchat)$", re.I), lambda m: ChitChat()),
     (re.compile(r"^cannot handle$", re.I), lambda m: CannotHandle()),
+    (re.compile(r"^disambiguate flows\s+(.+)$", re.I),
+     lambda m: Clarify(tuple(m.group(1).replace(",", " ").split()))),
+    (re.compile(r"^repeat message$", re.I), lambda m: RepeatBotMessages()),
+    (re.compile(r"^skip question$", re.I), lambda m: SkipQuestion()),
     (re.compile(r"^StartFlow\(\s*['\"]?([\w\-]+)['\"]?\s*\)$"), lambda m: StartFlow(m.group(1))),
     (re.compile(r"^SetSlot\(\s*['\"]?([\w\-]+)['\"]?\s*,\s*(.*)\)$"),
      lambda m: SetSlot(m.group(1), parse_value(m.group(2)))),
@@ -69,6 +127,10 @@ _LINE_FORMS: list[tuple[re.Pattern[str], Any]] = [
      lambda m: RestartAgent(m.group(1))),
     (re.compile(r"^ChitChat\(\s*\)$"), lambda m: ChitChat()),
     (re.compile(r"^CannotHandle\(\s*\)$"), lambda m: CannotHandle()),
+    (re.compile(r"^Clarify\(\s*\[?(.*?)\]?\s*\)$"),
+     lambda m: Clarify(tuple(re.findall(r"[\w\-]+", m.group(1))))),
+    (re.compile(r"^RepeatBotMessages\(\s*\)$"), lambda m: RepeatBotMessages()),
+    (re.compile(r"^SkipQuestion\(\s*\)$"), lambda m: SkipQuestion()),
 ]
 _SET_SLOTS = re.compile(r"^/SetSlots\((.*)\)$", re.S)
 _FLOW = re.compile(r"^/([\w\-]+)$")
@@ -103,7 +165,10 @@ def parse_commands(text: str | None) -> list[Command]:
 
 
 def parse_deterministic(text: str, flows: set[str]) -> list[Command] | None:
-    """Inputs that need no model: ``/flow_id`` and ``/SetSlots(a=1, b=x)`` (button payloads)."""
+    """Inputs that need no model: ``/SetSlots(a=1, b=x)`` and ``/name`` (button payloads).
+
+    ``/name`` is the flow ``name`` when there is one, otherwise an :class:`Intent`.
+    """
     stripped = text.strip()
     match = _SET_SLOTS.match(stripped)
     if match:
@@ -116,6 +181,8 @@ def parse_deterministic(text: str, flows: set[str]) -> list[Command] | None:
     match = _FLOW.match(stripped)
     if match and match.group(1) in flows:
         return [StartFlow(match.group(1))]
+    if match:
+        return [Intent(match.group(1))]
     return None
 
 

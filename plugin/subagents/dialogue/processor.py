@@ -6,7 +6,10 @@ inside call steps) -> save the turn's events and the stack in one transaction ->
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import os
+import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from ..agents.registry import create_agent, protocol_type_for
 from ..channels.base import OutputChannel
 from ..config.project import Project, load_project
 from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
-from ..llm import LLMClient, ModelSettings, resolve_model_settings
+from ..llm import LLMClient, ModelSettings, call_deadline, resolve_model_settings
 from ..mcp.pool import MCPPool
 from ..observability import traced_command_generation, traced_turn
 from ..stores import (
@@ -29,6 +32,17 @@ from ..stores import (
 )
 from ..usage import conversation_usage, turn_metadata
 from .actions import ActionRunner
+from .client_input import (
+    ClientInputError,
+    ClientMetadata,
+    TurnFailedError,
+    accept_client_results,
+    check_message_id,
+    check_sender_id,
+    declared_metadata_keys,
+    replay_answer,
+    split_client_metadata,
+)
 from .commands import CannotHandle, Command, ContinueAgent, parse_deterministic
 from .flow_executor import FlowExecutor
 from .stack import Stack
@@ -36,6 +50,10 @@ from .turn import Turn
 from .understanding import CommandGenerator
 
 log = structlog.get_logger("subagents.dialogue")
+
+DEFAULT_TURN_TIMEOUT = 60.0
+"""Seconds; well under the Redis lock's expiry, which is extended while a turn runs anyway."""
+MODEL_UNAVAILABLE_PATTERN = "pattern_model_unavailable"
 
 LLMFactory = Callable[[str, ModelSettings], LLMClient]
 COMMAND_GENERATOR = "command_generator"
@@ -51,8 +69,15 @@ class Assistant:
     def __init__(self, project: Project, *, tracker_store: TrackerStore | None = None,
                  lock_store: LockStore | None = None, llm_factory: LLMFactory | None = None,
                  action_stubs: dict[str, Any] | None = None,
-                 retry_delays: tuple[float, ...] = (1.0, 2.0)) -> None:
+                 retry_delays: tuple[float, ...] = (1.0, 2.0),
+                 client_metadata_keys: Iterable[str] = (),
+                 turn_timeout: float | None = None) -> None:
         self.project = project
+        self.turn_timeout = turn_timeout or _env_turn_timeout()
+        """Seconds a turn may take, waiting for the sender's lock excluded."""
+        self.client_metadata_keys = frozenset(declared_metadata_keys(project)) | frozenset(
+            client_metadata_keys)
+        """Message metadata keys a client may send that reach agents (an allow-list)."""
         self.root = project.root
         factory = llm_factory or default_llm_factory
         self.tracker_store = tracker_store or create_tracker_store(
@@ -79,7 +104,7 @@ class Assistant:
         self.executor = FlowExecutor(project, self.agents, self.actions,
                                      assistant_id=project.assistant_id,
                                      model_id=project.assistant_id, retry_delays=retry_delays,
-                                     mcp_pool=self.pool)
+                                     llm_factory=factory, mcp_pool=self.pool)
         self._started = False
 
     @classmethod
@@ -123,43 +148,115 @@ class Assistant:
     @traced_turn
     async def handle_message(self, sender_id: str, text: str,
                              metadata: dict[str, Any] | None = None,
-                             output_channel: OutputChannel | None = None) -> list[dict[str, Any]]:
+                             output_channel: OutputChannel | None = None, *,
+                             message_id: str | None = None) -> list[dict[str, Any]]:
         """Handle one user message; returns the events of this turn.
 
         ``metadata["client_tool_results"]`` (``[{"id", "result"}]``) delivers the results of
         client-executed tools; with an empty ``text`` the turn only resumes the waiting agent.
+        Of the other metadata keys, only those in :attr:`client_metadata_keys` reach agents.
+        A ``message_id`` the conversation has already recorded is not handled again: its
+        recorded bot messages are sent again and no events are returned (a client's retry).
+
+        Raises:
+            TurnFailedError: the turn could not complete (store, lock, deadline, a bug); nothing
+                of it was recorded and the internal-error reply went to ``output_channel``.
+            ClientInputError: the sender id or the client tool results are not acceptable.
         """
+        check_sender_id(sender_id)
+        check_message_id(message_id)
         if not self._started:
             await self.start()
-        metadata = dict(metadata or {})
-        results = _client_results(metadata.pop("client_tool_results", None))
-        async with self.lock_store.lock(sender_id):
-            record = await self.tracker_store.load(sender_id)
-            turn = Turn(sender_id, record.events, Stack.from_list(record.stack),
-                        self.project.domain, output_channel, metadata)
-            turn.user_text = text
-            for call_id, result in results.items():
-                turn.add(ev.client_tool_result(call_id, result))
-            if results:
-                turn.metadata["client_tool_results"] = results
-            if results and not text.strip():
-                commands: list[Command] = [ContinueAgent()]
-            else:
-                turn.add(ev.user_uttered(text, metadata=dict(metadata)))
+        client = split_client_metadata(metadata, self.client_metadata_keys)
+        try:
+            async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
+                with call_deadline(_model_deadline(self.turn_timeout)):
+                    return await self._run_turn(sender_id, text, client, output_channel,
+                                                message_id)
+        except ClientInputError:
+            raise
+        except Exception as exc:
+            raise await self._turn_failed(sender_id, exc, output_channel) from exc
+
+    async def _run_turn(self, sender_id: str, text: str, client: ClientMetadata,
+                        output_channel: OutputChannel | None,
+                        message_id: str | None = None) -> list[dict[str, Any]]:
+        record = await self.tracker_store.load(sender_id)
+        if message_id is not None and await replay_answer(record.events, message_id, sender_id,
+                                                          output_channel):
+            log.info("dialogue.turn.replayed", sender=sender_id)
+            return []
+        stack = Stack.from_list(record.stack)
+        results = accept_client_results(client.tool_results, stack)
+        turn = Turn(sender_id, record.events, stack, self.project.domain, output_channel,
+                    dict(client.for_agents))
+        turn.user_text = text
+        for call_id, result in results.items():
+            turn.add(ev.client_tool_result(call_id, result))
+        if results:
+            turn.metadata["client_tool_results"] = results
+        result_only = bool(results) and not text.strip()
+        if result_only:
+            commands: list[Command] = [ContinueAgent()]
+        else:
+            user = turn.add(ev.user_uttered(text, metadata=dict(client.recorded)))
+            user["message_id"] = message_id
+            try:
                 commands = await self.understand(turn, text)
-            commands = self.executor.clean_commands(turn, commands)
-            result_only = bool(results) and not text.strip()
-            if not commands and turn.stack.top() is None and not result_only:
-                commands = [CannotHandle()]
-            log.info("dialogue.turn.commands", sender=sender_id,
-                     commands=[repr(c) for c in commands])
-            if commands or not result_only:  # a late result with no waiting agent: record only
-                self.executor.apply_commands(turn, commands)
-                await self.executor.advance(turn)
-            turn.add(ev.action_executed("action_listen", metadata=turn_metadata()))
-            await self.tracker_store.save_turn(sender_id, turn.new_events, turn.stack.to_list(),
-                                               turn.previous_count)
-            return turn.new_events
+            except LLMError as exc:
+                log.warning("dialogue.understanding.failed", sender=sender_id,
+                            error_code=exc.code, error=str(exc))
+                await self._model_unavailable(turn)
+                return await self._save(turn)
+        commands = self.executor.clean_commands(turn, commands)
+        if not commands and turn.stack.top() is None and not result_only:
+            commands = [CannotHandle()]
+        log.info("dialogue.turn.commands", sender=sender_id,
+                 commands=[repr(c) for c in commands])
+        if commands or not result_only:  # a late result with no waiting agent: record only
+            self.executor.apply_commands(turn, commands)
+            await self.executor.advance(turn)
+        return await self._save(turn)
+
+    async def _model_unavailable(self, turn: Turn) -> None:
+        """Run only the model-unavailable pattern; the conversation's stack stays as it was."""
+        stack = turn.stack
+        turn.stack = Stack()
+        self.executor.patterns.push(turn, MODEL_UNAVAILABLE_PATTERN)
+        try:
+            await self.executor.advance(turn)
+        finally:
+            turn.stack = stack
+
+    async def _save(self, turn: Turn) -> list[dict[str, Any]]:
+        turn.add(ev.action_executed("action_listen", metadata=turn_metadata()))
+        await self.tracker_store.save_turn(turn.sender_id, turn.new_events,
+                                           turn.stack.to_list(), turn.previous_count)
+        return turn.new_events
+
+    async def _turn_failed(self, sender_id: str, exc: Exception,
+                           output_channel: OutputChannel | None) -> TurnFailedError:
+        """Log the failure with an id, tell the user, and describe it for the caller."""
+        error_id = uuid.uuid4().hex[:16]
+        code = "dialogue.turn_deadline" if isinstance(exc, TimeoutError) else (
+            getattr(exc, "code", None) or f"python.{type(exc).__name__}")
+        log.error("dialogue.turn.failed", sender=sender_id, error_id=error_id,
+                  error_code=code, error_type=type(exc).__name__, error=str(exc),
+                  exc_info=exc)
+        reply = self.internal_error_text()
+        if output_channel is not None:
+            try:
+                await output_channel.send_text_message(sender_id, reply)
+            except Exception:  # noqa: BLE001 - the channel itself may be what broke
+                log.warning("dialogue.turn.reply_failed", sender=sender_id, error_id=error_id)
+        return TurnFailedError(error_id, reply, cause_code=str(code))
+
+    def internal_error_text(self) -> str:
+        """The project's ``utter_internal_error_rasa`` text (first variation)."""
+        for variation in self.project.domain.responses.get("utter_internal_error_rasa", []):
+            if variation.text:
+                return variation.text
+        return "Sorry, something went wrong on my side. Please try again in a little while."
 
     async def handle_client_tool_results(self, sender_id: str, results: list[dict[str, Any]],
                                          output_channel: OutputChannel | None = None
@@ -170,15 +267,16 @@ class Assistant:
 
     @traced_command_generation
     async def understand(self, turn: Turn, text: str) -> list[Command]:
+        """The commands of a message: ``/Command`` text as is, else the command generator's.
+
+        Raises:
+            LLMError: the command generator's model failed (unreachable, malformed reply,
+                out of time).
+        """
         fixed = parse_deterministic(text, set(self.project.flows))
         if fixed is not None:
             return fixed
-        try:
-            return await self.understanding.predict(text, turn.stack, turn.slots,
-                                                    turn.events[:-1])
-        except LLMError as exc:
-            log.warning("dialogue.understanding.failed", error=str(exc))
-            return []
+        return await self.understanding.predict(text, turn.stack, turn.slots, turn.events[:-1])
 
     async def tracker(self, sender_id: str) -> list[dict[str, Any]]:
         return (await self.tracker_store.load(sender_id)).events
@@ -193,12 +291,21 @@ class Assistant:
                 "stack": record.stack, "usage": conversation_usage(record.events)}
 
 
-def _client_results(raw: Any) -> dict[str, Any]:
-    """``[{"id", "result"}]`` or ``{id: result}`` -> ``{id: result}``."""
+def _env_turn_timeout() -> float:
+    raw = os.environ.get("SUBAGENTS_TURN_TIMEOUT")
     if not raw:
-        return {}
-    if isinstance(raw, dict):
-        return {str(k): v for k, v in raw.items()}
-    return {str(item["id"]): item.get("result") for item in raw
-            if isinstance(item, dict) and "id" in item}
+        return DEFAULT_TURN_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        log.warning("dialogue.turn_timeout.invalid", value=raw, used=DEFAULT_TURN_TIMEOUT)
+        return DEFAULT_TURN_TIMEOUT
+    return value
 
+
+def _model_deadline(turn_timeout: float) -> float:
+    """Model calls stop a little before the turn's deadline, so a slow model still gets its
+    defined reply and the turn is recorded."""
+    return turn_timeout - min(5.0, turn_timeout * 0.2)

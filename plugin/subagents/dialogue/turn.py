@@ -10,6 +10,7 @@ from .stack import Stack
 
 
 def slots_from_events(domain: Domain, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Replay ``slot`` events (and restarts) over the domain's initial values."""
     slots = {name: definition.initial_value for name, definition in domain.slots.items()}
     for event in events:
         if event.get("event") == "slot":
@@ -20,6 +21,17 @@ def slots_from_events(domain: Domain, events: list[dict[str, Any]]) -> dict[str,
 
 
 class Turn:
+    """One conversation while one user turn runs.
+
+    Args:
+        sender_id: The conversation.
+        events: Its events so far.
+        stack: Its dialogue stack.
+        domain: The project's domain (initial slot values).
+        channel: Where messages go while the turn runs (None: recorded only).
+        metadata: The message's metadata.
+    """
+
     def __init__(self, sender_id: str, events: list[dict[str, Any]], stack: Stack,
                  domain: Domain, channel: OutputChannel | None,
                  metadata: dict[str, Any] | None = None) -> None:
@@ -28,6 +40,7 @@ class Turn:
         self.events = list(events)
         self.new_events: list[dict[str, Any]] = []
         self.stack = stack
+        self.domain = domain
         self.slots = slots_from_events(domain, events)
         self.channel = channel
         self.metadata = metadata or {}
@@ -37,8 +50,11 @@ class Turn:
         self.flow_completed = False
         self.pending_channel_events: list[dict[str, Any]] = []
         self.agent_ran = False
+        self.rejected_values: dict[str, Any] = {}
+        """Slot -> a value a command gave that does not fit the slot's type."""
 
     def add(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Record a new event (stamped with the running step); a ``slot`` event sets the slot."""
         if self.stamp:
             meta = event.setdefault("metadata", {})
             if isinstance(meta, dict):
@@ -49,6 +65,8 @@ class Turn:
         if event.get("event") == "slot":
             self.slots[event["name"]] = event.get("value")
             self.pending_channel_events.append(event)
+        elif event.get("event") in ("restart", "reset_slots"):
+            self.slots = slots_from_events(self.domain, [])
         return event
 
     async def flush_channel_events(self) -> None:

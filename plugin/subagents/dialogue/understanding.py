@@ -21,7 +21,7 @@ Commands:
 - start flow <flow_id>: the user wants to do one of the flows below
 - set slot <slot_name> <value>: the user gave a value for a slot of the current flow
 - cancel flow: the user wants to stop what the current flow is doing
-{agent_commands}- offtopic reply: small talk or a message unrelated to any flow
+{agent_commands}{pattern_commands}- offtopic reply: small talk or a message unrelated to any flow
 - cannot handle: none of the above fits
 
 Flows:
@@ -36,6 +36,17 @@ Conversation:
 User's last message: {message}
 
 Commands:"""
+
+
+PATTERN_COMMANDS = {
+    "pattern_clarification": "- disambiguate flows <flow_id> <flow_id> ...: the message could "
+                             "mean several of the flows below; name them\n",
+    "pattern_repeat_bot_messages": "- repeat message: the user wants to hear the assistant's "
+                                   "last message again\n",
+    "pattern_skip_question": "- skip question: the user wants to skip the question being "
+                             "asked\n",
+}
+"""Commands offered to the model only when the project has the pattern they run."""
 
 
 class CommandGenerator:
@@ -91,12 +102,17 @@ class CommandGenerator:
 
     def render(self, text: str, stack: Stack, slots: dict[str, Any],
                events: list[dict[str, Any]]) -> str:
+        """The prompt for the message ``text`` in the given conversation state."""
         state, agent_commands = self._state(stack, slots, events)
+        pattern_commands = "".join(line for flow_id, line in PATTERN_COMMANDS.items()
+                                   if flow_id in self.project.flows)
         return PROMPT.format(flows=self._flows(), state=state, agent_commands=agent_commands,
+                             pattern_commands=pattern_commands,
                              conversation=transcript(events, 20) or "(empty)", message=text)
 
     async def predict(self, text: str, stack: Stack, slots: dict[str, Any],
                       events: list[dict[str, Any]]) -> list[Command]:
+        """Ask the model which commands the message ``text`` means."""
         prompt = self.render(text, stack, slots, events)
         response = await self.llm.complete([{"role": "user", "content": prompt}], None)
         commands = parse_commands(response.text)

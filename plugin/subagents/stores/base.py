@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..exceptions import SubagentsError
+
+
+class StoreError(SubagentsError):
+    """A tracker store could not load or save a conversation (database down, locked, ...)."""
+
+    code = "store.failed"
+
 
 @dataclass
 class ConversationRecord:

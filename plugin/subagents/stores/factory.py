@@ -40,6 +40,8 @@ def tracker_store_from_config(config: Any, root: Any) -> TrackerStore:
     elif url.startswith("sqlite+aiosqlite:///") and not url.startswith("sqlite+aiosqlite:////"):
         rel = url.split(":///", 1)[1]
         url = f"sqlite+aiosqlite:///{root / rel}"
+    if data.get("busy_timeout") is not None:
+        return SQLTrackerStore(url, busy_timeout=_seconds(data, "busy_timeout", "tracker_store"))
     return SQLTrackerStore(url)
 
 
@@ -50,6 +52,24 @@ def lock_store_from_config(config: Any) -> LockStore:
         from .redis_lock import RedisLockStore
 
         url = resolve_env(data["url"], what="lock_store.url") if data.get("url") else None
-        return RedisLockStore(url=url, host=data.get("host", "localhost"),
-                              port=int(data.get("port", 6379)), db=int(data.get("db", 0)))
+        store = RedisLockStore(url=url, host=data.get("host", "localhost"),
+                               port=int(data.get("port", 6379)), db=int(data.get("db", 0)))
+        if data.get("lock_timeout") is not None:
+            store.lock_timeout = _seconds(data, "lock_timeout", "lock_store")
+        if data.get("wait_timeout") is not None:
+            store.wait_timeout = _seconds(data, "wait_timeout", "lock_store")
+        return store
+    if data.get("wait_timeout") is not None:
+        return InProcessLockStore(wait_timeout=_seconds(data, "wait_timeout", "lock_store"))
     return InProcessLockStore()
+
+
+def _seconds(data: dict[str, Any], key: str, section: str) -> float:
+    """A positive number of seconds from a store's settings, else a clear ConfigError."""
+    value = data.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 1e6:
+        return float(value)
+    raise ConfigError(ConfigIssue("endpoints.store.invalid_seconds",
+                                  f"{section}.{key} must be a positive number of seconds, "
+                                  f"not {value!r}", file="endpoints.yml",
+                                  key=f"{section}.{key}"))

@@ -6,6 +6,14 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
+from .base import StoreError
+
+
+class LockTimeoutError(StoreError):
+    """A message waited too long for its conversation's lock (another turn held it)."""
+
+    code = "store.lock_timeout"
+
 
 class LockStore:
     def lock(self, sender_id: str) -> contextlib.AbstractAsyncContextManager[None]:
@@ -16,17 +24,28 @@ class LockStore:
 
 
 class InProcessLockStore(LockStore):
-    def __init__(self) -> None:
+    """Locks of one process; a message waits at most ``wait_timeout`` seconds for its turn."""
+
+    def __init__(self, *, wait_timeout: float = 60.0) -> None:
         self._locks: dict[str, asyncio.Lock] = {}
         self._users: dict[str, int] = {}
+        self.wait_timeout = wait_timeout
 
     @contextlib.asynccontextmanager
     async def lock(self, sender_id: str) -> AsyncIterator[None]:
         lock = self._locks.setdefault(sender_id, asyncio.Lock())
         self._users[sender_id] = self._users.get(sender_id, 0) + 1
         try:
-            async with lock:
+            try:
+                async with asyncio.timeout(self.wait_timeout):
+                    await lock.acquire()
+            except TimeoutError:
+                raise LockTimeoutError(
+                    f"the conversation was busy for {self.wait_timeout:g}s") from None
+            try:
                 yield
+            finally:
+                lock.release()
         finally:
             self._users[sender_id] -= 1
             if not self._users[sender_id]:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .base import ConversationRecord, TrackerStore
+import structlog
+
+from .base import ConversationRecord, StoreError, TrackerStore
+
+log = structlog.get_logger("subagents.stores")
 
 
 @dataclass
@@ -19,6 +24,40 @@ class _PendingTurn:
     stack: list[dict[str, Any]]
     previous_count: int
     done: asyncio.Future[None]
+
+
+def _store_error(exc: BaseException) -> Exception:
+    """What a waiting turn is told: its own refusal as is, a database failure as StoreError."""
+    if isinstance(exc, StoreError | RuntimeError):
+        return exc
+    error = StoreError(f"the tracker store failed: {type(exc).__name__}")
+    error.__cause__ = exc
+    return error
+
+
+def _redact_driver_record(record: logging.LogRecord) -> bool:
+    """aiosqlite logs each call at DEBUG with its arguments (whole events, metadata): keep the
+    line, drop the data."""
+    if record.args:
+        record.args = tuple(getattr(a, "func", type(a)).__name__ if not isinstance(a, str)
+                            else "..." for a in (record.args if isinstance(record.args, tuple)
+                                                 else (record.args,)))
+    return True
+
+
+def _redact_rows(record: logging.LogRecord) -> bool:
+    """SQLAlchemy logs every fetched row at DEBUG; statements stay, row contents go."""
+    if isinstance(record.msg, str) and record.msg.startswith("Row "):
+        record.args = ("<row>",)
+    return True
+
+
+def _quiet_driver_logs() -> None:
+    for name, redact in (("aiosqlite", _redact_driver_record),
+                         ("sqlalchemy.engine.Engine", _redact_rows)):
+        logger = logging.getLogger(name)
+        if redact not in logger.filters:
+            logger.addFilter(redact)
 
 
 def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
@@ -35,7 +74,14 @@ class SQLTrackerStore(TrackerStore):
     together, so a crash mid-turn leaves the previous turn's state.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, busy_timeout: float = 30.0,
+                 connect_args: dict[str, Any] | None = None) -> None:
+        """Args:
+            url: An SQLAlchemy async URL (``sqlite+aiosqlite:///...``,
+                ``postgresql+asyncpg://...``).
+            busy_timeout: SQLite only: how long a write waits for another writer's lock.
+            connect_args: Passed to the database driver (e.g. asyncpg ``server_settings``).
+        """
         from sqlalchemy import (
             Column,
             Float,
@@ -55,11 +101,16 @@ class SQLTrackerStore(TrackerStore):
             path = url.split(":///", 1)[-1]
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self.engine = create_async_engine(url, connect_args={"timeout": 30}, pool_size=20,
-                                              max_overflow=20)
+            _quiet_driver_logs()
+            self.engine = create_async_engine(
+                url, connect_args={"timeout": busy_timeout, **(connect_args or {})},
+                pool_size=20, max_overflow=20, hide_parameters=True)
             event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
         else:
-            self.engine = create_async_engine(url, pool_size=10, max_overflow=20)
+            _quiet_driver_logs()
+            self.engine = create_async_engine(url, pool_size=10, max_overflow=20,
+                                              connect_args=dict(connect_args or {}),
+                                              hide_parameters=True)
         self.meta = MetaData()
         self.conversations = Table(
             "subagents_conversations", self.meta,
@@ -117,9 +168,16 @@ class SQLTrackerStore(TrackerStore):
         await item.done
 
     async def _write_pending(self) -> None:
-        while self._pending:
-            batch, self._pending = self._pending, []
-            await self._write(batch)
+        try:
+            while self._pending:
+                batch, self._pending = self._pending, []
+                await self._write(batch)
+        finally:  # cancelled: the turns still queued are not written, and are told so
+            queued, self._pending = self._pending, []
+            for item in queued:
+                if not item.done.done():
+                    item.done.set_exception(StoreError("the tracker writer stopped before "
+                                                       "this turn was written"))
 
     async def _write(self, batch: list[_PendingTurn]) -> None:
         """One transaction for the batch; a turn whose conversation changed is refused alone."""
@@ -159,10 +217,15 @@ class SQLTrackerStore(TrackerStore):
                             sender_id=item.sender_id, **values))
                 if events:
                     await conn.execute(insert(self.events), events)
-        except Exception as exc:  # noqa: BLE001 - every waiting turn gets the error
-            for item in accepted:
+        except BaseException as exc:  # every waiting turn gets the error, refused or not
+            for item in batch:
                 if not item.done.done():
-                    item.done.set_exception(exc)
+                    item.done.set_exception(_store_error(exc))
+                    if not isinstance(exc, Exception):
+                        item.done.exception()  # a cancelled caller may never look at it
+            log.error("store.sql.write_failed", turns=len(batch), error_type=type(exc).__name__)
+            if not isinstance(exc, Exception):
+                raise
             return
         for item in accepted:
             if not item.done.done():
