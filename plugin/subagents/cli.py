@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("-k", dest="pattern", metavar="PATTERN",
                       help="only test cases whose name contains PATTERN")
     test.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
+    test.add_argument("--strict", action="store_true",
+                      help="every bot message of a turn must be matched, in order (a file can "
+                           "also say strict: true)")
 
     demo = _command(sub, "demo", "play a recorded conversation with a scripted model (no API "
                                  "key needed)", """
@@ -256,7 +259,7 @@ def cmd_structure(project_dir: Path) -> int:
 def cmd_test(args: argparse.Namespace) -> int:
     """``subagents test``: run conversation test files; exit 1 if one fails."""
     from .testing.e2e import Runner
-    from .testing.fixtures import discover, load_file
+    from .testing.fixtures import discover, load_files
     from .testing.report import Progress, case_line, failure_text, summary, write_junit
 
     project = args.project.resolve()
@@ -265,15 +268,10 @@ def cmd_test(args: argparse.Namespace) -> int:
     if not files:
         print(f"no test files found in {', '.join(str(p) for p in paths)}", file=sys.stderr)
         return 1
-    cases, issues = [], []
-    for path in files:
-        try:
-            shown = str(path.relative_to(project))
-        except ValueError:
-            shown = str(path)
-        loaded = load_file(path, display=shown)
-        cases += loaded.cases
-        issues += loaded.issues
+    loaded = load_files(files, project)
+    cases, issues = loaded.cases, loaded.issues
+    for warning in loaded.warnings:
+        print(warning.format(), file=sys.stderr)
     if issues:
         for issue in issues:
             print(issue.format(), file=sys.stderr)
@@ -281,11 +279,15 @@ def cmd_test(args: argparse.Namespace) -> int:
         return 1
     if args.pattern:
         cases = [c for c in cases if args.pattern in c.name]
+    if not cases:
+        print("no test cases found (a test file has a top-level test_cases list)",
+              file=sys.stderr)
+        return 1
 
     async def run_all() -> list[Any]:
         results = []
         progress = Progress(len(cases))
-        async with Runner(project) as runner:
+        async with Runner(project, strict=args.strict) as runner:
             for case in cases:
                 result = await runner.run_case(case)
                 results.append(result)

@@ -15,6 +15,7 @@ from subagents.testing.fixtures import load_file
 from tests.dialogue_harness import write_project
 
 HAPPY = """
+strict: true
 test_cases:
   - test_case: weather
     llm_script:
@@ -62,7 +63,7 @@ async def test_a_passing_case_passes(project, tmp_path):
     (("bot: \"Sunny.\"", "bot: \"Rainy.\""),
      "expected bot 'Rainy.', got 'Sunny.'"),
     (("agent_id: weather_agent, flow_id: weather_flow", "agent_id: booking_agent"),
-     "assertion agent_completed: {'agent_id': 'booking_agent'} did not hold"),
+     "assertion agent_completed failed: no agent_completed event for agent 'booking_agent'"),
     (("      command_generator: [\"start flow weather_flow\"]",
       "      command_generator: [\"start flow weather_flow\", \"cancel flow\"]"),
      "1 scripted reply for command_generator never requested"),
@@ -86,6 +87,7 @@ async def test_failing_cases_report_what_broke(project, tmp_path, change, expect
 
 async def test_unmatched_bot_messages_fail_before_the_next_user_step(project, tmp_path):
     text = """
+    strict: true
     test_cases:
       - test_case: skips_messages
         steps:
@@ -154,9 +156,10 @@ def test_fixture_files_are_validated_with_file_line_and_code(tmp_path):
     found = {(i.code, i.line) for i in loaded.issues}
     assert ("e2e.validation.unknown_fixture", 3) in found
     assert ("e2e.validation.invalid_reply", 5) in found
-    assert ("e2e.validation.unknown_assertion", 9) in found
+    assert ("e2e.validation.unknown_key", 10) in found
     assert ("e2e.validation.invalid_step", 10) in found
     assert all(i.file == "cases.yml" for i in loaded.issues)
+    # an unknown assertion type fails only its own test case (see test_e2e_semantics.py)
 
 
 def test_a_rasa_e2e_file_loads_unchanged(tmp_path):

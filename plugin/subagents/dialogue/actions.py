@@ -97,7 +97,12 @@ class ActionRunner:
                 raise ActionFailedError(
                     f"custom action {call['next_action']!r}: cannot import the actions "
                     f"package {self.module!r} from {self.root}: {exc}") from exc
-            executor.register_package(package)
+            try:
+                executor.register_package(package)
+            except SystemExit as exc:  # rasa-sdk exits the process when an import fails
+                raise ActionFailedError(
+                    f"custom action {call['next_action']!r}: importing the actions package "
+                    f"{self.module!r} failed (see the log)") from exc
             self._executor = executor
         result = await self._executor.run(call)
         if result is None:

@@ -1,44 +1,79 @@
-"""``subagents test``: run conversation fixtures offline against the scripted model.
+"""``subagents test``: run conversation tests against an assistant, offline with a scripted model.
 
 One assistant and one fake model server serve a whole run; every test case gets a fresh
 conversation (in-memory tracker) and its own script. Test cases without ``llm_script`` use the
 configured real models, as in Rasa.
+
+Matching follows Rasa's runner by default: a ``bot``/``utter``/slot step passes when some event
+of the latest user turn matches it (extra bot messages are fine), and a case with assertions on a
+user step is judged by its assertions only. Strict mode (``strict: true`` in a file, or
+``Runner(strict=True)``) also requires every bot message of a turn to be matched, in order.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
+import json
+import os
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from .. import events as ev
 from ..channels.base import CollectingOutputChannel
+from ..exceptions import ConfigError
 from ..stores import InMemoryTrackerStore
+from .assertions import (
+    AGENT_HOOKS,
+    GENERATIVE,
+    NEGATIVE,
+    AssertionFailed,
+    Window,
+    bot_messages,
+    check,
+)
+from .diff import near_miss, side_by_side
 from .fake_server import FakeModelServer
-from .fixtures import AGENT_ASSERTIONS, TestCase
+from .fixtures import TestCase
+from .judge import (
+    DEFAULT_JUDGE_EMBEDDINGS,
+    DEFAULT_JUDGE_LLM,
+    EMBEDDINGS_CALLER,
+    JUDGE_CALLER,
+    Judge,
+)
+
+INTERNAL_ERROR_PATTERN = "pattern_internal_error"
+INTERNAL_ERROR_UTTER = "utter_internal_error_rasa"
+OFFLINE_HINT = ("this test case has no llm_script and no API key is set: add an llm_script "
+                "with the replies of command_generator (and of each agent it reaches) to run "
+                "it offline, or export OPENAI_API_KEY")
 
 
 @dataclass
 class CaseResult:
+    """The outcome of one test case."""
+
     case: TestCase
     passed: bool
     failures: list[str] = field(default_factory=list)
     transcript: list[str] = field(default_factory=list)
     duration: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """Informative lines (e.g. the scores of generative assertions)."""
 
 
 class _MismatchError(Exception):
     pass
-
-
-def _bot_messages(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e for e in events if e.get("event") == "bot" and (e.get("text") or
-                                                              (e.get("data") or {}).get("buttons"))]
 
 
 def _describe(message: dict[str, Any]) -> str:
@@ -46,18 +81,88 @@ def _describe(message: dict[str, Any]) -> str:
     return f"{message.get('text')!r}" + (f" ({utter})" if utter else "")
 
 
+class _TimedChannel(CollectingOutputChannel):
+    """Collects output and when the first text of the turn arrived."""
+
+    def __init__(self, *, streaming: bool) -> None:
+        super().__init__(streaming=streaming)
+        self.started = time.perf_counter()
+        self.first_text_ms: float | None = None
+
+    def _mark(self) -> None:
+        if self.first_text_ms is None:
+            self.first_text_ms = (time.perf_counter() - self.started) * 1000
+
+    async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
+        self._mark()
+        await super().send_text_message(recipient_id, text, **kwargs)
+
+    async def send_response_chunk(self, recipient_id: str, chunk: str) -> None:
+        if chunk.strip():
+            self._mark()
+        await super().send_response_chunk(recipient_id, chunk)
+
+    @property
+    def chunk_count(self) -> int:
+        return sum(1 for kind, _ in self.log if kind == "chunk")
+
+
+@dataclass
+class _Turn:
+    step_index: int | None
+    """Index of the user step that started this turn; None for the events before any."""
+    events: list[dict[str, Any]]
+    channel: _TimedChannel | None = None
+    hook_calls: list[tuple[str, str]] = field(default_factory=list)
+    """(agent name, hook) of every agent hook called during the turn."""
+
+
+_ERROR_LEVELS = {"error", "exception", "critical", "fatal"}
+_CAPTURED_LEVELS = {*_ERROR_LEVELS, "warning", "warn"}
+_MAX_EVENTS_SHOWN = 40
+
+
+@contextlib.contextmanager
+def _capture_errors() -> Iterator[list[dict[str, Any]]]:
+    """Record every warning- and error-level log event (structlog) while the block runs."""
+    captured: list[dict[str, Any]] = []
+
+    def processor(logger: Any, method: str, event_dict: Any) -> Any:
+        if method in _CAPTURED_LEVELS and isinstance(event_dict, dict):
+            record = {k: v for k, v in event_dict.items() if k != "exc_info"}
+            captured.append({**record, "_level": method})
+        return event_dict
+
+    processors = structlog.get_config()["processors"]
+    processors.insert(0, processor)
+    try:
+        yield captured
+    finally:
+        with contextlib.suppress(ValueError):
+            processors.remove(processor)
+
+
 class Runner:
-    def __init__(self, project_dir: Path) -> None:
+    """Runs test cases against one project. ``async with Runner(dir) as runner:``."""
+
+    def __init__(self, project_dir: Path, *, strict: bool = False) -> None:
         self.project_dir = project_dir
+        self.strict = strict
+        """Strict matching for cases whose file does not say (``--strict``)."""
         self.fake: FakeModelServer | None = None
         self._scripted: Any = None
         self._real: Any = None
+        self._judges: dict[tuple[bool, str], Judge] = {}
+        self.hook_calls: list[tuple[str, str]] = []
+        """(agent name, hook) of every agent hook call, in order."""
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Runner:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        for judge in self._judges.values():
+            await judge.close()
         await self._stack.aclose()
 
     async def _assistant(self, scripted: bool) -> Any:
@@ -68,29 +173,61 @@ class Runner:
             self._scripted = await self._stack.enter_async_context(Assistant.load(
                 self.project_dir, tracker_store=InMemoryTrackerStore(),
                 llm_factory=self.fake.llm_factory(), retry_delays=(0.0,)))
+            self._count_hooks(self._scripted)
         if not scripted and self._real is None:
             self._real = await self._stack.enter_async_context(Assistant.load(
                 self.project_dir, tracker_store=InMemoryTrackerStore()))
+            self._count_hooks(self._real)
         return self._scripted if scripted else self._real
 
+    def _count_hooks(self, assistant: Any) -> None:
+        """Record each call of an agent hook (the hook itself runs unchanged)."""
+        for agent in assistant.agents.values():
+            for hook in AGENT_HOOKS:
+                method = getattr(agent, hook, None)
+                if callable(method):
+                    setattr(agent, hook, _counted(method, agent.name, hook, self.hook_calls))
+
     async def run_case(self, case: TestCase) -> CaseResult:
+        """Run one test case; never raises for a failing or crashing case."""
         started = time.perf_counter()
         result = CaseResult(case=case, passed=False)
-        try:
-            async with self._prepared(case) as assistant:
-                await _Conversation(assistant, case, result).run()
-        except _MismatchError as exc:
-            result.failures.append(str(exc))
-        except Exception as exc:  # noqa: BLE001 - a crashing case fails, the run goes on
-            result.failures.append(f"the assistant raised {type(exc).__name__}: {exc}")
-        if case.llm_script is not None and self.fake is not None:
-            for problem in self.fake.problems():
-                result.failures.append(f"model script: {problem}")
-                if problem.startswith("expect failed"):
-                    result.failures.append(self._request_dump(problem))
+        if case.problems:
+            result.failures += [p.format() for p in case.problems]
+            result.duration = time.perf_counter() - started
+            return result
+        conversation: _Conversation | None = None
+        with _capture_errors() as errors:
+            try:
+                async with self._prepared(case) as assistant:
+                    strict = self.strict if case.strict is None else case.strict
+                    conversation = _Conversation(assistant, case, result, strict, self)
+                    await conversation.run()
+            except _MismatchError as exc:
+                result.failures.append(str(exc))
+            except ConfigError as exc:
+                result.failures.append(f"the assistant raised ConfigError: {exc}")
+                if exc.issue.code == "llm.api_key_missing" and case.llm_script is None:
+                    result.failures.append(OFFLINE_HINT)
+            except (Exception, SystemExit) as exc:  # noqa: BLE001 - a crashing case fails, the run goes on
+                result.failures.append(f"the assistant raised {type(exc).__name__}: {exc}")
+        events = conversation.all_events if conversation else []
+        result.failures += _unexpected_errors(case, errors, events)
+        self._script_problems(case, result)
+        if not result.passed and case.llm_script is None and OFFLINE_HINT not in \
+                result.failures and _key_missing(errors, result.failures):
+            result.failures.append(OFFLINE_HINT)
         result.passed = not result.failures
         result.duration = time.perf_counter() - started
         return result
+
+    def _script_problems(self, case: TestCase, result: CaseResult) -> None:
+        if case.llm_script is None or self.fake is None:
+            return
+        for problem in self.fake.problems():
+            result.failures.append(f"model script: {problem}")
+            if problem.startswith("expect failed"):
+                result.failures.append(self._request_dump(problem))
 
     @contextlib.asynccontextmanager
     async def _prepared(self, case: TestCase) -> AsyncIterator[Any]:
@@ -102,6 +239,28 @@ class Runner:
                 self.fake.add(caller, replies)
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
         yield assistant
+
+    def judge(self, case: TestCase, assistant: Any) -> Judge:
+        """The judge for generative assertions of ``case`` (scripted when the case is)."""
+        from ..llm import LLMClient, resolve_model_settings
+
+        config = case.judge or {}
+        scripted = case.llm_script is not None
+        key = (scripted, json.dumps(config, sort_keys=True, default=str))
+        if key not in self._judges:
+            endpoints = assistant.project.endpoints
+            llm = resolve_model_settings(config.get("llm") or DEFAULT_JUDGE_LLM, endpoints,
+                                         where="conftest.yml")
+            emb = resolve_model_settings(config.get("embeddings") or DEFAULT_JUDGE_EMBEDDINGS,
+                                         endpoints, where="conftest.yml")
+            if scripted and self.fake is not None:
+                factory = self.fake.llm_factory()
+                self._judges[key] = Judge(factory(JUDGE_CALLER, llm),
+                                          factory(EMBEDDINGS_CALLER, emb))
+            else:
+                self._judges[key] = Judge(LLMClient(llm, name=JUDGE_CALLER),
+                                          LLMClient(emb, name=EMBEDDINGS_CALLER))
+        return self._judges[key]
 
     def _request_dump(self, problem: str) -> str:
         match = re.search(r"for (\S+), request (\d+)", problem)
@@ -120,97 +279,424 @@ class Runner:
         return "\n".join(lines)
 
 
+def _counted(method: Any, agent: str, hook: str, calls: list[tuple[str, str]]) -> Any:
+    if inspect.iscoroutinefunction(method):
+        @functools.wraps(method)
+        async def counted_async(*args: Any, **kwargs: Any) -> Any:
+            calls.append((agent, hook))
+            return await method(*args, **kwargs)
+        return counted_async
+
+    @functools.wraps(method)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append((agent, hook))
+        return method(*args, **kwargs)
+    return counted
+
+
+def _expects_internal_error(case: TestCase) -> bool:
+    if {"*", INTERNAL_ERROR_PATTERN} & set(case.expected_errors):
+        return True
+    for step in case.steps:
+        if step.get("utter") == INTERNAL_ERROR_UTTER:
+            return True
+        for assertion in step.get("assertions") or []:
+            name, spec = next(iter(assertion.items()))
+            text = json.dumps(spec, default=str)
+            if name not in NEGATIVE and (INTERNAL_ERROR_PATTERN in text or
+                                         INTERNAL_ERROR_UTTER in text):
+                return True
+    return False
+
+
+def _unexpected_errors(case: TestCase, errors: list[dict[str, Any]],
+                       events: list[dict[str, Any]]) -> list[str]:
+    """Runtime errors of the case that it did not declare in ``expected_errors``."""
+    allowed = set(case.expected_errors)
+    failures = []
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for record in errors:
+        if record.get("_level") in _ERROR_LEVELS:
+            by_name.setdefault(str(record.get("event")), []).append(record)
+    for name, records in by_name.items():
+        if "*" in allowed or name in allowed:
+            continue
+        data = ", ".join(f"{k}={v!r}" for k, v in records[0].items()
+                         if k not in ("event", "timestamp", "logger", "level", "_level"))
+        times = f" {len(records)} times, first" if len(records) > 1 else ""
+        failures.append(f"the assistant logged an error{times}: {name} ({data}); list it "
+                        f"under expected_errors if the case expects it")
+    internal = [e for e in events if e.get("event") == "flow_started" and
+                e.get("flow_id") == INTERNAL_ERROR_PATTERN]
+    if internal and not _expects_internal_error(case):
+        reasons = list(dict.fromkeys(str(r["error"]) for r in errors if r.get("error")))
+        why = "; ".join(reasons[:3]) or "something failed inside the assistant"
+        failures.append(f"{INTERNAL_ERROR_PATTERN} ran {len(internal)} time(s) ({why}); expect "
+                        f"it with utter: {INTERNAL_ERROR_UTTER} or expected_errors: "
+                        f"[{INTERNAL_ERROR_PATTERN}]")
+    return failures
+
+
+def _key_missing(errors: list[dict[str, Any]], failures: list[str]) -> bool:
+    if os.environ.get("OPENAI_API_KEY"):
+        return False
+    text = json.dumps(errors, default=str) + "\n".join(failures)
+    return "api_key_missing" in text or "no API key" in text
+
+
 class _Conversation:
-    def __init__(self, assistant: Any, case: TestCase, result: CaseResult) -> None:
+    def __init__(self, assistant: Any, case: TestCase, result: CaseResult, strict: bool,
+                 runner: Runner) -> None:
         self.assistant = assistant
         self.case = case
         self.result = result
+        self.strict = strict
+        self.runner = runner
         self.sender = f"e2e-{uuid.uuid4().hex[:12]}"
-        self.turn_events: list[dict[str, Any]] = []
-        self.bots: list[dict[str, Any]] = []
+        self.turns: list[_Turn] = [_Turn(None, [])]
+        self.turn_of_step: dict[int, _Turn] = {}
         self.pointer = 0
-        self.turns = 0
+        self.stopped: str | None = None
+        """Why the run stopped sending user messages (Rasa's fail-fast on a mismatch)."""
+        self.mismatch: str | None = None
+
+    @property
+    def current(self) -> _Turn:
+        return self.turns[-1]
+
+    @property
+    def all_events(self) -> list[dict[str, Any]]:
+        return [e for turn in self.turns for e in turn.events]
+
+    def where(self, index: int) -> str:
+        line = self.case.step_lines[index]
+        return f"step {index + 1}" + (f" (line {line})" if line else "")
 
     async def run(self) -> None:
         if self.case.slot_presets:
-            await self.assistant.tracker_store.save_turn(
-                self.sender, [ev.slot_set(k, v) for k, v in self.case.slot_presets.items()],
-                [], 0)
+            presets = [ev.slot_set(k, v) for k, v in self.case.slot_presets.items()]
+            await self.assistant.tracker_store.save_turn(self.sender, presets, [], 0)
+            self.current.events += presets
         for index, step in enumerate(self.case.steps):
-            line = self.case.step_lines[index]
-            where = f"step {index + 1}" + (f" (line {line})" if line else "")
-            try:
-                await self.step(step)
-                check_assertions(step.get("assertions") or [], self.turn_events,
-                                 ordered=bool(step.get("assertion_order_enabled")))
-            except _MismatchError as exc:
-                raise _MismatchError(f"{where}: {exc}") from None
+            if "user" in step or "client_tool_result" in step:
+                if self.stopped or self.mismatch:
+                    continue
+                if self.strict:
+                    self.check_all_matched(index)
+                    if self.mismatch:
+                        continue
+                if "user" in step and not str(step["user"]).strip():
+                    self.result.warnings.append(f"{self.where(index)}: empty user message "
+                                                "skipped")
+                    continue
+                await self.send(step, index)
+                if "client_tool_result" in step:
+                    await self.step_assertions(index, step)
+            elif not (self.stopped or self.mismatch):
+                self.expect(index, step)
+                await self.step_assertions(index, step)
+        await self.user_step_assertions()
+        if self.mismatch:
+            raise _MismatchError(self.mismatch)
 
-    async def step(self, step: dict[str, Any]) -> None:
-        if "user" in step or "client_tool_result" in step:
-            self.check_all_matched()
-            await self.send(step)
-        elif "bot" in step or "utter" in step:
-            self.match_bot(step)
-        elif "slot_was_set" in step:
-            for name, value, has_value in _slot_items(step["slot_was_set"]):
-                if not _slot_set(self.turn_events, name, value, has_value):
-                    raise _MismatchError(f"slot {name!r} was not set"
-                                    + (f" to {value!r}" if has_value else "")
-                                    + f"; slot events this turn: {_slot_events(self.turn_events)}")
-        elif "slot_was_not_set" in step:
-            for name, value, has_value in _slot_items(step["slot_was_not_set"]):
-                if _slot_set(self.turn_events, name, value, has_value):
-                    raise _MismatchError(f"slot {name!r} was set" +
-                                    (f" to {value!r}" if has_value else ""))
-
-    async def send(self, step: dict[str, Any]) -> None:
+    # ------------------------------------------------------------------ sending
+    async def send(self, step: dict[str, Any], index: int) -> None:
         metadata = dict(self.case.metadata)
         if step.get("metadata"):
-            metadata.update(self.case.metadata_presets.get(step["metadata"], {}))
-        channel = CollectingOutputChannel()
+            preset = self.case.metadata_presets.get(step["metadata"], {})
+            overridden = sorted(set(metadata) & set(preset))
+            if overridden:
+                self.result.warnings.append(f"{self.where(index)}: the step's metadata "
+                                            f"overrides the test case's {overridden}")
+            metadata.update(preset)
+        channel = _TimedChannel(streaming=self.case.streaming)
+        calls_before = len(self.runner.hook_calls)
         if "client_tool_result" in step:
             result = step["client_tool_result"]
             text = f"[client tool {result['id']} returned]"
-            self.turn_events = await self.assistant.handle_client_tool_results(
-                self.sender, [result], channel)
+            events = await self.assistant.handle_client_tool_results(self.sender, [result],
+                                                                     channel)
         else:
             text = str(step["user"])
-            self.turn_events = await self.assistant.handle_message(self.sender, text,
-                                                                   metadata or None, channel)
-        self.turns += 1
-        self.bots = _bot_messages(self.turn_events)
+            events = await self.assistant.handle_message(self.sender, text, metadata or None,
+                                                         channel)
+        turn = _Turn(index, list(events), channel, self.runner.hook_calls[calls_before:])
+        self.turns.append(turn)
+        self.turn_of_step[index] = turn
         self.pointer = 0
         self.result.transcript.append(f"user: {text}")
-        self.result.transcript += [f"  bot: {_describe(m)}" for m in self.bots]
+        self.result.transcript += [f"  bot: {_describe(m)}" for m in bot_messages(events)]
 
-    def match_bot(self, step: dict[str, Any]) -> None:
-        if self.turns == 0:
-            raise _MismatchError("a bot/utter step comes before any user step")
-        expected = step.get("bot", step.get("utter"))
+    # ------------------------------------------------------------------ bot / utter / slots
+    def expect(self, index: int, step: dict[str, Any]) -> None:
+        problem = self.strict_problem(step) if self.strict and ("bot" in step or "utter" in step) \
+            else self.rasa_problem(step)
+        if problem is None:
+            return
+        text = f"{self.where(index)}: {problem}\n{self.turn_table(index)}"
+        if self.case.assertion_style and not self.strict:
+            self.stopped = text
+        else:
+            self.mismatch = text
+
+    def rasa_problem(self, step: dict[str, Any]) -> str | None:
+        events = self.current.events
+        messages = bot_messages(events)
+        if "bot" in step:
+            if any(_bot_text_matches(step["bot"], m) for m in messages):
+                return None
+            return _bot_problem(step["bot"], messages)
+        if "utter" in step:
+            if any((m.get("metadata") or {}).get("utter_action") == step["utter"]
+                   for m in messages):
+                return None
+            return f"expected utter {step['utter']!r}; bot messages this turn: " \
+                   f"{[_describe(m) for m in messages] or 'none'}"
+        kind = "slot_was_set" if "slot_was_set" in step else "slot_was_not_set"
+        for name, value, has_value in _slot_items(step[kind]):
+            found = _slot_set(events, name, value, has_value)
+            if found != (kind == "slot_was_set"):
+                return f"slot {name!r} was {'not ' if not found else ''}set" + \
+                    (f" to {value!r}" if has_value else "") + \
+                    f"; slot events this turn: {_slot_events(events) or 'none'}"
+        return None
+
+    def strict_problem(self, step: dict[str, Any]) -> str | None:
+        messages = bot_messages(self.current.events)
         kind = "bot" if "bot" in step else "utter"
-        if self.pointer >= len(self.bots):
-            raise _MismatchError(f"expected {kind} {expected!r}, but the turn had no more bot "
-                            f"messages (got {[_describe(m) for m in self.bots]})")
-        message = self.bots[self.pointer]
-        actual = message.get("text") if kind == "bot" else \
-            (message.get("metadata") or {}).get("utter_action")
-        if actual != expected:
-            raise _MismatchError(f"expected {kind} {expected!r}, got {_describe(message)}\n"
-                            f"  bot messages this turn: {[_describe(m) for m in self.bots]}")
+        expected = step[kind]
+        if self.pointer >= len(messages):
+            return f"expected {kind} {expected!r}, but the turn had no more bot messages " \
+                   f"(got {[_describe(m) for m in messages]})"
+        message = messages[self.pointer]
+        if kind == "bot":
+            ok = _bot_text_matches(expected, message)
+        else:
+            ok = (message.get("metadata") or {}).get("utter_action") == expected
+        if not ok:
+            detail = near_miss(expected, str(message.get("text") or "")) \
+                if kind == "bot" and isinstance(expected, str) else ""
+            return f"expected {kind} {expected!r}, got {_describe(message)}" + \
+                (f"\n{detail}" if detail else "")
         self.pointer += 1
+        return None
 
-    def check_all_matched(self) -> None:
-        if self.turns and self.pointer < len(self.bots):
-            left = [_describe(m) for m in self.bots[self.pointer:]]
-            raise _MismatchError(f"unmatched bot messages before the next user step: {left}")
+    def check_all_matched(self, index: int) -> None:
+        messages = bot_messages(self.current.events)
+        if self.current.step_index is not None and self.pointer < len(messages):
+            left = [_describe(m) for m in messages[self.pointer:]]
+            self.mismatch = (f"{self.where(index)}: unmatched bot messages before the next "
+                             f"user step (strict mode): {left}\n{self.turn_table(index)}")
+
+    def turn_table(self, index: int) -> str:
+        """Expected steps of the turn around step ``index`` beside the turn's events."""
+        start = self.current.step_index
+        first = 0 if start is None else start + 1
+        last = next((i for i in range(index + 1, len(self.case.steps))
+                     if "user" in self.case.steps[i]), len(self.case.steps))
+        expected = []
+        for i in range(first, last):
+            step = self.case.steps[i]
+            kind = next(k for k in step if k not in ("metadata", "assertions",
+                                                     "assertion_order_enabled"))
+            mark = ">" if i == index else " "
+            expected.append(f"{mark} {kind}: {json.dumps(step[kind], default=str)}")
+        actual = []
+        for event in self.current.events:
+            if event.get("event") == "bot":
+                actual.append(f"bot: {_describe(event)}")
+            elif event.get("event") == "slot":
+                actual.append(f"slot_was_set: {event.get('name')}={event.get('value')!r}")
+        return side_by_side(expected, actual)
+
+    # ------------------------------------------------------------------ assertions
+    async def step_assertions(self, index: int, step: dict[str, Any]) -> None:
+        """Assertions on a non-user step (our extension): judged on the current turn."""
+        if not step.get("assertions") or self.mismatch:
+            return
+        user_step = self.current.step_index
+        text = "" if user_step is None else str(self.case.steps[user_step].get("user", ""))
+        window = Window(self.current.events, [], False, text)
+        failure = await self.judge_all(step, window, self.current)
+        if failure:
+            self.mismatch = f"{self.where(index)}: {failure}"
+
+    async def user_step_assertions(self) -> None:
+        """Rasa's assertion check: each user step's assertions, in order, on its window."""
+        everything = self.all_events
+        seen: dict[str, int] = {}
+        for index, step in enumerate(self.case.steps):
+            if "user" not in step or not step.get("assertions"):
+                continue
+            text = str(step["user"])
+            wanted = self.case.metadata_presets.get(step.get("metadata") or "", {})
+            if text in seen and not step.get("metadata"):
+                self.result.warnings.append(
+                    f"{self.where(index)}: the user text {text!r} also appears at step "
+                    f"{seen[text] + 1}; its assertions are judged on the first occurrence")
+            seen.setdefault(text, index)
+            window = _window(everything, text, wanted, first_step=index == 0)
+            if window is None:
+                reason = f" (the run stopped at {self.stopped})" if self.stopped else ""
+                raise _MismatchError(f"{self.where(index)}: the user message {text!r} was "
+                                     f"never sent{reason}")
+            failure = await self.judge_all(step, window, self.turn_of_step.get(index))
+            if failure:
+                raise _MismatchError(f"{self.where(index)}: {failure}")
+
+    async def judge_all(self, step: dict[str, Any], window: Window,
+                        turn: _Turn | None) -> str | None:
+        ordered = bool(step.get("assertion_order_enabled"))
+        events = window.events
+        for number, assertion in enumerate(step["assertions"]):
+            name, spec = next(iter(assertion.items()))
+            current = Window(events, window.prior, window.first_step, window.user_text)
+            try:
+                match = await self.judge_one(name, spec, current, turn)
+            except AssertionFailed as exc:
+                suffix = " (assertion_order_enabled: a matching event may exist, but not " \
+                    "after the assertions before it)" if ordered and events is not window.events \
+                    else ""
+                return f"assertion {name} failed: {exc}{suffix}\n" + _assertion_table(
+                    step["assertions"], number, window)
+            if ordered and match is not None:
+                position = next(i for i, e in enumerate(events) if e is match)
+                events = events[position + 1:]
+        return None
+
+    async def judge_one(self, name: str, spec: Any, window: Window,
+                        turn: _Turn | None) -> dict[str, Any] | None:
+        """Judge one assertion; the matching event, None, or AssertionFailed."""
+        if name == "streamed":
+            _streamed(spec, turn)
+            return None
+        if name == "hook_called":
+            _hook_called(spec, turn)
+            return None
+        if name not in GENERATIVE:
+            return check(name, spec, window)
+        try:
+            judge = self.runner.judge(self.case, self.assistant)
+        except ConfigError as exc:
+            raise AssertionFailed(f"the judge is misconfigured (llm_judge in conftest.yml): "
+                                  f"{exc}") from exc
+        self.result.notes.append(await judge.judge(name, spec, window,
+                                                   _domain_texts(self.assistant)))
+        return None
+
+
+def _window(events: list[dict[str, Any]], text: str, metadata: dict[str, Any],
+            *, first_step: bool) -> Window | None:
+    """Rasa's window: from the first matching user message to the next user message with a
+    different text."""
+    start = next((i for i, e in enumerate(events) if e.get("event") == "user" and
+                  e.get("text") == text and all((e.get("metadata") or {}).get(k) == v
+                                                for k, v in metadata.items())), None)
+    if start is None:
+        return None
+    end = next((i for i in range(start + 1, len(events)) if events[i].get("event") == "user"
+                and events[i].get("text") != text), len(events))
+    return Window(events[start + 1:end], events[:start], first_step, text)
+
+
+def _streamed(spec: dict[str, Any], turn: _Turn | None) -> None:
+    channel = turn.channel if turn else None
+    if channel is None:
+        raise AssertionFailed("streamed is judged on the turn of a user step")
+    if not channel.supports_streaming:
+        raise AssertionFailed("the case does not stream; add 'streaming: true' to it")
+    chunks = channel.chunk_count
+    if chunks < int(spec.get("min_chunks", 1)):
+        raise AssertionFailed(f"{chunks} chunk(s) streamed, expected at least "
+                              f"{spec.get('min_chunks', 1)}")
+    limit = spec.get("max_first_text_ms")
+    if limit is not None and (channel.first_text_ms is None or
+                              channel.first_text_ms > float(limit)):
+        raise AssertionFailed(f"the first text came after {channel.first_text_ms} ms, "
+                              f"expected within {limit} ms")
+    if spec.get("text_matches"):
+        streamed = "".join(str(value) for kind, value in channel.log if kind == "chunk")
+        if not re.search(str(spec["text_matches"]), streamed):
+            raise AssertionFailed(f"the streamed text {streamed!r} does not match "
+                                  f"{spec['text_matches']!r}")
+
+
+def _hook_called(spec: dict[str, Any], turn: _Turn | None) -> None:
+    calls = [agent for agent, hook in (turn.hook_calls if turn else [])
+             if hook == spec["hook"] and spec.get("agent_id") in (None, agent)]
+    times = spec.get("times")
+    if (times is None and not calls) or (times is not None and len(calls) != int(times)):
+        raise AssertionFailed(f"{spec['hook']} was called {len(calls)} time(s)" + (
+            f" for {spec['agent_id']!r}" if spec.get("agent_id") else "") +
+            (f", expected {times}" if times is not None else ", expected at least once"))
+
+
+def _domain_texts(assistant: Any) -> dict[str, list[str]]:
+    responses = assistant.project.domain.responses
+    return {name: [str(v.text) for v in variations if getattr(v, "text", None)]
+            for name, variations in responses.items()}
+
+
+def _assertion_table(assertions: list[dict[str, Any]], failed: int, window: Window) -> str:
+    """The step's assertions (the failing one marked) beside the events they looked at."""
+    left = []
+    for number, assertion in enumerate(assertions):
+        name, spec = next(iter(assertion.items()))
+        mark = ">" if number == failed else " "
+        left.append(f"{mark} {name}: {json.dumps(spec, default=str)}")
+    shown = [*(window.prior if window.first_step else []), *window.events]
+    right = []
+    if len(shown) > _MAX_EVENTS_SHOWN:
+        right.append(f"... {len(shown) - _MAX_EVENTS_SHOWN} earlier events not shown")
+        shown = shown[-_MAX_EVENTS_SHOWN:]
+    right += [_event_line(event) for event in shown]
+    return side_by_side(left, right, titles=("assertions", "events")).replace(
+        "the turn:", "the assertions and the events they looked at:", 1)
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    kind = event.get("event")
+    if kind in ("user", "bot"):
+        detail = repr(event.get("text"))
+        if kind == "bot" and (event.get("metadata") or {}).get("utter_action"):
+            detail += f" ({event['metadata']['utter_action']})"
+    elif kind == "slot":
+        detail = f"{event.get('name')}={event.get('value')!r}"
+    elif kind == "mcp_tool_executed":
+        detail = f"{event.get('tool_name')}({event.get('arguments')}) " \
+                 f"is_error={event.get('is_error')}"
+    elif event.get("agent_id") and event.get("flow_id"):
+        detail = f"{event['agent_id']} in {event['flow_id']}"
+    else:
+        detail = str(event.get("flow_id") or event.get("agent_id") or event.get("name") or "")
+    return f"{kind}: {detail}"
+
+
+def _bot_text_matches(expected: Any, message: dict[str, Any]) -> bool:
+    text = message.get("text")
+    if isinstance(expected, dict):
+        if expected.get("any"):
+            return bool(text)
+        return text is not None and re.search(str(expected["matches"]), str(text)) is not None
+    return bool(text == str(expected).strip())
+
+
+def _bot_problem(expected: Any, messages: list[dict[str, Any]]) -> str:
+    texts = [str(m.get("text") or "") for m in messages]
+    problem = f"expected bot {expected!r}; bot messages this turn: " \
+              f"{[_describe(m) for m in messages] or 'none'}"
+    if isinstance(expected, str) and texts:
+        detail = near_miss(expected.strip(), texts)
+        if detail:
+            problem += "\n" + detail
+    return problem
 
 
 def _slot_items(value: Any) -> list[tuple[str, Any, bool]]:
     items: list[tuple[str, Any, bool]] = []
     for item in value if isinstance(value, list) else [value]:
         if isinstance(item, dict):
-            if "name" in item:
+            if set(item) == {"name", "value"}:  # a {slot: value} mapping otherwise, as Rasa
                 items.append((str(item["name"]), item.get("value"), "value" in item))
             else:
                 items += [(str(k), v, True) for k, v in item.items()]
@@ -221,96 +707,8 @@ def _slot_items(value: Any) -> list[tuple[str, Any, bool]]:
 
 def _slot_set(events: list[dict[str, Any]], name: str, value: Any, has_value: bool) -> bool:
     return any(e.get("event") == "slot" and e.get("name") == name and
-               (not has_value or e.get("value") == value or str(e.get("value")) == str(value))
-               for e in events)
+               (not has_value or e.get("value") == value) for e in events)
 
 
 def _slot_events(events: list[dict[str, Any]]) -> list[str]:
     return [f"{e['name']}={e.get('value')!r}" for e in events if e.get("event") == "slot"]
-
-
-def _flow_match(events: list[dict[str, Any]], kind: str, spec: Any) -> bool:
-    flow_id = spec if isinstance(spec, str) else spec.get("flow_id")
-    step_id = None if isinstance(spec, str) else spec.get("flow_step_id")
-    return any(e.get("event") == kind and e.get("flow_id") == flow_id and
-               (step_id is None or e.get("step_id") == step_id) for e in events)
-
-
-def _bot_match(message: dict[str, Any], spec: dict[str, Any]) -> bool:
-    meta = message.get("metadata") or {}
-    if spec.get("utter_name") and meta.get("utter_action") != spec["utter_name"]:
-        return False
-    if spec.get("text_matches") and not re.search(str(spec["text_matches"]),
-                                                  str(message.get("text") or "")):
-        return False
-    if spec.get("buttons") is not None:
-        actual = [{"title": b.get("title"), "payload": b.get("payload")}
-                  for b in (message.get("data") or {}).get("buttons") or []]
-        wanted = [{"title": b.get("title"), "payload": b.get("payload")} for b in spec["buttons"]]
-        if actual != wanted:
-            return False
-    return True
-
-
-def _args_match(actual: Any, wanted: Any) -> bool:
-    if wanted is None:
-        return True
-    return isinstance(actual, dict) and all(actual.get(k) == v for k, v in wanted.items())
-
-
-NEGATIVE = {"bot_did_not_utter", "slot_was_not_set"}
-
-
-def check_assertions(assertions: list[dict[str, Any]], events: list[dict[str, Any]], *,
-                     ordered: bool = False) -> None:
-    """Every assertion must hold in the turn; with ``ordered`` (Rasa's
-    ``assertion_order_enabled``) the positive ones must match events in the order written."""
-    position = 0
-    for assertion in assertions:
-        check_assertion(assertion, events)
-        name, spec = next(iter(assertion.items()))
-        if not ordered or name in NEGATIVE:
-            continue
-        index = next((i for i in range(position, len(events))
-                      if _holds(name, spec, [events[i]])), None)
-        if index is None:
-            raise _MismatchError(f"assertion {name}: {spec!r} held, but not after the "
-                                 "assertions before it (assertion_order_enabled)")
-        position = index + 1
-
-
-def check_assertion(assertion: dict[str, Any], events: list[dict[str, Any]]) -> None:
-    """Raise _MismatchError unless a matching event happened in ``events`` (one turn)."""
-    name, spec = next(iter(assertion.items()))
-    if _holds(name, spec, events):
-        return
-    seen = [f"{e.get('event')}:{e.get('flow_id') or e.get('agent_id') or e.get('name') or ''}"
-            for e in events]
-    raise _MismatchError(f"assertion {name}: {spec!r} did not hold; events this turn: {seen}")
-
-
-def _holds(name: str, spec: Any, events: list[dict[str, Any]]) -> bool:
-    if name in ("flow_started", "flow_completed", "flow_cancelled"):
-        return _flow_match(events, name, spec)
-    if name == "action_executed":
-        return any(e.get("event") == "action" and e.get("name") == spec for e in events)
-    if name in ("bot_uttered", "bot_did_not_utter"):
-        found = any(_bot_match(m, spec or {}) for m in _bot_messages(events))
-        return found if name == "bot_uttered" else not found
-    if name in ("slot_was_set", "slot_was_not_set"):
-        results = [_slot_set(events, n, v, h) for n, v, h in _slot_items(spec)]
-        return all(results) if name == "slot_was_set" else not any(results)
-    if name in AGENT_ASSERTIONS:
-        return any(e.get("event") == name and e.get("agent_id") == spec.get("agent_id") and
-                   (spec.get("flow_id") is None or e.get("flow_id") == spec["flow_id"])
-                   for e in events)
-    if name == "tool_executed":
-        return any(e.get("event") == "mcp_tool_executed" and e.get("tool_name") ==
-                   spec.get("tool_name") and _args_match(e.get("arguments"), spec.get("arguments"))
-                   and (spec.get("is_error") is None or e.get("is_error") == spec["is_error"])
-                   for e in events)
-    if name == "client_tool_requested":
-        return any(e.get("event") == "agent_client_tool_requested" and
-                   e.get("tool_name") == spec.get("tool_name") and
-                   _args_match(e.get("arguments"), spec.get("arguments")) for e in events)
-    return False

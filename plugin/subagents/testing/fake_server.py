@@ -3,9 +3,10 @@
 ``async with FakeModelServer({"weather_agent": [...], "command_generator": [...]}) as fake:``
 serves ``POST /<caller>/v1/chat/completions`` (``/v1/...`` is caller ``default``) on a random port;
 point a client at ``fake.base_url(caller)``. Each request pops the caller's next scripted reply
-(format: ``shared/design/E2E_FORMAT.md``). Beyond the fixture format, a reply may carry ``stall``
+(format: ``docs/conversation-tests.md``). Beyond the fixture format, a reply may carry ``stall``
 (send nothing more, until the client gives up) and ``drop`` (close the connection), both applied
-after the first streamed chunk when streaming.
+after the first streamed chunk when streaming. ``POST .../embeddings`` answers with deterministic
+bag-of-words vectors (:func:`embed_text`), unscripted.
 
 Strict: a request with no reply left gets HTTP 400 and is recorded as a problem, as are replies
 left unconsumed and failed ``expect`` checks; :meth:`FakeModelServer.problems` lists them and
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,8 +65,9 @@ class RecordedRequest:
 
 
 _REPLY_KEYS = {"text", "tool_calls", "error", "delay_ms", "expect", "stall", "drop"}
-EXPECT_KEYS = {"tools", "tools_include", "tools_exclude", "system_contains",
-               "system_not_contains", "messages_contain", "last_user"}
+EXPECT_KEYS = {"tools", "tools_include", "tools_exclude", "tools_schema", "system_contains",
+               "system_not_contains", "messages_contain", "messages_not_contain", "last_user",
+               "roles"}
 
 
 def normalize_reply(raw: Any, counter: list[int] | None = None) -> Reply:
@@ -96,6 +99,10 @@ def normalize_reply(raw: Any, counter: list[int] | None = None) -> Reply:
     expect = raw.get("expect")
     if expect is not None and (not isinstance(expect, dict) or set(expect) - EXPECT_KEYS):
         raise ValueError(f"expect takes {', '.join(sorted(EXPECT_KEYS))}")
+    if expect and not isinstance(expect.get("tools_schema", {}), dict):
+        raise ValueError("expect.tools_schema maps tool names to (part of) their schema")
+    if expect and not isinstance(expect.get("roles", []), list):
+        raise ValueError("expect.roles is the list of message roles, in order")
     error = raw.get("error")
     if error is not None and (not isinstance(error, dict) or "status" not in error):
         raise ValueError("error needs {status: <http status>, message: ...}")
@@ -106,7 +113,8 @@ def normalize_reply(raw: Any, counter: list[int] | None = None) -> Reply:
 
 def check_expect(expect: dict[str, Any], request: RecordedRequest) -> list[str]:
     """Failed ``expect`` checks of ``request``, as readable lines."""
-    return _check_tools(expect, request.tool_names) + _check_texts(expect, request)
+    return (_check_tools(expect, request.tool_names) + _check_schemas(expect, request)
+            + _check_texts(expect, request))
 
 
 def _check_tools(expect: dict[str, Any], names: list[str]) -> list[str]:
@@ -122,6 +130,27 @@ def _check_tools(expect: dict[str, Any], names: list[str]) -> list[str]:
     return failures
 
 
+def _check_schemas(expect: dict[str, Any], request: RecordedRequest) -> list[str]:
+    offered = {t.get("function", {}).get("name"): t.get("function", {})
+               for t in request.body.get("tools") or []}
+    failures: list[str] = []
+    for name, wanted in (expect.get("tools_schema") or {}).items():
+        if name not in offered:
+            failures.append(f"tools_schema: {name!r} not offered (offered {sorted(offered)})")
+        elif not _contains(offered[name], wanted):
+            failures.append(f"tools_schema: {name!r} is offered as "
+                            f"{json.dumps(offered[name], sort_keys=True)}, which does not "
+                            f"contain {json.dumps(wanted, sort_keys=True)}")
+    return failures
+
+
+def _contains(actual: Any, wanted: Any) -> bool:
+    if isinstance(wanted, dict):
+        return isinstance(actual, dict) and all(k in actual and _contains(actual[k], v)
+                                                for k, v in wanted.items())
+    return bool(actual == wanted)
+
+
 def _check_texts(expect: dict[str, Any], request: RecordedRequest) -> list[str]:
     failures: list[str] = []
     system = request.system_text
@@ -135,11 +164,25 @@ def _check_texts(expect: dict[str, Any], request: RecordedRequest) -> list[str]:
     for text in _as_list(expect.get("messages_contain")):
         if not any(text in content for content in others):
             failures.append(f"messages_contain: {text!r} in no non-system message")
+    failures += _check_messages(expect, request, others)
     if "last_user" in expect:
         users = [str(m.get("content") or "") for m in request.messages if m.get("role") == "user"]
         last = users[-1] if users else None
         if last != expect["last_user"]:
             failures.append(f"last_user: expected {expect['last_user']!r}, got {last!r}")
+    return failures
+
+
+def _check_messages(expect: dict[str, Any], request: RecordedRequest,
+                    others: list[str]) -> list[str]:
+    failures: list[str] = []
+    for text in _as_list(expect.get("messages_not_contain")):
+        if any(text in content for content in others):
+            failures.append(f"messages_not_contain: {text!r} is in a non-system message")
+    if "roles" in expect:
+        roles = [str(m.get("role")) for m in request.messages]
+        if roles != list(expect["roles"]):
+            failures.append(f"roles: expected {list(expect['roles'])}, got {roles}")
     return failures
 
 
@@ -267,6 +310,9 @@ class FakeModelServer:
     async def _respond(self, request: tuple[str, str, dict[str, str], bytes],
                        writer: asyncio.StreamWriter) -> bool:
         method, path, headers, raw = request
+        if method == "POST" and path.endswith("/embeddings"):
+            await _send_json(writer, 200, _embeddings(raw))
+            return True
         if method != "POST" or not path.endswith("/chat/completions"):
             await _send_json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
             return True
@@ -375,6 +421,34 @@ class FakeModelServer:
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         return True
+
+
+EMBEDDING_SIZE = 256
+
+
+def embed_text(text: str) -> list[float]:
+    """A deterministic bag-of-words vector: texts sharing words are close (cosine)."""
+    import hashlib
+
+    vector = [0.0] * EMBEDDING_SIZE
+    for word in re.findall(r"[a-z0-9]+", text.lower()):
+        digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
+        vector[int.from_bytes(digest, "big") % EMBEDDING_SIZE] += 1.0
+    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+    return [v / norm for v in vector]
+
+
+def _embeddings(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw or b"{}")
+    except json.JSONDecodeError:
+        body = {}
+    inputs = body.get("input") if isinstance(body, dict) else None
+    texts = [inputs] if isinstance(inputs, str) else [str(i) for i in inputs or []]
+    return {"object": "list", "model": body.get("model", "fake-embeddings"),
+            "data": [{"object": "embedding", "index": i, "embedding": embed_text(t)}
+                     for i, t in enumerate(texts)],
+            "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
 
 def _args_text(arguments: Any) -> str:

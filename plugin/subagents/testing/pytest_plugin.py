@@ -1,4 +1,8 @@
-"""pytest plugin (entry point ``pytest11``): ``tests/e2e/*.yml`` test cases as pytest items.
+"""pytest plugin: ``tests/e2e/*.yml`` test cases as pytest items, one item per test case.
+
+Installed as a ``pytest11`` entry point but inert until enabled, so that installing subagents
+never makes pytest collect YAML files of unrelated projects. Enable it with ``-p subagents`` on
+the command line, or with ``subagents_e2e = true`` in the pytest ini options.
 
 The project is the folder holding ``tests/`` (or ``--subagents-project``). One runner per
 project lives on a background event loop for the whole session, so MCP servers start once.
@@ -22,17 +26,31 @@ T = TypeVar("T")
 _KEY = pytest.StashKey["_Session"]()
 
 
+PLUGIN_NAMES = ("subagents", "subagents.testing.pytest_plugin")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("subagents")
     group.addoption("--subagents-project", default=None,
                     help="assistant project for tests/e2e/*.yml (default: the folder "
                          "holding tests/)")
+    group.addoption("--subagents-strict", action="store_true", default=False,
+                    help="strict matching for conversation tests whose file does not say")
+    parser.addini("subagents_e2e", type="bool", default=False,
+                  help="collect tests/e2e/*.yml conversation tests (or pass -p subagents)")
+
+
+def enabled(config: pytest.Config) -> bool:
+    """True when the plugin was asked for (``-p subagents`` or ``subagents_e2e = true``)."""
+    asked = getattr(config.option, "plugins", None) or []
+    return any(name in PLUGIN_NAMES for name in asked) or bool(config.getini("subagents_e2e"))
 
 
 class _Session:
     """A background event loop with one Runner per project."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, strict: bool = False) -> None:
+        self.strict = strict
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True,
                                        name="subagents-e2e")
@@ -44,7 +62,7 @@ class _Session:
 
     def runner(self, project: Path) -> Runner:
         if project not in self.runners:
-            self.runners[project] = self.run(Runner(project).__aenter__())
+            self.runners[project] = self.run(Runner(project, strict=self.strict).__aenter__())
         return self.runners[project]
 
     def close(self) -> None:
@@ -55,8 +73,13 @@ class _Session:
         self.loop.close()
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_KEY] = _Session()
+def _session(config: pytest.Config) -> _Session:
+    """The background runner session, started on first use."""
+    session = config.stash.get(_KEY, None)
+    if session is None:
+        session = _Session(strict=bool(config.getoption("--subagents-strict")))
+        config.stash[_KEY] = session
+    return session
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -67,27 +90,33 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
     if file_path.suffix in (".yml", ".yaml") and file_path.parent.name == "e2e" and \
-            file_path.parent.parent.name == "tests":
+            file_path.parent.parent.name == "tests" and enabled(parent.config):
         return E2EFile.from_parent(parent, path=file_path)
     return None
 
 
 class E2EFailedError(Exception):
+    """A conversation test case failed; carries its result for the report."""
+
     def __init__(self, result: CaseResult) -> None:
         super().__init__(result.case.name)
         self.result = result
 
 
 class E2EFile(pytest.File):
+    """A conversation test file: one item per test case."""
+
     def collect(self) -> Iterator[pytest.Item]:
         project = self.project()
         try:
             shown = str(self.path.relative_to(project))
         except ValueError:
             shown = str(self.path)
-        loaded = load_file(self.path, display=shown)
+        loaded = load_file(self.path, display=shown, root=project)
         if loaded.issues:
             raise self.CollectError("\n".join(i.format() for i in loaded.issues))
+        for warning in loaded.warnings:
+            self.warn(pytest.PytestWarning(warning.format()))
         for case in loaded.cases:
             yield E2EItem.from_parent(self, name=case.name, case=case, project=project)
 
@@ -97,13 +126,15 @@ class E2EFile(pytest.File):
 
 
 class E2EItem(pytest.Item):
+    """One conversation test case, run by the session's runner for its project."""
+
     def __init__(self, *, case: TestCase, project: Path, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.case = case
         self.project = project
 
     def runtest(self) -> None:
-        session = self.config.stash[_KEY]
+        session = _session(self.config)
         runner = session.runner(self.project)
         result = session.run(runner.run_case(self.case))
         if not result.passed:

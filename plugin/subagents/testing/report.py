@@ -11,13 +11,17 @@ from .e2e import CaseResult
 
 
 def case_line(result: CaseResult) -> str:
+    """``PASSED``/``FAILED``, file, name and duration of one test case."""
     mark = "PASSED" if result.passed else "FAILED"
     return f"{mark} {result.case.file}::{result.case.name} ({result.duration:.2f}s)"
 
 
 def failure_text(result: CaseResult) -> str:
+    """Everything about a failed case: what broke, warnings, notes, the conversation."""
     lines = [f"__ {result.case.name} ({result.case.file}:{result.case.line}) __"]
     lines += [f"  {failure}" for failure in result.failures if failure]
+    lines += [f"  warning: {warning}" for warning in result.warnings]
+    lines += [f"  note: {note}" for note in result.notes]
     if result.transcript:
         lines.append("  conversation so far:")
         lines += [f"    {line}" for line in result.transcript]
@@ -25,11 +29,13 @@ def failure_text(result: CaseResult) -> str:
 
 
 def summary(results: list[CaseResult]) -> str:
+    """The last line of a run: ``N passed, M failed``."""
     passed = sum(1 for r in results if r.passed)
     return f"{passed} passed, {len(results) - passed} failed"
 
 
 def write_junit(results: list[CaseResult], path: Path) -> None:
+    """Write the results as JUnit XML (one ``testcase`` per test case)."""
     suite = ET.Element("testsuite", name="subagents-e2e", tests=str(len(results)),
                        failures=str(sum(1 for r in results if not r.passed)),
                        time=f"{sum(r.duration for r in results):.3f}")
