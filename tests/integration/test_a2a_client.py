@@ -252,3 +252,43 @@ async def test_a_failing_output_hook_ends_in_the_internal_error_pattern(tmp_path
     assert "agent_cancelled:car_dealer" in names(events)
     assert "flow_started:pattern_internal_error" in names(events)
     assert texts  # the user hears the internal-error reply
+
+
+async def test_with_exit_if_the_agent_runs_as_a_task_agent_without_the_remote(tmp_path,
+                                                                               tools_url):
+    flows = FLOWS + """
+      buy_with_exit:
+        description: the dealer step with an exit condition
+        steps:
+          - call: car_dealer
+            exit_if:
+              - slots.car_model is not null
+          - action: utter_dealer_done
+    """
+    flows = flows.replace("""      buy_car:
+        description: find a car at the dealer
+        steps:
+          - call: car_dealer
+          - action: utter_dealer_done
+""", "").replace("""      buy_known_car:
+        description: find a known car model at the dealer
+        steps:
+          - set_slots:
+              - car_model: corolla
+          - call: car_dealer
+          - action: utter_dealer_done
+""", "")
+    project = write_project(tmp_path / "a", tools_url, {
+        "data/flows.yml": flows, "data/domain.yml": DOMAIN,
+        # unreachable: an A2A connection would stop the start
+        "sub_agents/car_dealer/config.yml": dealer_config("http://127.0.0.1:9/card.json")})
+    script = {"command_generator": ["start flow buy_with_exit"],
+              "car_dealer": [{"tool_calls": [{"set_slot_car_model": {"slot_value": "civic"}}]}]}
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
+        with anyio.fail_after(30):
+            texts, events = await Conversation(assistant).say("a civic")
+        fake.assert_done()
+    assert "slot:car_model=civic" in names(events)
+    started = next(e for e in events if e["event"] == "agent_started")
+    assert started["metadata"]["protocol"] == "mcp_task"
+    assert "Anything else about cars?" in texts
