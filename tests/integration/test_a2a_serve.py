@@ -100,3 +100,13 @@ def test_publishing_an_agent_no_flow_calls_is_refused(tmp_path, tools_url):
     with pytest.raises(AgentInitializationError) as info:
         create_app(served, a2a_agents=["nobody_agent"])
     assert info.value.code == "a2a.serve.unknown_agent"
+
+
+def test_serve_a2a_names_an_unknown_agent_with_its_error_code(tmp_path, tools_url, capsys):
+    from subagents.cli import main
+
+    project = write_project(tmp_path / "served", tools_url)
+    status = main(["serve", "--project", str(project), "--no-model-check",
+                   "--port", "1", "--a2a", "weather_agent,nobody_agent"])
+    assert status == 1
+    assert "[a2a.serve.unknown_agent]" in capsys.readouterr().err
