@@ -292,3 +292,26 @@ async def test_with_exit_if_the_agent_runs_as_a_task_agent_without_the_remote(tm
     started = next(e for e in events if e["event"] == "agent_started")
     assert started["metadata"]["protocol"] == "mcp_task"
     assert "Anything else about cars?" in texts
+
+
+@pytest.mark.parametrize(("hook", "tier"), [("good", "gold"), ("bad", None)])
+async def test_the_pre_call_hook_adds_message_metadata_or_stops_the_call(
+        tmp_path, tools_url, dealer, hook, tier):
+    root = tmp_path / "a"
+    project = project_with(root, tools_url, f"{dealer}/.well-known/agent-card.json",
+                           f"  pre_call_hook: dealer_hooks.{hook}")
+    (root / "dealer_hooks.py").write_text(
+        "def good(context):\n"
+        "    assert context['agent_id'] == 'car_dealer'\n"
+        "    return {'customer_tier': 'gold'}\n\n\n"
+        "def bad(context):\n"
+        "    raise RuntimeError('no tier')\n")
+    script = {"command_generator": ["start flow buy_car"]}
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
+        with anyio.fail_after(30):
+            texts, events = await Conversation(assistant).say("show my account")
+    if tier:
+        assert texts == [f"Your customer tier: {tier}."]
+    else:
+        assert "flow_started:pattern_internal_error" in names(events)
+        assert names(events).count("agent_started:car_dealer") == 1

@@ -304,6 +304,20 @@ class A2AAgent(MCPBaseAgent):
         stream: AsyncIterator[Any] = self._client.send_message(request)
         return stream
 
+    async def _pre_call_metadata(self, agent_input: AgentInput) -> dict[str, Any]:
+        """``configuration.pre_call_hook`` (``pkg.module.function``): metadata to add."""
+        hook_path = self.configuration.pre_call_hook
+        if not hook_path:
+            return {}
+        from ..config.project import import_from_project
+        from ..tools.mcp_tools import run_pre_call_hook
+
+        mod_name = hook_path.rpartition(".")[0]
+        import_from_project(self.project_root, mod_name)  # the project's own module
+        context = {"sender_id": agent_input.recipient_id, "server_name": None,
+                   "tool_name": None, "agent_id": self.name}
+        return dict(await run_pre_call_hook(hook_path, context))
+
     @staticmethod
     def _outbound_text(agent_input: AgentInput) -> str:
         if agent_input.metadata.get("resumed_after_interruption") or \
@@ -322,6 +336,11 @@ class A2AAgent(MCPBaseAgent):
                          or agent_input.recipient_id or "")
         outbound: dict[str, Any] = {k: meta[k] for k in ("sender_id", "agent_id", "model_id")
                                     if k in meta}
+        try:
+            outbound.update(await self._pre_call_metadata(agent_input))
+        except Exception as exc:  # noqa: BLE001 - the message is not sent
+            return self._fail(agent_input, [], AgentStatus.FATAL_ERROR,
+                              f"the pre_call_hook failed: {type(exc).__name__}: {exc}")
         request = self._request(self._outbound_text(agent_input), meta.get(TASK_ID_KEY),
                                 context_id or None, slots, _json_safe(outbound))
         reply = _Reply()

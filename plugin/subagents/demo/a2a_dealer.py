@@ -6,7 +6,8 @@ No model is involved, so its answers are predictable:
   the task with an artifact: a text and a data part ``{"model", "price", "in_stock"}``;
   while it "checks the stock" it sends a ``working`` status with a short text;
 * otherwise it asks which model (task state ``input-required``); the answer continues the task;
-* ``opening hours`` gets a plain message back (no task);
+* ``opening hours`` gets a plain message back (no task), and so does ``my account`` (it names
+  the ``customer_tier`` from the message metadata);
 * a text containing ``broken`` fails the task, ``forbidden`` rejects it, ``call it off``
   cancels it.
 
@@ -51,6 +52,12 @@ def _slots(context: RequestContext) -> dict[str, Any]:
     return {}
 
 
+def _message_metadata(context: RequestContext) -> dict[str, Any]:
+    if context.message is None or not context.message.HasField("metadata"):
+        return {}
+    return {key: value for key, value in context.message.metadata.items()}
+
+
 class DealerExecutor(AgentExecutor):
     """The dealer's behaviour (see the module docstring)."""
 
@@ -61,6 +68,11 @@ class DealerExecutor(AgentExecutor):
             await event_queue.enqueue_event(new_text_message(
                 "We are open Monday to Saturday, 9:00 to 18:00.",
                 context_id=context.context_id, task_id=None))
+            return
+        if "my account" in text.lower():
+            tier = _message_metadata(context).get("customer_tier") or "unknown"
+            await event_queue.enqueue_event(new_text_message(
+                f"Your customer tier: {tier}.", context_id=context.context_id, task_id=None))
             return
         task = context.current_task
         if task is None:
