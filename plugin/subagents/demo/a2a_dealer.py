@@ -55,7 +55,7 @@ def _slots(context: RequestContext) -> dict[str, Any]:
 def _message_metadata(context: RequestContext) -> dict[str, Any]:
     if context.message is None or not context.message.HasField("metadata"):
         return {}
-    return {key: value for key, value in context.message.metadata.items()}
+    return dict(context.message.metadata.items())
 
 
 class DealerExecutor(AgentExecutor):
