@@ -49,3 +49,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .subagents
+
+.PHONY: interop
+# reference MCP servers through a real agent + the MCP client conformance suite (cached installs)
+interop: $(STAMP)
+	bash .ci/suites/interop.sh

@@ -174,6 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also publish sub agents over A2A at /a2a/<name>/ (all that flows "
                             "call, or a comma-separated list; extra 'a2a')")
     _model_check_arg(serve)
+
+    mcp = _command(sub, "mcp", "MCP server tools", """
+        subagents mcp login crm             # sign in once to the server named crm""")
+    mcp_commands = mcp.add_subparsers(dest="mcp_command", required=True, metavar="MCP_COMMAND")
+    mcp_login = _command(mcp_commands, "login", "sign in to an MCP server that needs a user "
+                                                "login (OAuth authorization code with PKCE)", """
+        subagents mcp login crm
+        subagents mcp login crm --project path/to/assistant""")
+    mcp_login.add_argument("server", help="the server's name in endpoints.yml")
+    _project_arg(mcp_login)
     return parser
 
 
@@ -347,6 +357,10 @@ def _enable_observability(args: argparse.Namespace) -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.command == "mcp":
+        from .mcp.login import cmd_login
+
+        return cmd_login(args.project, args.server)
     if args.command == "init":
         return cmd_init(args)
     if args.command == "validate":

@@ -50,18 +50,56 @@ class MetaMap(StrictModel):
 
 
 class OAuthConfig(StrictModel):
-    token_url: str
-    client_id: str
-    client_secret: str
+    token_url: str | None = None
+    """Without it the token endpoint is discovered from the server's OAuth metadata."""
+    grant: Literal["client_credentials", "authorization_code"] = "client_credentials"
+    """``authorization_code``: a person logs in once with ``subagents mcp login <server>``."""
+    client_id: str | None = None
+    """Required for client credentials; for a login, omit it to register dynamically."""
+    client_secret: str | None = None
     scope: str | None = None
     audience: str | None = None
     timeout: float | None = None
+    auth_method: Literal["client_secret_post", "client_secret_basic",
+                         "private_key_jwt"] = "client_secret_post"
+    issuer: str | None = None
+    resource: str | None = None
+    private_key: str | None = None
+    """PEM private key for ``private_key_jwt``, as a ``${ENV_VAR}`` reference."""
+    signing_algorithm: str = "RS256"
+    client_metadata_url: str | None = None
+    """HTTPS address of this client's metadata document, used as its client id by servers that
+    support client ID metadata documents (instead of registering)."""
+    redirect_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the login's local callback (``http://127.0.0.1:<port>/callback``); 0 = any."""
 
-    @field_validator("client_secret")
+    @field_validator("client_secret", "private_key")
     @classmethod
-    def _secret(cls, value: str) -> str:
-        check_secret(value, "oauth.client_secret")
-        return value
+    def _secret(cls, value: str | None) -> str | None:
+        return check_secret(value, "this key")
+
+    @model_validator(mode="after")
+    def _credentials(self) -> OAuthConfig:
+        if self.grant == "authorization_code":
+            if self.auth_method == "private_key_jwt":
+                raise ValueError("a login (authorization_code) cannot use private_key_jwt")
+            return self
+        if not self.client_id:
+            raise ValueError("client credentials need 'client_id'")
+        if self.auth_method == "private_key_jwt":
+            if not self.private_key:
+                raise ValueError("auth_method private_key_jwt needs 'private_key'")
+        elif not self.client_secret:
+            raise ValueError(f"auth_method {self.auth_method} needs 'client_secret'")
+        return self
+
+
+class McpSamplingConfig(StrictModel):
+    """Lets the server ask our model for a completion (MCP sampling); off unless configured."""
+
+    model_group: str
+    max_tokens: int = Field(default=1000, gt=0)
+    """Cap on the completion length, whatever the server asks for."""
 
 
 class McpServerConfig(StrictModel):
@@ -85,6 +123,11 @@ class McpServerConfig(StrictModel):
     headers: dict[str, str] = Field(default_factory=dict)
     timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     """Connect / HTTP timeout in seconds."""
+    roots: list[str] = Field(default_factory=list)
+    """Directories (relative to the project) or ``file://`` URIs offered to the server as roots."""
+    sampling: McpSamplingConfig | None = None
+    resources: bool = False
+    """Offer agents a ``read_resource`` tool for this server's resources."""
 
     @field_validator("type", mode="before")
     @classmethod

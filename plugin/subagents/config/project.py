@@ -154,6 +154,12 @@ class _Loader:
                                              f"MCP server {server.name!r} is defined twice",
                                              ("mcp_servers", index, "name")))
             seen.add(server.name)
+            if server.sampling and cfg.model_group(server.sampling.model_group) is None:
+                self.issues.append(doc.issue(
+                    "endpoints.mcp_server.sampling_model_group_unknown",
+                    f"MCP server {server.name!r} samples with model group "
+                    f"{server.sampling.model_group!r}, which is not defined",
+                    ("mcp_servers", index, "sampling", "model_group")))
         return cfg, doc
 
     def load_pipeline(self, endpoints: EndpointsConfig) -> PipelineConfig:

@@ -1,27 +1,33 @@
-"""Request headers for an MCP server: api_key / token / headers / OAuth client credentials.
+"""Authentication for an MCP server: api_key / token / headers / a custom module, or OAuth client
+credentials through the MCP SDK's provider.
 
-Secrets are ``${ENV}`` references resolved when the headers are built, never logged.
+The OAuth provider runs the spec's flow on a 401: protected-resource and authorization-server
+metadata discovery (unless ``token_url`` is configured), a ``client_credentials`` grant with HTTP
+Basic or form-post client authentication and the RFC 8707 ``resource`` parameter, and a fresh token
+whenever the server answers 401 again (an expired or revoked token). Tokens live in memory.
+Secrets are ``${ENV}`` references resolved when needed, never logged.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
-import time
-from typing import Any
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..config._base import resolve_env
-from ..config.endpoints import McpServerConfig
-from ..exceptions import MCPConnectionError
+from ..config.endpoints import McpServerConfig, OAuthConfig
+
+if TYPE_CHECKING:
+    from .login import LoginHandlers
 
 
 class HeaderBuilder:
-    """Builds the auth headers of one server (caches an OAuth token until it expires)."""
+    """Builds the static auth headers of one server (OAuth is an ``httpx2.Auth``, see below)."""
 
     def __init__(self, config: McpServerConfig) -> None:
         self.config = config
-        self._oauth_token: str | None = None
-        self._oauth_expires = 0.0
         self._custom: Any = None
 
     def _env(self, value: str, what: str) -> str:
@@ -35,35 +41,9 @@ class HeaderBuilder:
             out[cfg.header_name] = cfg.header_format.format(key=key)
         elif cfg.token:
             out["Authorization"] = f"Bearer {self._env(cfg.token, 'token')}"
-        elif cfg.oauth is not None:
-            out["Authorization"] = f"Bearer {await self._oauth()}"
         elif cfg.module:
             out.update(await self._module_headers())
         return out
-
-    async def _oauth(self) -> str:
-        if self._oauth_token and time.monotonic() < self._oauth_expires - 30:
-            return self._oauth_token
-        import httpx2
-
-        oauth = self.config.oauth
-        assert oauth is not None
-        form = {"grant_type": "client_credentials", "client_id": oauth.client_id,
-                "client_secret": self._env(oauth.client_secret, "oauth.client_secret")}
-        if oauth.scope:
-            form["scope"] = oauth.scope
-        if oauth.audience:
-            form["audience"] = oauth.audience
-        async with httpx2.AsyncClient(timeout=oauth.timeout or 10) as client:
-            response = await client.post(oauth.token_url, data=form)
-        if response.status_code != 200:
-            raise MCPConnectionError(
-                f"OAuth token request for MCP server {self.config.name!r} failed with HTTP "
-                f"{response.status_code}", code="mcp.auth_failed")
-        payload = response.json()
-        self._oauth_token = str(payload["access_token"])
-        self._oauth_expires = time.monotonic() + float(payload.get("expires_in", 3600))
-        return self._oauth_token
 
     async def _module_headers(self) -> dict[str, str]:
         if self._custom is None:
@@ -73,3 +53,100 @@ class HeaderBuilder:
         if inspect.isawaitable(result):
             result = await result
         return {str(k): str(v) for k, v in dict(result).items()}
+
+
+class _MemoryTokenStorage:
+    """Tokens and client information for one server, kept for the life of the process."""
+
+    def __init__(self) -> None:
+        self._tokens: Any = None
+        self._client_info: Any = None
+
+    async def get_tokens(self) -> Any:
+        return self._tokens
+
+    async def set_tokens(self, tokens: Any) -> None:
+        self._tokens = tokens
+
+    async def get_client_info(self) -> Any:
+        return self._client_info
+
+    async def set_client_info(self, client_info: Any) -> None:
+        self._client_info = client_info
+
+
+def oauth_provider(config: McpServerConfig, root: Path | None = None,
+                   login: LoginHandlers | None = None) -> Any:
+    """An ``httpx2.Auth`` running the configured OAuth grant for ``config`` (None without oauth).
+
+    For the ``authorization_code`` grant, ``login`` supplies the browser and callback handlers
+    (``subagents mcp login``); without them a missing or unusable login fails the connection
+    with the command to run.
+    """
+    oauth = config.oauth
+    if oauth is None or not config.url:
+        return None
+    if oauth.grant == "authorization_code":
+        from .login import authorization_code_provider
+
+        return authorization_code_provider(config, root or Path.cwd(), login)
+    return _client_credentials_provider(config, oauth)
+
+
+def _client_credentials_provider(config: McpServerConfig, oauth: OAuthConfig) -> Any:
+    import httpx2
+    from mcp.client.auth.extensions import client_credentials as cc
+    from mcp.shared.exceptions import MCPDeprecationWarning
+
+    settings = oauth
+    client_id = str(oauth.client_id)
+    where = f"of MCP server {config.name!r}"
+    secret = resolve_env(oauth.client_secret, what=f"oauth.client_secret {where}") \
+        if oauth.client_secret else ""
+    assertion = None
+    if oauth.auth_method == "private_key_jwt":
+        key = resolve_env(str(oauth.private_key), what=f"oauth.private_key {where}")
+        assertion = cc.SignedJWTParameters(
+            issuer=client_id, subject=client_id, signing_key=key,
+            signing_algorithm=oauth.signing_algorithm).create_assertion_provider()
+    method: Any = oauth.auth_method
+
+    class _ClientCredentials(cc.ClientCredentialsOAuthProvider):
+        async def _exchange_token_client_credentials(self) -> httpx2.Request:
+            cc._require_metadata_for_configured_issuer(self.context, settings.issuer)
+            data, headers = self.context.prepare_token_auth(
+                {"grant_type": "client_credentials"},
+                {"Content-Type": "application/x-www-form-urlencoded"})
+            if assertion is not None:
+                # RFC 7523: the assertion's audience is the authorization server's issuer
+                metadata = self.context.oauth_metadata
+                audience = str(metadata.issuer) if metadata else self._get_token_endpoint()
+                data["client_id"] = client_id
+                data["client_assertion"] = await assertion(audience)
+                data["client_assertion_type"] = (
+                    "urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
+            data["resource"] = settings.resource or self.context.get_resource_url()
+            scope = settings.scope or self.context.client_metadata.scope
+            if scope:
+                data["scope"] = scope
+            if settings.audience:
+                data["audience"] = settings.audience
+            extensions = {"timeout": httpx2.Timeout(settings.timeout).as_dict()} \
+                if settings.timeout else None
+            return httpx2.Request("POST", self._get_token_endpoint(), data=data,
+                                  headers=headers, extensions=extensions)
+
+        def _get_token_endpoint(self) -> str:
+            if settings.token_url and self.context.oauth_metadata is None:
+                return settings.token_url
+            return str(super()._get_token_endpoint())
+
+    with warnings.catch_warnings():
+        # without an issuer the SDK warns that the server picks the authorization server;
+        # a configured token_url pins it instead
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return _ClientCredentials(
+            server_url=str(config.url), storage=_MemoryTokenStorage(),
+            client_id=client_id, client_secret=secret,
+            token_endpoint_auth_method=method, scope=oauth.scope,
+            issuer=oauth.issuer)

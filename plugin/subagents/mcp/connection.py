@@ -3,7 +3,12 @@
 The ``mcp`` client runs in a task of its own: any failure inside ``async with Client`` (which
 comes out as nested exception groups) only marks the connection dead; the next call reconnects.
 An in-flight call that loses the connection is retried once after reconnecting if the tool is
-read-only; any other becomes an error result saying it may or may not have run.
+read-only; any other becomes an error result saying it may or may not have run. A
+streamable-HTTP session the server no longer knows (HTTP 404 on a request carrying the session
+id, or a 400 that says so, e.g. after a server restart) is re-established and the call resent:
+the server never saw it, so this is safe for every tool. Progress notifications restart a call's
+timeout (up to ``PROGRESS_MAX_FACTOR`` times the timeout in total), and the server's log messages
+go to our structured log.
 """
 
 from __future__ import annotations
@@ -11,28 +16,53 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import anyio
 import structlog
 
+from .. import __version__
 from ..config._base import resolve_env
-from ..config.endpoints import McpServerConfig
+from ..config.endpoints import EndpointsConfig, McpServerConfig
 from ..exceptions import (
     MCPConnectionError,
     ToolInvocationError,
     ToolTimeoutError,
 )
 from ..types import AgentToolResult
-from .auth import HeaderBuilder
+from .auth import HeaderBuilder, oauth_provider
+from .callbacks import SamplingHandler, roots_callback
+from .content import contents_text, convert_result
+from .login import LoginHandlers, LoginRequiredError
 
 log = structlog.get_logger("subagents.mcp")
 
 REQUEST_TIMEOUT = -32001
 CONNECTION_CLOSED = -32000
+PROGRESS_MAX_FACTOR = 10
+"""A call that keeps reporting progress may run at most this many times its timeout."""
+
+_MCP_TO_STDLIB = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
+                  "warning": logging.WARNING, "error": logging.ERROR,
+                  "critical": logging.CRITICAL, "alert": logging.CRITICAL,
+                  "emergency": logging.CRITICAL}
+
+
+def mcp_log_level(level: int) -> str:
+    """The MCP ``logging/setLevel`` value matching a stdlib log level."""
+    if level <= logging.DEBUG:
+        return "debug"
+    if level <= logging.INFO:
+        return "info"
+    if level <= logging.WARNING:
+        return "warning"
+    return "error" if level <= logging.ERROR else "critical"
 
 
 @dataclass(frozen=True)
@@ -50,15 +80,23 @@ class _ConnectionLostError(Exception):
     pass
 
 
+class _SessionExpiredError(Exception):
+    """The server no longer knows our session id: it never handled the request."""
+
+
 class MCPServerConnection:
     """See the module docstring: :meth:`start`, :meth:`call_tool`, :meth:`tools`, :meth:`close`."""
 
     def __init__(self, config: McpServerConfig, *, root: Path | None = None,
-                 call_grace: float = 2.0) -> None:
+                 endpoints: EndpointsConfig | None = None,
+                 login: LoginHandlers | None = None) -> None:
         self.config = config
         self.name = config.name
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
+        self._sampling = SamplingHandler(config, endpoints) if config.sampling else None
+        self._oauth: Any = None
+        self._login = login
         self._client: Any = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -68,8 +106,10 @@ class MCPServerConnection:
         self.tools_changed = asyncio.Event()
         """Set when the server announces a changed tool list (tests and observers wait on it)."""
         self._lock = asyncio.Lock()
-        self._call_grace = call_grace
         self._http: Any = None
+        self._session_lost = False
+        self._last_status: int | None = None
+        self._resources: tuple[Any, list[str], list[str]] | None = None
         self.connects = 0
         """How many times a session was opened (1 + reconnects)."""
 
@@ -86,18 +126,36 @@ class MCPServerConnection:
             return StdioServerParameters(command=command, args=list(cfg.args), env=env,
                                          cwd=str(cwd))
         headers = await self._headers.headers()
+        if self._oauth is None:
+            # once: its tokens outlive reconnects
+            self._oauth = oauth_provider(cfg, self.root, self._login)
         if cfg.type == "sse":
             from mcp.client.sse import sse_client
 
             return sse_client(str(cfg.url), headers=headers, timeout=cfg.timeout,
-                              sse_read_timeout=300)
+                              sse_read_timeout=300, auth=self._oauth)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
         http = httpx2.AsyncClient(headers=headers, follow_redirects=True,
-                                  timeout=httpx2.Timeout(cfg.timeout, read=300))
+                                  timeout=httpx2.Timeout(cfg.timeout, read=300),
+                                  auth=self._oauth,
+                                  event_hooks={"response": [self._on_http_response]})
         self._http = http
         return streamable_http_client(str(cfg.url), http_client=http)
+
+    async def _on_http_response(self, response: Any) -> None:
+        status = response.status_code
+        self._last_status = status
+        if "mcp-session-id" not in response.request.headers or status not in (400, 404):
+            return
+        if status == 404:
+            self._session_lost = True
+            return
+        # servers built on the TypeScript SDK answer an unknown session with 400
+        body = (await response.aread())[:2000].decode("utf-8", "replace").lower()
+        if "session" in body:
+            self._session_lost = True
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, attempts: int = 5, *, base_delay: float = 0.2,
@@ -112,17 +170,22 @@ class MCPServerConnection:
                 last = exc
                 log.warning("mcp.connect.failed", server=self.name, attempt=attempt,
                             attempts=attempts, error=str(exc))
+                if exc.code in ("mcp.unauthorized", "mcp.login_required"):
+                    break  # the same credentials will be refused again
                 if attempt < attempts:
                     await asyncio.sleep(min(base_delay * 2 ** (attempt - 1), 5.0))
         who = f"agent {agent!r}: " if agent else ""
         raise MCPConnectionError(
             f"{who}cannot connect to MCP server {self.name!r} at {self.config.address} "
-            f"after {attempts} attempt(s): {last}", code="mcp.connection_failed")
+            f"after {attempt} attempt(s): {last}",
+            code=getattr(last, "code", None) or "mcp.connection_failed")
 
     async def _open(self) -> None:
         await self._shutdown_task()
         self._stop = asyncio.Event()
         self._dead = asyncio.Event()
+        self._session_lost = False
+        self._last_status = None
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(ready), name=f"mcp:{self.name}")
         try:
@@ -130,15 +193,26 @@ class MCPServerConnection:
         except TimeoutError as exc:
             await self._shutdown_task()
             raise MCPConnectionError(f"no answer within {self.config.timeout:g}s") from exc
+        except MCPConnectionError as exc:
+            if self._last_status == 401 and exc.code != "mcp.login_required":
+                raise MCPConnectionError(f"unauthorized (HTTP 401): {exc}",
+                                         code="mcp.unauthorized") from exc
+            raise
 
     async def _run(self, ready: asyncio.Future[None]) -> None:
         from mcp import Client
+        from mcp.types import Implementation
 
         try:
             transport = await self._transport()
             async with Client(transport, mode="legacy", message_handler=self._on_message,
-                              cache=None) as client:
+                              logging_callback=self._on_log, cache=None,
+                              list_roots_callback=roots_callback(self.config, self.root),
+                              sampling_callback=self._sampling,
+                              client_info=Implementation(name="subagents", version=__version__)
+                              ) as client:
                 self._client = client
+                await self._set_log_level(client)
                 self._tools = await self._list(client)
                 self.connects += 1
                 log.info("mcp.connected", server=self.name, transport=self.config.type,
@@ -148,7 +222,7 @@ class MCPServerConnection:
                 await self._stop.wait()
         except BaseException as exc:  # noqa: BLE001 - any failure means the session is dead
             if not ready.done():
-                ready.set_exception(MCPConnectionError(_describe(exc)))
+                ready.set_exception(_connect_error(exc))
             elif not self._stop.is_set():
                 log.warning("mcp.connection.lost", server=self.name, error=_describe(exc))
         finally:
@@ -173,11 +247,14 @@ class MCPServerConnection:
 
     async def close(self) -> None:
         await self._shutdown_task()
+        if self._sampling is not None:
+            await self._sampling.close()
 
     @property
     def connected(self) -> bool:
+        """True while a live session is open (an expired HTTP session counts as closed)."""
         return (self._client is not None and not self._dead.is_set()
-                and not self._stop.is_set())
+                and not self._stop.is_set() and not self._session_lost)
 
     async def _ensure(self) -> Any:
         async with self._lock:
@@ -186,8 +263,36 @@ class MCPServerConnection:
                 await self.start(attempts=2, base_delay=0.1)
             return self._client
 
+    # ------------------------------------------------------------------ server logging
+    async def _set_log_level(self, client: Any) -> None:
+        """Ask a server that logs to send what our own ``subagents.mcp`` level lets through."""
+        caps = client.server_capabilities
+        if caps is None or caps.logging is None:
+            return
+        from mcp.shared.exceptions import MCPDeprecationWarning
+
+        level = mcp_log_level(logging.getLogger("subagents.mcp").getEffectiveLevel())
+        try:
+            with warnings.catch_warnings():  # deprecated from protocol 2026-07-28 on only
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await client.set_logging_level(level)
+        except Exception as exc:  # noqa: BLE001 - a server may refuse; logging is optional
+            log.debug("mcp.logging.set_level_failed", server=self.name, error=str(exc))
+
+    async def _on_log(self, params: Any) -> None:
+        level = _MCP_TO_STDLIB.get(str(params.level), logging.INFO)
+        if not logging.getLogger("subagents.mcp").isEnabledFor(level):
+            return  # a server that ignores logging/setLevel
+        data = params.data
+        if not isinstance(data, str | int | float | bool | type(None)):
+            data = json.dumps(data, ensure_ascii=False, default=str)[:2000]
+        log.log(level, "mcp.server.log", server=self.name, logger=params.logger,
+                mcp_level=str(params.level), data=data)
+
     # ------------------------------------------------------------------ tools
     async def _on_message(self, message: Any) -> None:
+        if type(message).__name__ == "ResourceListChangedNotification":
+            self._resources = None
         if type(message).__name__ == "ToolListChangedNotification":
             self._tools_stale = True
             self.tools_changed.set()
@@ -200,6 +305,12 @@ class MCPServerConnection:
             result = await client.list_tools(cursor=cursor) if cursor else \
                 await client.list_tools()
             for tool in result.tools:
+                execution = getattr(tool, "execution", None)
+                if execution is not None and execution.task_support == "required":
+                    # Task-augmented calls (tasks/get polling) are not supported: a tool that
+                    # can only run as a task would fail every call, so the model never sees it.
+                    log.info("mcp.tools.task_only_skipped", server=self.name, tool=tool.name)
+                    continue
                 annotations = tool.annotations
                 read_only = bool(annotations and annotations.read_only_hint)
                 tools.append(MCPTool(self.name, tool.name, tool.description,
@@ -232,7 +343,7 @@ class MCPServerConnection:
                         ) -> AgentToolResult:
         """Call a tool; failures the model should see raise ToolInvocationError."""
         try:
-            return await self._call_once(name, arguments, timeout, meta)
+            return await self._call_fresh_session(name, arguments, timeout, meta)
         except _ConnectionLostError as exc:
             self._stop.set()
             if not read_only:
@@ -242,11 +353,46 @@ class MCPServerConnection:
                     code="tool.connection_lost") from exc
             log.info("mcp.call.retry_after_reconnect", server=self.name, tool=name)
             try:
-                return await self._call_once(name, arguments, timeout, meta)
+                return await self._call_fresh_session(name, arguments, timeout, meta)
             except _ConnectionLostError as again:
                 self._stop.set()
                 raise ToolInvocationError(f"MCP server {self.name!r} is unreachable: {again}",
                                           code="tool.connection_lost") from again
+
+    async def _call_fresh_session(self, name: str, arguments: dict[str, Any], timeout: float,
+                                  meta: dict[str, Any] | None) -> AgentToolResult:
+        """One call; resent once on a new session if the server had forgotten ours."""
+        try:
+            return await self._call_once(name, arguments, timeout, meta)
+        except _SessionExpiredError:
+            log.info("mcp.session.expired", server=self.name, tool=name)
+            self._stop.set()
+        try:
+            return await self._call_once(name, arguments, timeout, meta)
+        except _SessionExpiredError as exc:
+            raise _ConnectionLostError("the server rejected a new session as well") from exc
+
+    async def _await_call(self, call: asyncio.Future[Any], progressed: asyncio.Event,
+                          timeout: float) -> bool:
+        """Wait for ``call``; each progress report restarts the timeout. False if it expired."""
+        limit = time.monotonic() + timeout * PROGRESS_MAX_FACTOR
+        while True:
+            progressed.clear()
+            window = min(timeout, max(limit - time.monotonic(), 0.0))
+            dead = asyncio.ensure_future(self._dead.wait())
+            progress = asyncio.ensure_future(progressed.wait())
+            try:
+                done, _ = await asyncio.wait({call, dead, progress}, timeout=window,
+                                             return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                dead.cancel()
+                progress.cancel()
+            if call in done:
+                return True
+            if dead in done:
+                raise _ConnectionLostError("the server went away")
+            if progress not in done or time.monotonic() >= limit:
+                return False
 
     async def _call_once(self, name: str, arguments: dict[str, Any], timeout: float,
                          meta: dict[str, Any] | None) -> AgentToolResult:
@@ -257,24 +403,32 @@ class MCPServerConnection:
         except MCPConnectionError as exc:
             raise _ConnectionLostError(str(exc)) from exc
         started = time.perf_counter()
+        progressed = asyncio.Event()
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            progressed.set()
+
         call = asyncio.ensure_future(client.call_tool(
-            name, arguments, read_timeout_seconds=timeout, meta=meta or None))
-        dead = asyncio.ensure_future(self._dead.wait())
+            name, arguments, read_timeout_seconds=timeout * PROGRESS_MAX_FACTOR,
+            progress_callback=on_progress, meta=meta or None))
         try:
-            done, _ = await asyncio.wait({call, dead}, timeout=timeout + self._call_grace,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            finished = await self._await_call(call, progressed, timeout)
         finally:
-            dead.cancel()
-        if call not in done:
-            call.cancel()
-            with contextlib.suppress(BaseException):
-                await call
-            if dead in done:
-                raise _ConnectionLostError("the server went away")
+            if not call.done():
+                call.cancel()
+                with contextlib.suppress(BaseException):
+                    await call
+        if not finished:
             raise ToolTimeoutError(self._timeout_text(name, timeout))
         try:
             result = call.result()
         except MCPError as exc:
+            if self._session_lost:
+                raise _SessionExpiredError(exc.message) from exc
+            if self._last_status == 401:
+                raise ToolInvocationError(
+                    f"MCP server {self.name!r} refused the call to {name!r}: unauthorized "
+                    "(HTTP 401)", code="mcp.unauthorized") from exc
             if exc.code == REQUEST_TIMEOUT:
                 raise ToolTimeoutError(self._timeout_text(name, timeout)) from exc
             if exc.code == CONNECTION_CLOSED:
@@ -288,32 +442,85 @@ class MCPServerConnection:
                   is_error=result.is_error)
         return convert_result(name, result)
 
+    # ------------------------------------------------------------------ resources
+    async def resources(self, limit: int = 50) -> tuple[list[str], list[str]]:
+        """Resource URIs and URI templates the server lists (first ``limit`` of each).
+
+        Both lists are empty when the server offers no resources. The listing is kept until the
+        server announces a changed resource list or the connection is re-opened.
+        """
+        client = await self._ensure()
+        if self._resources is not None and self._resources[0] is client:
+            return self._resources[1], self._resources[2]
+        caps = client.server_capabilities
+        if caps is None or caps.resources is None:
+            return [], []
+        uris: list[str] = []
+        templates: list[str] = []
+        try:
+            listed = await client.list_resources()
+            uris = [str(r.uri) for r in listed.resources[:limit]]
+            listed_templates = await client.list_resource_templates()
+            templates = [str(t.uri_template) for t in listed_templates.resource_templates[:limit]]
+        except Exception as exc:  # noqa: BLE001 - listing is a hint; reading may still work
+            log.info("mcp.resources.list_failed", server=self.name, error=str(exc))
+            return uris, templates
+        self._resources = (client, uris, templates)  # until a list_changed or a reconnect
+        return uris, templates
+
+    async def offers_resources(self) -> bool:
+        """Whether the server declared the resources capability."""
+        client = await self._ensure()
+        caps = client.server_capabilities
+        return caps is not None and caps.resources is not None
+
+    async def read_resource(self, uri: str, *, timeout: float) -> AgentToolResult:
+        """``resources/read`` as a tool result: text as text, blobs as placeholders."""
+        from mcp import MCPError
+
+        try:
+            client = await self._ensure()
+            with anyio.fail_after(timeout):
+                result = await client.read_resource(uri, cache_mode="refresh")
+        except TimeoutError as exc:
+            raise ToolTimeoutError(f"reading {uri!r} from MCP server {self.name!r} took longer "
+                                   f"than {timeout:g}s") from exc
+        except MCPError as exc:
+            raise ToolInvocationError(f"MCP server {self.name!r} could not read {uri!r}: "
+                                      f"{exc.message}", code="mcp.resource_failed") from exc
+        except MCPConnectionError as exc:
+            raise ToolInvocationError(str(exc), code="tool.connection_lost") from exc
+        return AgentToolResult(tool_name="read_resource", result=contents_text(result.contents))
+
     def _timeout_text(self, name: str, timeout: float) -> str:
         return (f"tool {name!r} on MCP server {self.name!r} did not answer within {timeout:g}s "
                 "(tool_timeout)")
 
 
-def convert_result(tool_name: str, result: Any) -> AgentToolResult:
-    """MCP ``CallToolResult`` -> AgentToolResult: text joined as text, structured as JSON."""
-    texts = []
-    for item in result.content or []:
-        text = getattr(item, "text", None)
-        if text is not None:
-            texts.append(str(text))
-        else:
-            texts.append(json.dumps(item.model_dump(by_alias=True, mode="json",
-                                                    exclude_none=True)))
-    joined = "\n".join(texts)
-    if result.is_error:
-        return AgentToolResult(tool_name=tool_name, is_error=True,
-                               error_message=joined or f"tool {tool_name!r} reported an error")
-    structured = result.structured_content
-    if structured is not None:
-        value = structured.get("result", structured) if isinstance(structured, dict) \
-            and set(structured) == {"result"} else structured
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return AgentToolResult(tool_name=tool_name, result=text)
-    return AgentToolResult(tool_name=tool_name, result=joined)
+_E = TypeVar("_E", bound=BaseException)
+
+
+def _connect_error(exc: BaseException) -> MCPConnectionError:
+    """Why connecting failed, with the stable code of a login or credentials problem."""
+    import httpx2
+
+    login = _find(exc, LoginRequiredError)
+    if login is not None:
+        return login
+    refused = _find(exc, httpx2.HTTPStatusError)  # SSE raises the status; HTTP is hooked
+    if refused is not None and refused.response.status_code == 401:
+        return MCPConnectionError(f"unauthorized (HTTP 401): {_describe(exc)}",
+                                  code="mcp.unauthorized")
+    return MCPConnectionError(_describe(exc))
+
+
+def _find(exc: BaseException, kind: type[_E]) -> _E | None:
+    """The first ``kind`` exception in ``exc`` or its (nested) exception groups."""
+    if isinstance(exc, kind):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        return next((f for e in exc.exceptions if (f := _find(e, kind)) is not None), None)
+    return None
 
 
 def _describe(exc: BaseException) -> str:

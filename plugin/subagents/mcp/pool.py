@@ -24,7 +24,7 @@ class MCPPool:
             if config is None:
                 raise MCPConnectionError(f"MCP server {name!r} is not defined in endpoints.yml",
                                          code="mcp.unknown_server")
-            conn = MCPServerConnection(config, root=self.root)
+            conn = MCPServerConnection(config, root=self.root, endpoints=self.endpoints)
             self._connections[name] = conn
         return conn
 

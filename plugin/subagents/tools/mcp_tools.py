@@ -13,6 +13,7 @@ from ..mcp.connection import MCPTool
 from ..mcp.pool import MCPPool
 from ..types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
 from .base import CallContext, Tool
+from .mcp_resources import resource_tool
 
 log = structlog.get_logger("subagents.tools")
 
@@ -89,6 +90,10 @@ class MCPToolset:
                     continue
                 seen[mcp_tool.name] = ref.name
                 out.append(self._tool(ref, mcp_tool))
+            resources = await resource_tool(self.pool, ref)
+            if resources is not None and resources.name not in seen:
+                seen[resources.name] = ref.name
+                out.append(resources)
         return out
 
     def _tool(self, ref: McpServerRef, mcp_tool: MCPTool) -> Tool:

@@ -1,0 +1,87 @@
+"""The client under test for ``@modelcontextprotocol/conformance client``.
+
+The conformance runner starts this script with the scenario's server URL as the last argument,
+the scenario name in ``MCP_CONFORMANCE_SCENARIO`` and scenario data (client credentials, ...) as
+JSON in ``MCP_CONFORMANCE_CONTEXT``. It connects through our own MCP layer
+(``subagents.mcp.MCPServerConnection``, configured as ``endpoints.yml`` would configure it), lists
+the tools, calls each one with arguments filled from its schema, and exits 0 unless connecting
+failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from subagents.config.endpoints import McpServerConfig
+from subagents.mcp import MCPServerConnection
+from subagents.mcp.login import interactive_connection
+
+_SAMPLE = {"number": 1, "integer": 1, "string": "x", "boolean": True}
+
+
+def _arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    props = schema.get("properties") or {}
+    return {name: _SAMPLE.get(str(spec.get("type")), "x") for name, spec in props.items()
+            if name in (schema.get("required") or [])}
+
+
+async def _browser(url: str) -> None:
+    """Stands in for the person: the conformance authorization server approves at once and
+    redirects to our local callback."""
+    async with httpx2.AsyncClient(follow_redirects=True, timeout=30) as client:
+        await client.get(url)
+
+
+def _config(url: str, scenario: str, context: dict[str, Any]) -> McpServerConfig:
+    settings: dict[str, Any] = {"name": "conformance", "type": "http", "url": url, "timeout": 30}
+    if scenario.startswith("auth/") and not context:
+        # the suite's authorization server knows this metadata document (basic-cimd)
+        settings["oauth"] = {"grant": "authorization_code", "client_metadata_url":
+                             "https://conformance-test.local/client-metadata.json"}
+    elif "client_secret" in context:
+        os.environ["CONFORMANCE_CLIENT_SECRET"] = str(context["client_secret"])
+        method = "client_secret_post" if scenario.endswith("-post") else "client_secret_basic"
+        settings["oauth"] = {"client_id": context["client_id"], "auth_method": method,
+                             "client_secret": "${CONFORMANCE_CLIENT_SECRET}"}
+    if "private_key_pem" in context:
+        os.environ["CONFORMANCE_PRIVATE_KEY"] = str(context["private_key_pem"])
+        settings["oauth"] = {"client_id": context["client_id"], "auth_method": "private_key_jwt",
+                             "private_key": "${CONFORMANCE_PRIVATE_KEY}",
+                             "signing_algorithm": context.get("signing_algorithm", "RS256")}
+    return McpServerConfig(**settings)
+
+
+async def main(url: str) -> int:
+    scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
+    context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
+    config = _config(url, scenario, context)
+    root = Path(tempfile.mkdtemp(prefix="conformance-"))
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if config.oauth is not None and config.oauth.grant == "authorization_code":
+                conn = await stack.enter_async_context(
+                    interactive_connection(config, root, open_url=_browser))
+            else:
+                conn = MCPServerConnection(config, root=root)
+                stack.push_async_callback(conn.close)
+                await conn.start(attempts=1)
+            for tool in await conn.tools():
+                result = await conn.call_tool(tool.name, _arguments(tool.input_schema),
+                                              timeout=10)
+                print(f"{tool.name}: {result.result or result.error_message}")
+    except Exception as exc:  # the exit status is the report
+        print(f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(sys.argv[-1])))

@@ -1,0 +1,176 @@
+"""A tiny OAuth authorization server and a bearer-token gate in front of a real MCP HTTP app.
+
+The authorization server publishes RFC 8414 metadata and issues ``client_credentials`` tokens
+(HTTP Basic or form-post client authentication); the gate answers 401 with a
+``resource_metadata`` pointer (RFC 9728) unless the request carries a token it issued and has not
+revoked, and serves the protected-resource metadata itself.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+from subagents.testing.mcp_http import serve_app
+
+
+@dataclass
+class AuthServer:
+    client_id: str
+    client_secret: str
+    base: str = ""
+    grants: list[dict[str, Any]] = field(default_factory=list)
+    """Each token request: its form fields plus ``auth_method`` (basic / post)."""
+    valid: set[str] = field(default_factory=set)
+    public_key: str | None = None
+    """PEM public key: accept ``private_key_jwt`` assertions signed with its private key."""
+    registered: dict[str, list[str]] = field(default_factory=dict)
+    """Dynamically registered public clients: client id -> redirect URIs."""
+    codes: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    """Authorization code -> (client id, redirect URI, PKCE challenge)."""
+    refresh_tokens: set[str] = field(default_factory=set)
+
+    def revoke_all(self) -> None:
+        self.valid.clear()
+
+    def _verify(self, form: dict[str, str]) -> str:
+        """The client id a valid assertion names ('' when it is not valid)."""
+        import jwt
+
+        try:
+            claims = jwt.decode(form["client_assertion"], self.public_key or "",
+                                algorithms=["ES256", "RS256"], audience=self.base)
+        except jwt.PyJWTError:
+            return ""
+        return str(claims["sub"]) if claims.get("iss") == claims.get("sub") else ""
+
+    def _user_token(self, form: dict[str, str]) -> JSONResponse:
+        """authorization_code (with PKCE) and refresh_token grants for public clients."""
+        self.grants.append({**form, "auth_method": "none"})
+        if form["grant_type"] == "authorization_code":
+            client_id, redirect, challenge = self.codes.pop(form.get("code", ""), ("", "", ""))
+            digest = hashlib.sha256(form.get("code_verifier", "").encode()).digest()
+            verified = base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == challenge
+            if not verified or (form.get("client_id"), form.get("redirect_uri")) != \
+                    (client_id, redirect):
+                return JSONResponse({"error": "invalid_grant"}, status_code=400)
+        elif form.get("refresh_token") not in self.refresh_tokens:
+            return JSONResponse({"error": "invalid_grant"}, status_code=400)
+        issued, refresh = f"token-{len(self.grants)}", f"refresh-{len(self.grants)}"
+        self.valid.add(issued)
+        self.refresh_tokens.add(refresh)
+        return JSONResponse({"access_token": issued, "token_type": "Bearer",
+                             "expires_in": 3600, "refresh_token": refresh})
+
+    def app(self) -> Starlette:
+        async def metadata(request: Request) -> JSONResponse:
+            return JSONResponse({
+                "issuer": self.base, "authorization_endpoint": f"{self.base}/authorize",
+                "token_endpoint": f"{self.base}/token",
+                "registration_endpoint": f"{self.base}/register",
+                "code_challenge_methods_supported": ["S256"],
+                "grant_types_supported": ["client_credentials", "authorization_code",
+                                          "refresh_token"],
+                "token_endpoint_auth_methods_supported": ["client_secret_basic",
+                                                          "client_secret_post"]})
+
+        async def register(request: Request) -> JSONResponse:
+            body = await request.json()
+            client_id = f"dyn-{len(self.registered) + 1}"
+            self.registered[client_id] = list(body["redirect_uris"])
+            return JSONResponse({**body, "client_id": client_id,
+                                 "token_endpoint_auth_method": "none"}, status_code=201)
+
+        async def authorize(request: Request) -> Response:
+            query = request.query_params
+            redirect = query["redirect_uri"]
+            if redirect not in self.registered.get(query["client_id"], []) or \
+                    query.get("code_challenge_method") != "S256":
+                return JSONResponse({"error": "invalid_request"}, status_code=400)
+            code = f"code-{len(self.codes) + 1}"
+            self.codes[code] = (query["client_id"], redirect, query["code_challenge"])
+            return RedirectResponse(f"{redirect}?code={code}&state={query['state']}",
+                                    status_code=302)
+
+        async def token(request: Request) -> JSONResponse:
+            form = {k: str(v) for k, v in (await request.form()).items()}
+            if form.get("grant_type") in ("authorization_code", "refresh_token"):
+                return self._user_token(form)
+            header = request.headers.get("authorization", "")
+            if "client_assertion" in form:
+                method, client_id = "private_key_jwt", self._verify(form)
+                secret = self.client_secret
+            elif header.startswith("Basic "):
+                user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+                method, client_id, secret = "basic", unquote(user), unquote(password)
+            else:
+                method = "post"
+                client_id, secret = form.get("client_id", ""), form.get("client_secret", "")
+            self.grants.append({**form, "auth_method": method})
+            if (client_id, secret) != (self.client_id, self.client_secret):
+                return JSONResponse({"error": "invalid_client"}, status_code=401)
+            issued = f"token-{len(self.grants)}"
+            self.valid.add(issued)
+            return JSONResponse({"access_token": issued, "token_type": "Bearer",
+                                 "expires_in": 3600})
+
+        return Starlette(routes=[
+            Route("/.well-known/oauth-authorization-server", metadata),
+            Route("/register", register, methods=["POST"]),
+            Route("/authorize", authorize),
+            Route("/token", token, methods=["POST"])])
+
+
+class BearerGate:
+    """ASGI middleware: protected-resource metadata, and 401 without a valid bearer token."""
+
+    def __init__(self, app: ASGIApp, auth: AuthServer, *, advertise: bool = True) -> None:
+        self.app, self.auth, self.advertise = app, auth, advertise
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        origin = f"http://{headers[b'host'].decode()}"
+        if scope["path"].startswith("/.well-known/oauth-protected-resource") and self.advertise:
+            body = {"resource": f"{origin}/mcp", "authorization_servers": [self.auth.base]}
+            await _send(send, 200, json.dumps(body).encode(), b"application/json")
+            return
+        token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
+        if token not in self.auth.valid:
+            challenge = (f'Bearer resource_metadata="{origin}/.well-known/oauth-protected-resource'
+                         f'/mcp"' if self.advertise else "Bearer")
+            await _send(send, 401, b"unauthorized", b"text/plain",
+                        [(b"www-authenticate", challenge.encode())])
+            return
+        await self.app(scope, receive, send)
+
+
+async def _send(send: Send, status: int, body: bytes, content_type: bytes,
+                extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type), *(extra or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+@contextlib.asynccontextmanager
+async def protected_mcp(server: Any, auth: AuthServer, *, advertise: bool = True
+                        ) -> AsyncIterator[str]:
+    """Serve the authorization server and the gated MCP server; yield the MCP URL."""
+    async with serve_app(auth.app()) as auth_base:
+        auth.base = auth_base
+        gated = BearerGate(server.streamable_http_app(), auth, advertise=advertise)
+        async with serve_app(gated) as base:
+            yield f"{base}/mcp"
