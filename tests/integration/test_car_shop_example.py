@@ -41,3 +41,13 @@ async def test_the_example_conversations_pass(monkeypatch, no_rasa_cache):
                 results = [await runner.run_case(case) for case in loaded.cases]
     failures = {r.case.name: r.failures for r in results if not r.passed}
     assert failures == {}, "\n".join(f"{k}: {v}" for k, v in failures.items())
+
+
+def test_the_model_check_leaves_out_the_remote_agent(monkeypatch):
+    from subagents.config.project import load_project
+    from subagents.preflight import project_models
+
+    monkeypatch.setenv("CAR_DEALER_URL", "http://127.0.0.1:9")
+    callers = [c for _, users in project_models(load_project(EXAMPLE)).values() for c in users]
+    assert "sub agent trade_in_agent" in callers
+    assert "sub agent car_dealer" not in callers
