@@ -46,6 +46,8 @@ log = structlog.get_logger("subagents.a2a")
 CARD_PATH = "/.well-known/agent-card.json"
 HISTORY_TURNS = 20
 FAILED_TEXT = "The agent could not finish this request."
+MAX_CONVERSATIONS = 1000
+"""Contexts remembered per published agent; the least recently used is forgotten first."""
 
 
 def a2a_routes(card: AgentCard, executor: AgentExecutor, *, prefix: str,
@@ -122,7 +124,10 @@ class SubAgentExecutor(AgentExecutor):
             task = new_task_from_user_message(context.message)
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
-        conversation = self._conversations.setdefault(task.context_id, _Conversation())
+        conversation = self._conversations.pop(task.context_id, None) or _Conversation()
+        self._conversations[task.context_id] = conversation  # most recent last
+        while len(self._conversations) > MAX_CONVERSATIONS:
+            self._conversations.pop(next(iter(self._conversations)))
         async with conversation.lock:
             await self._run(context, updater, conversation, task.context_id)
 
