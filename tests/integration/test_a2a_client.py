@@ -315,3 +315,44 @@ async def test_the_pre_call_hook_adds_message_metadata_or_stops_the_call(
     else:
         assert "flow_started:pattern_internal_error" in names(events)
         assert names(events).count("agent_started:car_dealer") == 1
+
+
+async def test_after_a_digression_the_remote_task_resumes_with_the_transcript(tmp_path,
+                                                                              tools_url, dealer):
+    flows = FLOWS + """
+      opening_hours:
+        description: opening hours
+        steps:
+          - action: utter_hours
+    """
+    project = write_project(tmp_path / "a", tools_url, {
+        "data/flows.yml": flows, "data/domain.yml": DOMAIN,
+        "sub_agents/car_dealer/config.yml": dealer_config(
+            f"{dealer}/.well-known/agent-card.json")})
+    script = {"command_generator": ["start flow buy_car", "start flow opening_hours", ""]}
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
+        convo = Conversation(assistant)
+        with anyio.fail_after(30):
+            texts1, _ = await convo.say("I want to buy a car")
+            task_before = _waiting_task(await assistant.state(convo.sender))
+            texts2, turn2 = await convo.say("when are you open?")
+            texts3, turn3 = await convo.say(
+                "/SetSlots(continue_interrupted_flow_confirmation=true)")
+            task_after = _waiting_task(await assistant.state(convo.sender))
+            texts4, turn4 = await convo.say("the Model 3")
+        fake.assert_done()
+    assert texts1 == [ASK_MODEL]
+    assert "agent_interrupted:car_dealer" in names(turn2)
+    assert texts3 == [ASK_MODEL]  # asked again: the transcript's last user line names no model
+    assert "agent_resumed:car_dealer" in names(turn3)
+    assert "The Model 3 is in stock at $41,990." in texts4
+    assert "agent_completed:car_dealer" in names(turn4)
+    assert task_before and task_after == task_before  # the same remote task went on
+
+
+def _waiting_task(state: dict[str, Any]) -> str | None:
+    for frame in state["stack"]:
+        task = (frame.get("metadata") or {}).get("a2a_task_id")
+        if task:
+            return str(task)
+    return None

@@ -2,6 +2,8 @@
 
 No model is involved, so its answers are predictable:
 
+* a transcript (``USER:`` / ``AI:`` lines, as sent after a digression) counts by its last user
+  line;
 * a message naming a model it sells (or a ``slots.car_model`` value in a data part) completes
   the task with an artifact: a text and a data part ``{"model", "price", "in_stock"}``;
   while it "checks the stock" it sends a ``working`` status with a short text;
@@ -34,6 +36,12 @@ from ..a2a.server import a2a_routes
 STOCK = {"corolla": 24500, "civic": 26900, "model 3": 41990}
 
 
+def _latest_user_text(text: str) -> str:
+    """A transcript (``USER: ...`` / ``AI: ...`` lines) counts by its last user line."""
+    users = [line[5:].strip() for line in text.splitlines() if line.startswith("USER:")]
+    return users[-1] if users else text
+
+
 def _wanted_model(text: str, slots: dict[str, Any]) -> str | None:
     for candidate in (str(slots.get("car_model") or ""), text):
         lowered = candidate.lower()
@@ -63,7 +71,7 @@ class DealerExecutor(AgentExecutor):
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Answer one user message."""
-        text = context.get_user_input()
+        text = _latest_user_text(context.get_user_input())
         if "opening hours" in text.lower():
             await event_queue.enqueue_event(new_text_message(
                 "We are open Monday to Saturday, 9:00 to 18:00.",
