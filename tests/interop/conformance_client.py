@@ -22,7 +22,7 @@ from typing import Any
 import httpx2
 from subagents.config.endpoints import McpServerConfig
 from subagents.mcp import MCPServerConnection
-from subagents.mcp.login import interactive_connection
+from subagents.mcp.signin import interactive_connection
 
 _SAMPLE = {"number": 1, "integer": 1, "string": "x", "boolean": True}
 

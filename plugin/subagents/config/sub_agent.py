@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from ._base import StrictModel
+from .endpoints import normalize_model_keys
 
 
 class Protocol(StrEnum):
@@ -55,7 +56,7 @@ class ToolSettings(StrictModel):
 
 
 class ClientToolDef(StrictModel):
-    """A tool executed by the client (DECISIONS A6)."""
+    """A tool executed by the client: the run parks until the client sends the result."""
 
     name: str
     description: str
@@ -70,7 +71,7 @@ class AgentConfiguration(StrictModel):
     module: str | None = None
     """``pkg.mod.Class``: a subclass of MCPOpenAgent/MCPTaskAgent to use instead."""
     timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    """Whole-run deadline per invocation, in seconds (DECISIONS D5)."""
+    """Whole-run deadline per invocation, in seconds; on expiry the run ends as a fatal error."""
     max_retries: int | None = 5
     """Attempts to connect to the MCP servers at startup (0 or null mean 5)."""
     include_date_time: bool = True
@@ -81,9 +82,10 @@ class AgentConfiguration(StrictModel):
     raise_on_tool_invocation_failure: bool = False
     max_parallel_tools: int = Field(default=3, ge=1)
     exit_conditions: list[str] | None = None
-    """Open agents: stop after a ``text`` answer or right after a named tool ran (A1)."""
+    """Open agents: stop after a ``text`` answer or right after a named tool ran."""
     tool_result_budget: int | None = Field(default=None, gt=0)
-    """Results longer than this many characters enter the context as a preview (A4)."""
+    """Results longer than this many characters enter the context as a preview (the full
+    result stays available through the ``recall`` tool)."""
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
     client_tools: list[ClientToolDef] = Field(default_factory=list)
     # A2A-only keys, accepted so projects written for the reference load; unused here.
@@ -93,6 +95,13 @@ class AgentConfiguration(StrictModel):
     polling_initial_delay: Any = None
     push_notification_url: Any = None
     pre_call_hook: str | None = None
+
+    @field_validator("llm")
+    @classmethod
+    def _llm_keys(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None or "model_group" in value:
+            return value
+        return normalize_model_keys(value)
 
     @field_validator("max_retries")
     @classmethod
@@ -121,8 +130,7 @@ class McpServerRef(StrictModel):
     @model_validator(mode="after")
     def _exclusive(self) -> McpServerRef:
         if self.include_tools is not None and self.exclude_tools is not None:
-            raise ValueError("agent.validation.mcp.include_exclude_conflict: "
-                             "include_tools and exclude_tools are mutually exclusive")
+            raise ValueError("include_tools and exclude_tools are mutually exclusive")
         return self
 
 

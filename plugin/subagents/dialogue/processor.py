@@ -19,7 +19,7 @@ from .. import events as ev
 from ..agents.base import MCPBaseAgent
 from ..agents.registry import create_agent, protocol_type_for
 from ..channels.base import OutputChannel
-from ..config.project import Project, load_project
+from ..config.project import Project, ProjectPaths, load_project
 from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
 from ..llm import LLMClient, ModelSettings, call_deadline, resolve_model_settings
 from ..mcp.pool import MCPPool
@@ -108,7 +108,7 @@ class Assistant:
         self._started = False
 
     @classmethod
-    def load(cls, project_dir: str | Path, **kwargs: Any) -> Assistant:
+    def load(cls, project_dir: str | Path | ProjectPaths, **kwargs: Any) -> Assistant:
         """Load and check a project (raises ProjectInvalidError listing every problem)."""
         return cls(load_project(project_dir), **kwargs)
 
