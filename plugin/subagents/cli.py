@@ -191,6 +191,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--cors", nargs="*", default=None, metavar="ORIGIN",
                        help="browser origins allowed to call the API, or '*' "
                             "(default: $SUBAGENTS_CORS_ORIGINS; none)")
+    serve.add_argument("--a2a", nargs="?", const="", default=None, metavar="AGENTS",
+                       help="also publish sub agents over A2A at /a2a/<name>/ (all that flows "
+                            "call, or a comma-separated list; extra 'a2a')")
     _model_check_arg(serve)
 
     inspect = _command(sub, "inspect", "serve the API with the inspector page: watch the chat, "
@@ -433,7 +436,9 @@ def _run(args: argparse.Namespace) -> int:
     channels = load_channels(args.project, args.credentials)
     serve(Assistant.load(_paths(args)), host=args.host, port=args.port,
           token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels,
-          cors_origins=args.cors)
+          cors_origins=args.cors,
+          a2a_agents=None if args.a2a is None else [
+              n.strip() for n in args.a2a.split(",") if n.strip()])
     return 0
 
 

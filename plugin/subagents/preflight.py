@@ -44,7 +44,9 @@ def project_models(project: Project) -> dict[tuple[str, str, str | None], tuple[
 
     add("command generator", resolve_model_settings(project.pipeline.command_generator_llm(),
                                                     project.endpoints, where="config.yml"))
-    called = {str(step.model.call) for _, step in project.agent_call_steps()}
+    called = {str(step.model.call) for _, step in project.agent_call_steps()
+              if step.model.exit_if or  # an A2A agent called without exit_if needs no model
+              project.agents[str(step.model.call)].config.agent.protocol.value != "A2A"}
     for name in sorted(called):
         spec = project.agents[name]
         add(f"sub agent {name}", resolve_model_settings(spec.config.configuration.llm,

@@ -319,7 +319,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
                allowed_hosts: Sequence[str] | None = None,
                body_timeout: float = BODY_TIMEOUT,
                channels: Sequence[InputChannel] = (),
-               replay: dict[str, Any] | None = None) -> Starlette:
+               replay: dict[str, Any] | None = None,
+               a2a_agents: list[str] | None = None) -> Starlette:
     """The ASGI app.
 
     Args:
@@ -332,6 +333,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         body_timeout: Seconds a request body may take to arrive (else 408).
         channels: Input channels (from ``credentials.yml``) mounted beside the API.
         replay: The conversation test the inspector replays (``subagents inspect --replay``).
+        a2a_agents: Publish sub agents over A2A at ``/a2a/<name>/`` (``[]``: all of them).
     """
     api = _Api(assistant, token, max_body, body_timeout)
     routes = [
@@ -345,6 +347,10 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]
+    if a2a_agents is not None:
+        from .a2a.server import sub_agent_routes
+
+        routes += sub_agent_routes(assistant, a2a_agents, guard=api.guard)
     app = Starlette(routes=routes, lifespan=api.lifespan,
                     middleware=security_middleware(
                         cors_origins, allowed_hosts, [c.url_prefix() for c in channels]))
@@ -364,7 +370,7 @@ def uvicorn_config(app: Starlette, *, host: str, port: int,
 
 def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
           token: str | None = None, cors_origins: Sequence[str] | None = None,
-          channels: Sequence[InputChannel] = ()) -> None:
+          channels: Sequence[InputChannel] = (), a2a_agents: list[str] | None = None) -> None:
     """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s).
 
     On a loopback address only loopback ``Host`` names are accepted; CORS origins default to
@@ -383,7 +389,7 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
     hosts = list(LOOPBACK_HOSTS) if is_loopback(host) else None
     origins = cors_origins_from_env() if cors_origins is None else list(cors_origins)
     app = create_app(assistant, token=token, cors_origins=origins, allowed_hosts=hosts,
-                     channels=channels)
+                     channels=channels, a2a_agents=a2a_agents)
     config = uvicorn_config(app, host=host, port=port)
     # uvicorn re-raises the signal that stopped it once it has drained; these handlers take it
     # so that a graceful stop ends with exit status 0

@@ -430,7 +430,7 @@ def test_a_fixture_named_twice_in_a_file_is_an_error(tmp_path):
 async def test_an_actions_package_that_cannot_be_imported_fails_the_case_not_the_run(
         tmp_path, tools_url):
     project = write_project(tmp_path / "assistant", tools_url, {
-        **EXTRA_FILES, "actions/needs_rasa.py": "import rasa.nlu.utils  # not installed here\n"})
+        **EXTRA_FILES, "actions/needs_rasa.py": "import rasa.core.policies  # not provided here\n"})
     results = await outcomes(project, write(tmp_path, """
     test_cases:
       - test_case: fail_the_custom_action_cannot_be_imported

@@ -199,13 +199,13 @@ async def test_without_a_replay_the_page_gets_no_case(project):
 
 
 @pytest.mark.parametrize("spec", ["missing.yml::x", "{file}::nope", "{file}", "{file}::no_script"])
-def test_a_bad_replay_argument_is_a_clear_error(project, spec, capsys):
-    from subagents.cli import main
+def test_a_bad_replay_argument_is_a_clear_error(project, spec):
+    from tests.cli_process import run_cli
 
     spec = spec.format(file=replay_file(project))
-    status = main(["inspect", "--project", str(project), "--replay", spec])
-    assert status == 1
-    assert "[inspect.replay_invalid]" in capsys.readouterr().err
+    done = run_cli("inspect", "--project", str(project), "--replay", spec)
+    assert done.returncode == 1
+    assert "[inspect.replay_invalid]" in done.stderr
 
 
 def drained(channel) -> list[tuple[str, dict]]:

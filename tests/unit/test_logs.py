@@ -1,39 +1,39 @@
-"""The CLI's log set-up never prints frame locals: they may hold secrets or conversation data."""
+"""The CLI's log set-up never prints frame locals: they may hold secrets or conversation data.
+
+Each check runs in a child process: ``configure_logging`` changes process-wide logging, and the
+loggers it caches would outlive the test.
+"""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
+import subprocess
+import sys
 
 import pytest
+
+SCRIPT = """
 import structlog
 from subagents.logs import configure_logging
 
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    config = structlog.get_config()
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    structlog.configure(**config)
-    root.handlers[:] = handlers
-    root.setLevel(level)
+configure_logging("INFO", json_logs={json_logs})
 
 
-def _fail_with_a_local() -> None:
-    api_key = "sk-local-" + "do-not-log"  # noqa: F841 - a local the traceback must not show
+def fail_with_a_local():
+    api_key = "sk-local-" + "do-not-log"
     raise RuntimeError("boom")
 
 
+try:
+    fail_with_a_local()
+except RuntimeError as exc:
+    structlog.get_logger("test").error("test.failed", exc_info=exc)
+"""
+
+
 @pytest.mark.parametrize("json_logs", [True, False])
-def test_tracebacks_in_logs_never_show_frame_locals(restore_logging, capsys, json_logs):
-    configure_logging("INFO", json_logs=json_logs)
-    try:
-        _fail_with_a_local()
-    except RuntimeError as exc:
-        structlog.get_logger("test").error("test.failed", exc_info=exc)
-    err = capsys.readouterr().err
-    assert "RuntimeError" in err
-    assert "_fail_with_a_local" in err
-    assert "do-not-log" not in err
+def test_tracebacks_in_logs_never_show_frame_locals(json_logs):
+    done = subprocess.run([sys.executable, "-c", SCRIPT.format(json_logs=json_logs)],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert "RuntimeError" in done.stderr
+    assert "fail_with_a_local" in done.stderr
+    assert "do-not-log" not in done.stderr

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from subagents.cli import main
+from tests.cli_process import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_an_unknown_server_is_refused():
-    assert main(["mcp", "login", "nope", "--project", str(REPO)]) == 2
+    assert run_cli("mcp", "login", "nope", "--project", str(REPO)).returncode == 2
 
 
-def test_a_server_without_a_login_grant_is_refused_with_a_code(capsys):
-    assert main(["mcp", "login", "stocks", "--project", str(REPO)]) == 1
-    assert "[mcp.login_not_configured]" in capsys.readouterr().err
+def test_a_server_without_a_login_grant_is_refused_with_a_code():
+    done = run_cli("mcp", "login", "stocks", "--project", str(REPO))
+    assert done.returncode == 1
+    assert "[mcp.login_not_configured]" in done.stderr

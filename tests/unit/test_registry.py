@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from subagents.agents.a2a_agent import A2AAgent
 from subagents.agents.open_agent import MCPOpenAgent
 from subagents.agents.registry import agent_class, create_agent, protocol_type_for
 from subagents.agents.task_agent import MCPTaskAgent
@@ -78,8 +79,9 @@ def test_protocol_type_follows_the_call_step(make_project):
     assert protocol_type_for(spec, has_exit_if=True) == "mcp_task"
     assert protocol_type_for(spec, has_exit_if=False) == "mcp_open"
     assert agent_class(spec, "mcp_task", project.root) is MCPTaskAgent
+    assert agent_class(spec, "a2a", project.root) is A2AAgent
     with pytest.raises(AgentInitializationError) as info:
-        agent_class(spec, "a2a", project.root)
+        agent_class(spec, "grpc_agent", project.root)
     assert info.value.code == "agent.protocol.unsupported"
 
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..config.project import AgentSpec, import_from_project
 from ..exceptions import AgentInitializationError
+from ..rasa_compat import is_rasa_class
+from .a2a_agent import A2AAgent
 from .base import MCPBaseAgent
 from .open_agent import MCPOpenAgent
 from .task_agent import MCPTaskAgent
@@ -24,7 +26,8 @@ if TYPE_CHECKING:
     from ..mcp.pool import MCPPool
 
 ENTRY_POINT_GROUP = "subagents.agents"
-BUILTIN: dict[str, type[MCPBaseAgent]] = {"mcp_open": MCPOpenAgent, "mcp_task": MCPTaskAgent}
+BUILTIN: dict[str, type[MCPBaseAgent]] = {"mcp_open": MCPOpenAgent, "mcp_task": MCPTaskAgent,
+                                          "a2a": A2AAgent}
 
 
 def protocol_type_for(spec: AgentSpec, *, has_exit_if: bool) -> str:
@@ -64,6 +67,15 @@ def agent_class(spec: AgentSpec, protocol_type: str, root: Path) -> type[MCPBase
         raise AgentInitializationError(
             f"agent {spec.name!r}: cannot load configuration.module {module!r}: {exc}",
             code="agent.validation.optional.module_not_found") from exc
+    if isinstance(cls, type) and is_rasa_class(cls):
+        raise AgentInitializationError(
+            f"agent {spec.name!r} ({spec.file}): configuration.module {module!r} subclasses a "
+            "class of the installed Rasa Pro package; Rasa's agent classes need Rasa's own "
+            "engine and cannot run here. Import paths such as "
+            "rasa.agents.protocol.mcp.mcp_task_agent resolve to subagents' classes only when "
+            "the rasa package is not installed: uninstall it from this environment, or import "
+            f"{required.__name__} from subagents instead (same hooks)",
+            code="agent.module.rasa_installed")
     if not isinstance(cls, type) or not issubclass(cls, required):
         raise AgentInitializationError(
             f"agent {spec.name!r} ({spec.file}): configuration.module {module!r} is not a "

@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .. import rasa_compat
+
 
 class project_on_path:  # noqa: N801 - used as a context manager
     """Put the project folder first on ``sys.path`` (custom modules resolve as in Rasa)."""
@@ -42,5 +44,6 @@ def import_from_project(root: Path, dotted: str) -> Any:
         for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
             del sys.modules[name]
         importlib.invalidate_caches()
+    rasa_compat.activate()  # Rasa's import paths resolve to ours unless Rasa is installed
     with project_on_path(root):
         return importlib.import_module(dotted)

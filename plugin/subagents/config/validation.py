@@ -625,12 +625,13 @@ def rasa_imports(root: Path, module: str) -> list[ConfigIssue]:
 
     Inside Rasa Pro that import always works; here Rasa Pro is not installed, so the action
     would fail when it runs. Reported as warnings naming the file, the line and the module,
-    unless a ``rasa`` package is importable.
+    unless a ``rasa`` package is importable or the compatibility layer provides the module.
     """
     import ast
-    import importlib.util
 
-    if importlib.util.find_spec("rasa") is not None:
+    from .. import rasa_compat
+
+    if rasa_compat.real_rasa_available():
         return []
     base = root / Path(*module.split("."))
     files = sorted(base.rglob("*.py")) if base.is_dir() else \
@@ -649,7 +650,8 @@ def rasa_imports(root: Path, module: str) -> list[ConfigIssue]:
             else:
                 continue
             for name in names:
-                if name == "rasa" or name.startswith("rasa."):
+                if (name == "rasa" or name.startswith("rasa.")) and \
+                        name not in rasa_compat.MODULES:
                     issues.append(ConfigIssue(
                         "actions.imports_rasa",
                         f"imports {name}, which is part of Rasa Pro and not installed here: "

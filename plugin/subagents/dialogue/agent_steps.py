@@ -28,6 +28,7 @@ import structlog
 
 from .. import events as ev
 from ..agents.base import MCPBaseAgent
+from ..agents.registry import protocol_type_for
 from ..agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
 from ..conditions import referenced_slots
 from ..config.flows import Flow, Step
@@ -55,8 +56,12 @@ AgentKey = tuple[str, str]
 """(agent name, protocol): ``mcp_task`` for a call step with ``exit_if``, else ``mcp_open``."""
 
 
-def agent_protocol(step: Step) -> str:
-    """``mcp_task`` for a call step with exit conditions, ``mcp_open`` otherwise."""
+def agent_protocol(step: Step, project: Project | None = None) -> str:
+    """``mcp_task`` for a call step with exit conditions, ``a2a`` for an A2A agent without them
+    (when ``project`` is given), ``mcp_open`` otherwise."""
+    name = str(step.model.call)
+    if project is not None and name in project.agents:
+        return protocol_type_for(project.agents[name], has_exit_if=bool(step.model.exit_if))
     return "mcp_task" if step.model.exit_if else "mcp_open"
 
 
@@ -109,7 +114,7 @@ class AgentSteps:
                   frame: AgentFrame | None) -> StepResult:
         """Invoke the agent of ``step`` (first call, next message, or resumption)."""
         name = str(step.model.call)
-        protocol = agent_protocol(step)
+        protocol = agent_protocol(step, self.project)
         agent = self.agents[(name, protocol)]
         frame = frame or next((f for f in turn.stack.agent_frames(flow.id)
                                if f.agent_id == name), None)
@@ -256,7 +261,7 @@ class AgentSteps:
 
     async def _completed(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
                          output: AgentOutput) -> None:
-        name, protocol = str(step.model.call), agent_protocol(step)
+        name, protocol = str(step.model.call), agent_protocol(step, self.project)
         metadata = {"protocol": protocol}
         if output.exit_reason:
             metadata["exit_reason"] = output.exit_reason
@@ -288,7 +293,8 @@ class AgentSteps:
         log.warning("dialogue.agent.failed", agent=name, flow=flow.id, error=reason)
         self.patterns.internal_error(turn, error_source="agent", agent_name=name,
                                      flow_id=flow.id, step_id=step.id,
-                                     agent_type=agent_protocol(step), error_message=reason)
+                                     agent_type=agent_protocol(step, self.project),
+                                     error_message=reason)
         return StepResult.CHANGED
 
     @staticmethod

@@ -22,11 +22,13 @@ from ..agents.base import MCPBaseAgent
 from ..conditions import ConditionSyntaxError, parse_condition
 from ..config.flows import Flow, Step
 from ..config.project import Project
+from ..mcp.pool import MCPPool
 from .action_steps import ActionSteps
 from .actions import ActionRunner
 from .agent_steps import AgentKey, AgentSteps
 from .command_effects import CommandEffects, coerce_command_value
 from .commands import Command
+from .mcp_tool_steps import McpToolSteps, is_mcp_tool_step
 from .navigation import Navigator
 from .patterns import Patterns
 from .rephraser import LLMFactory, Rephraser
@@ -68,8 +70,10 @@ class FlowExecutor:
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
                  sleep: Callable[[float], Any] = asyncio.sleep,
                  rng: random.Random | None = None,
-                 llm_factory: LLMFactory | None = None) -> None:
+                 llm_factory: LLMFactory | None = None,
+                 mcp_pool: MCPPool | None = None) -> None:
         self.project = project
+        self.mcp_steps = McpToolSteps(project.endpoints, mcp_pool) if mcp_pool else None
         self.flows = project.flows
         self.navigator = Navigator(project)
         self.patterns = Patterns(project)
@@ -158,6 +162,12 @@ class FlowExecutor:
             return StepResult.CHANGED
         if kind == "call":
             target = str(step.model.call)
+            if self.mcp_steps is not None and is_mcp_tool_step(step, self.project.endpoints):
+                error = await self.mcp_steps.run(turn, flow.id, step)
+                await self.navigator.move_next(turn, frame, flow, step)
+                if error is not None:  # the flow goes on after the step once the pattern ran
+                    self.patterns.internal_error(turn, **error)
+                return StepResult.CHANGED
             if target in self.project.agents:
                 return await self.agent_steps.run(turn, frame, flow, step, None)
             turn.stack.push(FlowFrame(target, frame_type=FrameType.CALL))

@@ -17,7 +17,7 @@ import structlog
 
 from .. import events as ev
 from ..agents.base import MCPBaseAgent
-from ..agents.registry import create_agent
+from ..agents.registry import create_agent, protocol_type_for
 from ..channels.base import OutputChannel
 from ..config.project import Project, ProjectPaths, load_project
 from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
@@ -88,7 +88,7 @@ class Assistant:
         self.agents: dict[tuple[str, str], MCPBaseAgent] = {}
         for _, step in project.agent_call_steps():
             name = str(step.model.call)
-            protocol = "mcp_task" if step.model.exit_if else "mcp_open"
+            protocol = protocol_type_for(project.agents[name], has_exit_if=bool(step.model.exit_if))
             if (name, protocol) in self.agents:
                 continue
             spec = project.agents[name]
@@ -105,7 +105,7 @@ class Assistant:
         self.executor = FlowExecutor(project, self.agents, self.actions,
                                      assistant_id=project.assistant_id,
                                      model_id=project.assistant_id, retry_delays=retry_delays,
-                                     llm_factory=factory)
+                                     llm_factory=factory, mcp_pool=self.pool)
         self._started = False
 
     @classmethod
@@ -124,6 +124,9 @@ class Assistant:
                 await self.close()
                 raise AgentInitializationError(str(exc), code="agent.mcp_connection_failed") \
                     from exc
+            except AgentInitializationError:  # e.g. an A2A agent's card or health check
+                await self.close()
+                raise
         self._started = True
 
     async def close(self) -> None:

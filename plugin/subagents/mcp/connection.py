@@ -333,6 +333,14 @@ class MCPServerConnection:
                 log.warning("mcp.tools.refresh_failed", server=self.name, error=str(exc))
         return list(self._tools)
 
+    async def call_tool_result(self, name: str, arguments: dict[str, Any], *,
+                               timeout: float) -> Any:
+        """Call a tool and return the SDK's ``CallToolResult`` as it is (flow tool steps read
+        its fields); any failure, a timeout included, raises."""
+        client = await self._ensure()
+        return await asyncio.wait_for(
+            client.call_tool(name, arguments, read_timeout_seconds=timeout), timeout + 1)
+
     async def call_tool(self, name: str, arguments: dict[str, Any], *, timeout: float,
                         read_only: bool = False, meta: dict[str, Any] | None = None
                         ) -> AgentToolResult:
