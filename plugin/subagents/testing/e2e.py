@@ -145,7 +145,8 @@ def _capture_errors() -> Iterator[list[dict[str, Any]]]:
 class Runner:
     """Runs test cases against one project. ``async with Runner(dir) as runner:``."""
 
-    def __init__(self, project_dir: Path, *, strict: bool = False) -> None:
+    def __init__(self, project_dir: Path, *, strict: bool = False,
+                 live_model: bool = False) -> None:
         self.project_dir = project_dir
         self.strict = strict
         """Strict matching for cases whose file does not say (``--strict``)."""
@@ -155,6 +156,10 @@ class Runner:
         self._judges: dict[tuple[bool, str], Judge] = {}
         self.hook_calls: list[tuple[str, str]] = []
         """(agent name, hook) of every agent hook call, in order."""
+        self.live_model = live_model
+        """Ignore ``llm_script``: the configured models answer (``--live-model``)."""
+        self.replays: dict[str, Any] = {}
+        """The replay stand-ins of the case that ran last (``tool_script``)."""
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Runner:
@@ -222,7 +227,15 @@ class Runner:
         return result
 
     def _script_problems(self, case: TestCase, result: CaseResult) -> None:
-        if case.llm_script is None or self.fake is None:
+        if case.tool_script is not None:
+            replays, self.replays = self.replays, {}
+            for server in replays.values():
+                lines = [*server.problems, *server.unused()]
+                if self._scripted_case(case):
+                    result.failures += [f"tool script: {line}" for line in lines]
+                else:
+                    result.notes += [f"tool script: {line}" for line in lines]
+        if not self._scripted_case(case) or self.fake is None:
             return
         for problem in self.fake.problems():
             result.failures.append(f"model script: {problem}")
@@ -231,21 +244,59 @@ class Runner:
 
     @contextlib.asynccontextmanager
     async def _prepared(self, case: TestCase) -> AsyncIterator[Any]:
-        assistant = await self._assistant(case.llm_script is not None)
-        if case.llm_script is not None:
-            assert self.fake is not None
-            self.fake.reset()
-            for caller, replies in case.llm_script.items():
-                self.fake.add(caller, replies)
+        scripted = self._scripted_case(case)
+        if case.tool_script is not None:
+            async with self._replaying(case, scripted) as assistant:
+                yield assistant
+            return
+        assistant = await self._assistant(scripted)
+        self._load_script(case)
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
         yield assistant
+
+    def _scripted_case(self, case: TestCase) -> bool:
+        return case.llm_script is not None and not self.live_model
+
+    def _load_script(self, case: TestCase) -> None:
+        if not self._scripted_case(case):
+            return
+        assert self.fake is not None
+        assert case.llm_script is not None
+        self.fake.reset()
+        for caller, replies in case.llm_script.items():
+            self.fake.add(caller, replies)
+
+    @contextlib.asynccontextmanager
+    async def _replaying(self, case: TestCase, scripted: bool) -> AsyncIterator[Any]:
+        """A fresh assistant whose MCP servers are all replay stand-ins serving the case's
+        recorded tool results (nothing of the real servers runs)."""
+        from ..config.project import load_project
+        from ..dialogue.processor import Assistant
+        from .tool_replay import replay_servers
+
+        project = load_project(self.project_dir)
+        names = [s.name for s in project.endpoints.mcp_servers or []]
+        assert case.tool_script is not None
+        kwargs: dict[str, Any] = {"tracker_store": InMemoryTrackerStore()}
+        if scripted:
+            if self.fake is None:
+                self.fake = await self._stack.enter_async_context(FakeModelServer())
+            kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,))
+        async with replay_servers(case.tool_script, names) as (servers, configs):
+            project.endpoints.mcp_servers = configs
+            self._load_script(case)
+            async with Assistant(project, **kwargs) as assistant:
+                self._count_hooks(assistant)
+                assistant.actions.stubs = dict(case.stubs) if case.stubs else None
+                self.replays = servers
+                yield assistant
 
     def judge(self, case: TestCase, assistant: Any) -> Judge:
         """The judge for generative assertions of ``case`` (scripted when the case is)."""
         from ..llm import LLMClient, resolve_model_settings
 
         config = case.judge or {}
-        scripted = case.llm_script is not None
+        scripted = self._scripted_case(case)
         key = (scripted, json.dumps(config, sort_keys=True, default=str))
         if key not in self._judges:
             endpoints = assistant.project.endpoints

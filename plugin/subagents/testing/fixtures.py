@@ -16,13 +16,14 @@ from .._yaml import YamlDoc, YamlSyntaxError, load_yaml
 from ..exceptions import ConfigIssue
 from .assertions import ASSERTIONS, MANTLE_HINT, MANTLE_NAMES, MANTLE_PREFIXES, shape_problem
 from .fake_server import normalize_reply
+from .tool_replay import tool_script_problems
 
 STEP_KEYS = {"user", "bot", "utter", "slot_was_set", "slot_was_not_set", "client_tool_result"}
 STEP_EXTRAS = {"metadata", "assertions", "assertion_order_enabled"}
 BOT_PATTERN_KEYS = {"matches", "any"}
 FILE_KEYS = ("fixtures", "metadata", "stub_custom_actions", "test_cases", "strict")
 CASE_KEYS = ("test_case", "steps", "fixtures", "metadata", "llm_script", "strict", "streaming",
-             "expected_errors")
+             "expected_errors", "tool_script")
 
 log = structlog.get_logger("subagents.testing")
 
@@ -40,6 +41,7 @@ class TestCaseModel(BaseModel):
     strict: bool | None = None
     streaming: bool = False
     expected_errors: list[str] = Field(default_factory=list)
+    tool_script: dict[str, list[dict[str, Any]]] | None = None
 
 
 class E2EFileModel(BaseModel):
@@ -67,6 +69,8 @@ class TestCase:
     metadata: dict[str, Any] = field(default_factory=dict)
     metadata_presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     llm_script: dict[str, list[Any]] | None = None
+    tool_script: dict[str, list[dict[str, Any]]] | None = None
+    """Recorded tool results per MCP server, served by a replay stand-in for every server."""
     stubs: dict[str, Any] = field(default_factory=dict)
     strict: bool | None = None
     """True/False from the file or the case; None: the runner's default (Rasa's matching)."""
@@ -285,6 +289,11 @@ def _load_case(doc: YamlDoc, index: int, raw: Any, fixtures: dict[str, Any],
     script = raw.get("llm_script")
     if script is not None:
         _check_script(doc, (*loc, "llm_script"), script, issues)
+    tool_script = raw.get("tool_script")
+    if tool_script is not None:
+        for problem, where in tool_script_problems(tool_script):
+            issues.append(doc.issue("e2e.validation.invalid_tool_script", problem,
+                                    (*loc, "tool_script", *where)))
     if len(issues) > before:
         return None
     name = str(raw["test_case"])
@@ -294,7 +303,7 @@ def _load_case(doc: YamlDoc, index: int, raw: Any, fixtures: dict[str, Any],
     return TestCase(name=name, file=doc.display, line=doc.line_of(loc), steps=list(steps),
                     step_lines=[doc.line_of((*loc, "steps", i)) for i in range(len(steps))],
                     slot_presets=slot_presets, metadata=metadata, metadata_presets=presets,
-                    llm_script=script, stubs=case_stubs,
+                    llm_script=script, tool_script=tool_script, stubs=case_stubs,
                     strict=raw["strict"] if isinstance(raw.get("strict"), bool) else None,
                     streaming=bool(raw.get("streaming")),
                     expected_errors=[str(e) for e in expected_errors]
