@@ -38,7 +38,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import __version__
+from . import __version__, recording
 from .channels.base import CollectingOutputChannel
 from .channels.input import InputChannel
 from .channels.registry import mount_channels
@@ -276,6 +276,13 @@ class _Api:
         sender = check_sender_id(request.path_params["sender"])
         return JSONResponse(await self.assistant.state(sender))
 
+    async def recording(self, request: Request) -> Response:
+        """Turn recording of one conversation on (PUT) or off (DELETE); GET tells."""
+        sender = check_sender_id(request.path_params["sender"])
+        if request.method != "GET":
+            recording.record_conversation(sender, request.method == "PUT")
+        return JSONResponse({"sender": sender, "recording": recording.is_recording(sender)})
+
     async def client_tool_results(self, request: Request) -> Response:
         """``{"id", "result"}`` or ``{"results": [{"id", "result"}]}`` -> the bot messages."""
         sender = check_sender_id(request.path_params["sender"])
@@ -331,6 +338,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
         Route("/webhooks/stream/webhook", api.guard(api.stream), methods=["POST"]),
         Route("/conversations/{sender}/tracker", api.guard(api.tracker), methods=["GET"]),
+        Route("/conversations/{sender}/recording", api.guard(api.recording),
+              methods=["GET", "PUT", "DELETE"]),
         Route("/conversations/{sender}/client_tool_results",
               api.guard(api.client_tool_results), methods=["POST"]),
         *extra_routes(api.guard),

@@ -68,9 +68,13 @@ class ReplayServer:
         server = cls(name)
         for item in recorded:
             tool = str(item["tool"])
-            server.tools.setdefault(tool, {
+            spec = server.tools.setdefault(tool, {
                 "description": item.get("description") or f"{tool} (recorded)",
-                "input_schema": item.get("input_schema") or {"type": "object"}})
+                "input_schema": item.get("input_schema")})
+            if not item.get("input_schema"):  # any value for every recorded argument
+                schema = spec["input_schema"] or {"type": "object", "properties": {}}
+                schema.get("properties", {}).update({k: {} for k in item.get("arguments") or {}})
+                spec["input_schema"] = schema
             server.entries.append(_Entry(tool, item.get("arguments"), item.get("result"),
                                          bool(item.get("is_error"))))
         return server
