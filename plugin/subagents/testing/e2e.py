@@ -50,6 +50,7 @@ from .judge import (
     JUDGE_CALLER,
     Judge,
 )
+from .simulated_user import SIMULATED_USER_CALLER, SimulatedUser
 
 INTERNAL_ERROR_PATTERN = "pattern_internal_error"
 INTERNAL_ERROR_UTTER = "utter_internal_error_rasa"
@@ -154,6 +155,7 @@ class Runner:
         self._scripted: Any = None
         self._real: Any = None
         self._judges: dict[tuple[bool, str], Judge] = {}
+        self._simulators: dict[tuple[bool, str], Any] = {}
         self.hook_calls: list[tuple[str, str]] = []
         """(agent name, hook) of every agent hook call, in order."""
         self.live_model = live_model
@@ -168,6 +170,8 @@ class Runner:
     async def __aexit__(self, *exc: object) -> None:
         for judge in self._judges.values():
             await judge.close()
+        for client in self._simulators.values():
+            await client.close()
         await self._stack.aclose()
 
     async def _assistant(self, scripted: bool) -> Any:
@@ -313,6 +317,23 @@ class Runner:
                                           LLMClient(emb, name=EMBEDDINGS_CALLER))
         return self._judges[key]
 
+    def simulated_user_llm(self, case: TestCase, assistant: Any) -> Any:
+        """The model that plays the simulated user of ``case`` (scripted when the case is)."""
+        from ..llm import LLMClient, resolve_model_settings
+
+        spec = case.simulated_user or {}
+        scripted = self._scripted_case(case)
+        key = (scripted, json.dumps(spec.get("llm"), sort_keys=True, default=str))
+        if key not in self._simulators:
+            settings = resolve_model_settings(spec.get("llm") or DEFAULT_JUDGE_LLM,
+                                              assistant.project.endpoints, where=case.file)
+            if scripted and self.fake is not None:
+                client = self.fake.llm_factory()(SIMULATED_USER_CALLER, settings)
+            else:
+                client = LLMClient(settings, name=SIMULATED_USER_CALLER)
+            self._simulators[key] = client
+        return self._simulators[key]
+
     def _request_dump(self, problem: str) -> str:
         match = re.search(r"for (\S+), request (\d+)", problem)
         if not match or self.fake is None:
@@ -428,6 +449,9 @@ class _Conversation:
             presets = [ev.slot_set(k, v) for k, v in self.case.slot_presets.items()]
             await self.assistant.tracker_store.save_turn(self.sender, presets, [], 0)
             self.current.events += presets
+        if self.case.simulated_user is not None:
+            await self.run_simulated(self.case.simulated_user)
+            return
         for index, step in enumerate(self.case.steps):
             if "user" in step or "client_tool_result" in step:
                 if self.stopped or self.mismatch:
@@ -449,6 +473,41 @@ class _Conversation:
         await self.user_step_assertions()
         if self.mismatch:
             raise _MismatchError(self.mismatch)
+
+    async def run_simulated(self, spec: dict[str, Any]) -> None:
+        """A model plays the user until it reaches the goal, gives up, or runs out of turns;
+        then the case's ``simulated_user.assertions`` are judged on the whole conversation."""
+        user = SimulatedUser(spec, self.runner.simulated_user_llm(self.case, self.assistant))
+        history: list[tuple[str, str]] = []
+        sent = 0
+        while True:
+            reply = await user.next(history)
+            if reply.text is None:
+                if not reply.reached:
+                    raise _MismatchError(f"the simulated user gave up after {sent} message(s) "
+                                         f"(goal: {user.goal!r})")
+                break
+            if sent >= user.max_turns:
+                raise _MismatchError(f"the simulated user did not reach the goal within "
+                                     f"max_turns={user.max_turns} (goal: {user.goal!r})")
+            channel = _TimedChannel(streaming=self.case.streaming)
+            events = await self.assistant.handle_message(self.sender, reply.text,
+                                                         dict(self.case.metadata) or None,
+                                                         channel)
+            sent += 1
+            self.turns.append(_Turn(None, list(events), channel))
+            self.result.transcript.append(f"user (simulated): {reply.text}")
+            self.result.transcript += [f"  bot: {_describe(m)}" for m in bot_messages(events)]
+            history.append(("user", reply.text))
+            history += [("bot", str(m.get("text"))) for m in bot_messages(events)
+                        if m.get("text")]
+        window = Window(self.all_events, [], False, "")
+        for assertion in spec.get("assertions") or []:
+            name, value = next(iter(assertion.items()))
+            try:
+                await self.judge_one(name, value, window, None)
+            except AssertionFailed as exc:
+                raise _MismatchError(f"simulated_user assertion {name} failed: {exc}") from exc
 
     # ------------------------------------------------------------------ sending
     async def send(self, step: dict[str, Any], index: int) -> None:
