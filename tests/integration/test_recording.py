@@ -234,3 +234,59 @@ def test_repeat_runs_each_case_n_times_and_reports_its_pass_rate(tmp_path, capsy
     assert "3/3 passed (100%)" in out
     assert "0/3 passed (0%)" in out
     assert "3 passed, 3 failed" in out
+
+
+LIVE_CASE = """
+    test_cases:
+      - test_case: recorded
+        llm_script:
+          command_generator: ["start flow weather_flow", "start flow opening_hours"]
+          weather_agent:
+            - text: Checking.
+              tool_calls: [{echo: {text: Riga}}]
+            - text: Sunny in Riga.
+              tool_calls: [{task_completed: {}}]
+        tool_script:
+          tools:
+            - {tool: echo, arguments: {text: Riga}, result: Riga}
+        steps:
+          - user: weather?
+          - bot: Checking.
+          - bot: Sunny in Riga.
+          - utter: utter_after_weather
+          - user: and the hours?
+          - utter: utter_hours
+"""
+
+
+async def test_live_model_replays_recorded_tools_and_reports_every_differing_step(tmp_path):
+    """--live-model: the configured model answers (here a model server playing the live one,
+    answering differently), the recorded tool results still replay."""
+    live = {"live": [
+        "start flow weather_flow",
+        {"text": "Let me look.", "tool_calls": [{"echo": {"text": "Riga"}}]},
+        {"text": "Cloudy in Riga.", "tool_calls": [{"task_completed": {}}]},
+        "start flow opening_hours",
+    ]}
+    async with FakeModelServer(live) as fake:
+        endpoints = f"""
+            model_groups:
+              - id: llm
+                models: [{{provider: openai, model: live, api_base: "{fake.base_url('live')}"}}]
+            mcp_servers:
+              - {{name: tools, type: http, url: "{NOWHERE}"}}
+            """
+        root = write_project(tmp_path / "p", NOWHERE, {"endpoints.yml": endpoints})
+        path = root / "tests" / "e2e" / "live.yml"
+        path.parent.mkdir(parents=True)
+        path.write_text(textwrap.dedent(LIVE_CASE))
+        case = load_file(path, root=root).cases[0]
+        async with Runner(root, live_model=True) as runner:
+            result = await runner.run_case(case)
+        fake.assert_done()
+    assert not result.passed
+    report = result.failures[0]
+    assert report.startswith("2 difference(s) with the live model")
+    assert "step 2 (line 16): expected bot 'Checking.'" in report
+    assert "step 3 (line 17): expected bot 'Sunny in Riga.'" in report
+    assert not result.notes  # the live model called the tool as recorded

@@ -431,6 +431,8 @@ class _Conversation:
         self.stopped: str | None = None
         """Why the run stopped sending user messages (Rasa's fail-fast on a mismatch)."""
         self.mismatch: str | None = None
+        self.differences: list[str] = []
+        """With ``--live-model``: every step that did not match (the run goes on)."""
 
     @property
     def current(self) -> _Turn:
@@ -471,6 +473,14 @@ class _Conversation:
                 self.expect(index, step)
                 await self.step_assertions(index, step)
         await self.user_step_assertions()
+        self.raise_mismatch()
+
+    def raise_mismatch(self) -> None:
+        """Fail with the differences (``--live-model``) or the first mismatch, if any."""
+        if self.differences:
+            raise _MismatchError(f"{len(self.differences)} difference(s) with the live model, "
+                                 "step by step:\n" + "\n".join(f"  {d}" for d in
+                                                                 self.differences))
         if self.mismatch:
             raise _MismatchError(self.mismatch)
 
@@ -544,7 +554,9 @@ class _Conversation:
         if problem is None:
             return
         text = f"{self.where(index)}: {problem}\n{self.turn_table(index)}"
-        if self.case.assertion_style and not self.strict:
+        if self.runner.live_model:
+            self.differences.append(f"{self.where(index)}: {problem}")
+        elif self.case.assertion_style and not self.strict:
             self.stopped = text
         else:
             self.mismatch = text
@@ -595,6 +607,10 @@ class _Conversation:
         messages = bot_messages(self.current.events)
         if self.current.step_index is not None and self.pointer < len(messages):
             left = [_describe(m) for m in messages[self.pointer:]]
+            if self.runner.live_model:
+                self.differences.append(f"{self.where(index)}: unmatched bot messages {left}")
+                self.pointer = len(messages)
+                return
             self.mismatch = (f"{self.where(index)}: unmatched bot messages before the next "
                              f"user step (strict mode): {left}\n{self.turn_table(index)}")
 
