@@ -290,3 +290,24 @@ async def test_live_model_replays_recorded_tools_and_reports_every_differing_ste
     assert "step 2 (line 16): expected bot 'Checking.'" in report
     assert "step 3 (line 17): expected bot 'Sunny in Riga.'" in report
     assert not result.notes  # the live model called the tool as recorded
+
+
+async def test_a_recorded_call_matches_when_the_caller_fills_in_schema_defaults(tmp_path):
+    """The model left out `ms`; the agent sends the schema's default; the recording still fits."""
+    body = REPLAY.format(city="Riga", answer="read x", extra="").replace(
+        "tool_calls: [{echo: {text: Riga}}]", "tool_calls: [{timed_read: {label: x}}]").replace(
+        """            - tool: echo
+              arguments: {text: Riga}
+              result: "recorded for Riga"
+""", """            - tool: timed_read
+              arguments: {label: x}
+              result: "read x"
+              input_schema:
+                type: object
+                properties: {label: {type: string}, ms: {type: integer, default: 200}}
+                required: [label]
+""")
+    root, loaded = _case(tmp_path, body)
+    async with Runner(root) as runner:
+        result = await runner.run_case(loaded.cases[0])
+    assert result.passed, result.failures

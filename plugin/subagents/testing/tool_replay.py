@@ -82,7 +82,9 @@ class ReplayServer:
     def answer(self, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
         """The recorded (text, is_error) for a call."""
         unused = [e for e in self.entries if not e.used and e.tool == tool]
-        exact = next((e for e in unused if (e.arguments or {}) == arguments), None)
+        schema = (self.tools.get(tool) or {}).get("input_schema") or {}
+        exact = next((e for e in unused if _with_defaults(e.arguments, schema) ==
+                      _with_defaults(arguments, schema)), None)
         entry = exact or (unused[0] if unused else None)
         if entry is None:
             self.problems.append(f"unexpected call of {tool}({_args(arguments)}) on "
@@ -116,6 +118,15 @@ class ReplayServer:
                                         is_error=is_error)
 
         return Server(f"replay-{self.name}", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def _with_defaults(arguments: dict[str, Any] | None, schema: dict[str, Any]) -> dict[str, Any]:
+    """The arguments with the schema's top-level defaults filled in, as the caller sends them."""
+    filled = dict(arguments or {})
+    for name, prop in (schema.get("properties") or {}).items():
+        if name not in filled and isinstance(prop, dict) and "default" in prop:
+            filled[name] = prop["default"]
+    return filled
 
 
 def _text(result: Any) -> str:
