@@ -50,6 +50,7 @@ from .dialogue.client_input import (
     check_sender_id,
 )
 from .dialogue.processor import Assistant
+from .recording_export import ExportError, build_fixture, dump_fixture
 from .rest_contract import extra_routes, token_matches, wants_stream
 from .server_security import (
     HEADER_TIMEOUT,
@@ -283,6 +284,18 @@ class _Api:
             recording.record_conversation(sender, request.method == "PUT")
         return JSONResponse({"sender": sender, "recording": recording.is_recording(sender)})
 
+    async def recorded_test(self, request: Request) -> Response:
+        """The recorded conversation as a conversation test (YAML), for "save as test"."""
+        sender = check_sender_id(request.path_params["sender"])
+        record = await self.assistant.tracker_store.load(sender)
+        try:
+            text = dump_fixture(build_fixture(sender, record.events), sender)
+        except ExportError as exc:
+            status = 404 if exc.code == "export.no_conversation" else 409
+            return JSONResponse({"error": exc.issue.message, "code": exc.code},
+                                status_code=status)
+        return Response(text, media_type="application/yaml")
+
     async def client_tool_results(self, request: Request) -> Response:
         """``{"id", "result"}`` or ``{"results": [{"id", "result"}]}`` -> the bot messages."""
         sender = check_sender_id(request.path_params["sender"])
@@ -340,6 +353,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/conversations/{sender}/tracker", api.guard(api.tracker), methods=["GET"]),
         Route("/conversations/{sender}/recording", api.guard(api.recording),
               methods=["GET", "PUT", "DELETE"]),
+        Route("/conversations/{sender}/test", api.guard(api.recorded_test), methods=["GET"]),
         Route("/conversations/{sender}/client_tool_results",
               api.guard(api.client_tool_results), methods=["POST"]),
         *extra_routes(api.guard),

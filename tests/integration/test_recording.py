@@ -49,8 +49,16 @@ async def test_recording_is_turned_on_per_conversation_through_the_api(project):
                                                                "message": "weather?"})
         recorded = (await client.get("/conversations/c1/tracker")).json()
         plain = (await client.get("/conversations/c2/tracker")).json()
+        saved = await client.get("/conversations/c1/test")
+        refused = await client.get("/conversations/c2/test")
+        unknown = await client.get("/conversations/nobody/test")
         turned_off = (await client.delete("/conversations/c1/recording")).json()
         fake.assert_done()
+    assert saved.status_code == 200
+    assert "tool_script:" in saved.text
+    assert "test_case: recorded_c1" in saved.text
+    assert (refused.status_code, refused.json()["code"]) == (409, "export.not_recorded")
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "export.no_conversation")
     assert turned_on == {"sender": "c1", "recording": True}
     assert turned_off == {"sender": "c1", "recording": False}
     entries = _listens(recorded)[0]["metadata"][recording.METADATA_KEY]
