@@ -134,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     test = _command(sub, "test", "run conversation tests (default: <project>/tests/e2e/)", """
         subagents test
         subagents test tests/e2e/conversations.yml -k return --fail-fast
-        subagents test --junit report.xml""")
+        subagents test --junit report.xml
+        subagents test export SENDER_ID --out tests/e2e/recorded.yml
+        subagents test --repeat 10""")
     test.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                       help="test files or folders (default: <project>/tests/e2e/)")
     _project_arg(test)
@@ -142,6 +144,13 @@ def build_parser() -> argparse.ArgumentParser:
     test.add_argument("-k", dest="pattern", metavar="PATTERN",
                       help="only test cases whose name contains PATTERN")
     test.add_argument("--fail-fast", action="store_true", help="stop at the first failure")
+    test.add_argument("--out", type=Path, metavar="FILE",
+                      help="with 'test export SENDER_ID': write the test to FILE")
+    test.add_argument("--repeat", type=int, default=1, metavar="N",
+                      help="run each test case N times and report its pass rate")
+    test.add_argument("--live-model", action="store_true",
+                      help="ignore llm_script: the configured models answer (recorded tool "
+                      "results still replay)")
     test.add_argument("--strict", action="store_true",
                       help="every bot message of a turn must be matched, in order (a file can "
                            "also say strict: true)")
@@ -177,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="secret required on every route but the health checks, as "
                             "'Authorization: Bearer <token>' or '?token=<token>' "
                             "(default: $SUBAGENTS_TOKEN)")
+    serve.add_argument("--record", action="store_true",
+                       help="record every model and tool call of every conversation with its "
+                       "tracker (for subagents test export)")
     serve.add_argument("--metrics", action="store_true",
                        default=os.environ.get("SUBAGENTS_METRICS", "").lower() in ("1", "true"),
                        help="serve Prometheus metrics at GET /metrics (extra 'metrics'; also "
@@ -307,7 +319,14 @@ def cmd_test(args: argparse.Namespace) -> int:
     """``subagents test``: run conversation test files; exit 1 if one fails."""
     from .testing.e2e import Runner
     from .testing.fixtures import discover, load_files
-    from .testing.report import Progress, case_line, failure_text, summary, write_junit
+    from .testing.report import (
+        Progress,
+        case_line,
+        failure_text,
+        pass_rates,
+        summary,
+        write_junit,
+    )
 
     project = args.project.resolve()
     paths = args.paths or [project / "tests" / "e2e"]
@@ -333,9 +352,9 @@ def cmd_test(args: argparse.Namespace) -> int:
 
     async def run_all() -> list[Any]:
         results = []
-        progress = Progress(len(cases))
-        async with Runner(_paths(args), strict=args.strict) as runner:
-            for case in cases:
+        progress = Progress(len(cases) * max(1, args.repeat))
+        async with Runner(_paths(args), strict=args.strict, live_model=args.live_model) as runner:
+            for case in [c for c in cases for _ in range(max(1, args.repeat))]:
                 result = await runner.run_case(case)
                 results.append(result)
                 progress.tick()
@@ -351,6 +370,7 @@ def cmd_test(args: argparse.Namespace) -> int:
         print("\n" + failure_text(result))
     if args.junit:
         write_junit(results, args.junit)
+    print(pass_rates(results), end="")
     print(summary(results))
     return 1 if failed else 0
 
@@ -403,6 +423,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "validate":
         return cmd_validate(_paths(args))
     if args.command == "test":
+        if args.paths and str(args.paths[0]) == "export" and not args.paths[0].exists():
+            from .testing.export import cmd_export
+
+            return cmd_export(args.project, [str(p) for p in args.paths[1:]], args.out)
         return cmd_test(args)
     if args.command == "demo":
         if args.structure:
@@ -433,6 +457,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not _enable_observability(args):
         return 1
+    if args.record:
+        from . import recording
+
+        recording.enable()
     channels = load_channels(args.project, args.credentials)
     serve(Assistant.load(_paths(args)), host=args.host, port=args.port,
           token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels,

@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from . import usage
+from . import recording, usage
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -189,7 +189,7 @@ def traced_turn(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with usage.turn_scope():
+        with usage.turn_scope(), recording.turn_scope(str(_arg(args, kwargs, 1, "sender_id"))):
             if not _state.on:
                 return await fn(*args, **kwargs)
             return await _observed_turn(fn, args, kwargs)
@@ -308,40 +308,55 @@ def traced_model_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        settings = getattr(args[0], "settings", None)
-        model = str(getattr(settings, "model", "unknown"))
-        if not _state.on:
-            result = await fn(*args, **kwargs)
-            _count_tokens(model, result)
-            return result
-        client = args[0]
-        caller = str(getattr(client, "name", "llm"))
-        attributes = {"gen_ai.operation.name": "chat",
-                      "gen_ai.provider.name": str(getattr(settings, "provider", "openai")),
-                      "gen_ai.system": str(getattr(settings, "provider", "openai")),
-                      "gen_ai.request.model": model, "subagents.caller": caller,
-                      "subagents.stream": bool(kwargs.get("stream", False))}
-        metrics = _state.metrics
-        started = time.perf_counter()
+        if not recording.active():
+            return await _model_call(fn, args, kwargs)
+        caller = str(getattr(args[0], "name", "llm"))
         try:
-            with _span(f"chat {model}", attributes) as span:
-                try:
-                    result = await fn(*args, **kwargs)
-                except Exception as exc:
-                    _fail(span, exc)
-                    if metrics is not None:
-                        code = str(getattr(exc, "code", None) or type(exc).__name__)
-                        metrics.model_errors.labels(caller, model, code).inc()
-                    raise
-                _record_usage(span, caller, model, result)
-                return result
-        finally:
-            if metrics is not None:
-                metrics.model_calls.labels(caller, model).inc()
-                metrics.model_seconds.labels(caller, model).observe(
-                    time.perf_counter() - started)
+            result = await _model_call(fn, args, kwargs)
+        except Exception as exc:
+            recording.record_model_error(caller, exc)
+            raise
+        recording.record_model_call(caller, _arg(args, kwargs, 1, "messages"),
+                                    _arg(args, kwargs, 2, "tools"), result)
+        return result
 
     return wrapper
+
+
+async def _model_call(fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
+                      kwargs: dict[str, Any]) -> R:
+    settings = getattr(args[0], "settings", None)
+    model = str(getattr(settings, "model", "unknown"))
+    if not _state.on:
+        result = await fn(*args, **kwargs)
+        _count_tokens(model, result)
+        return result
+    client = args[0]
+    caller = str(getattr(client, "name", "llm"))
+    attributes = {"gen_ai.operation.name": "chat",
+                  "gen_ai.provider.name": str(getattr(settings, "provider", "openai")),
+                  "gen_ai.system": str(getattr(settings, "provider", "openai")),
+                  "gen_ai.request.model": model, "subagents.caller": caller,
+                  "subagents.stream": bool(kwargs.get("stream", False))}
+    metrics = _state.metrics
+    started = time.perf_counter()
+    try:
+        with _span(f"chat {model}", attributes) as span:
+            try:
+                result = await fn(*args, **kwargs)
+            except Exception as exc:
+                _fail(span, exc)
+                if metrics is not None:
+                    code = str(getattr(exc, "code", None) or type(exc).__name__)
+                    metrics.model_errors.labels(caller, model, code).inc()
+                raise
+            _record_usage(span, caller, model, result)
+            return result
+    finally:
+        if metrics is not None:
+            metrics.model_calls.labels(caller, model).inc()
+            metrics.model_seconds.labels(caller, model).observe(
+                time.perf_counter() - started)
 
 
 def traced_tool_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -349,31 +364,40 @@ def traced_tool_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        if not _state.on:
-            return await fn(*args, **kwargs)
-        tool = _arg(args, kwargs, 0, "tool")
-        name = str(getattr(tool, "name", "unknown"))
-        source = str(getattr(tool, "source", ""))
-        server = source.split(":", 1)[1] if source.startswith("mcp:") else source
-        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
-                      "subagents.tool.source": source, "subagents.mcp.server": server}
-        metrics = _state.metrics
-        started, failed = time.perf_counter(), True
-        try:
-            with _span(f"execute_tool {name}", attributes) as span:
-                result = await fn(*args, **kwargs)
-                failed = bool(getattr(result, "is_error", False))
-                if failed and span is not None:
-                    from opentelemetry.trace import Status, StatusCode
-
-                    span.set_attribute("error.type", "tool_error")
-                    span.set_status(Status(StatusCode.ERROR, "the tool returned an error"))
-                return result
-        finally:
-            if metrics is not None:
-                metrics.tool_calls.labels(server, name).inc()
-                if failed:
-                    metrics.tool_errors.labels(server, name).inc()
-                metrics.tool_seconds.labels(server, name).observe(time.perf_counter() - started)
+        result = await _tool_call(fn, args, kwargs)
+        if recording.active():
+            recording.record_tool_call(_arg(args, kwargs, 0, "tool"),
+                                       _arg(args, kwargs, 1, "arguments"), result)
+        return result
 
     return wrapper
+
+
+async def _tool_call(fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> R:
+    if not _state.on:
+        return await fn(*args, **kwargs)
+    tool = _arg(args, kwargs, 0, "tool")
+    name = str(getattr(tool, "name", "unknown"))
+    source = str(getattr(tool, "source", ""))
+    server = source.split(":", 1)[1] if source.startswith("mcp:") else source
+    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name,
+                  "subagents.tool.source": source, "subagents.mcp.server": server}
+    metrics = _state.metrics
+    started, failed = time.perf_counter(), True
+    try:
+        with _span(f"execute_tool {name}", attributes) as span:
+            result = await fn(*args, **kwargs)
+            failed = bool(getattr(result, "is_error", False))
+            if failed and span is not None:
+                from opentelemetry.trace import Status, StatusCode
+
+                span.set_attribute("error.type", "tool_error")
+                span.set_status(Status(StatusCode.ERROR, "the tool returned an error"))
+            return result
+    finally:
+        if metrics is not None:
+            metrics.tool_calls.labels(server, name).inc()
+            if failed:
+                metrics.tool_errors.labels(server, name).inc()
+            metrics.tool_seconds.labels(server, name).observe(time.perf_counter() - started)

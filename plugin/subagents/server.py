@@ -39,7 +39,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import __version__
+from . import __version__, recording
 from .channels.base import CollectingOutputChannel
 from .channels.input import InputChannel
 from .channels.registry import mount_channels
@@ -52,6 +52,7 @@ from .dialogue.client_input import (
 )
 from .dialogue.processor import Assistant
 from .inspector import inspector_routes, wants_trace
+from .recording_export import ExportError, build_fixture, dump_fixture
 from .rest_contract import extra_routes, token_matches, wants_stream
 from .server_security import (
     HEADER_TIMEOUT,
@@ -281,6 +282,25 @@ class _Api:
         sender = check_sender_id(request.path_params["sender"])
         return JSONResponse(await self.assistant.state(sender))
 
+    async def recording(self, request: Request) -> Response:
+        """Turn recording of one conversation on (PUT) or off (DELETE); GET tells."""
+        sender = check_sender_id(request.path_params["sender"])
+        if request.method != "GET":
+            recording.record_conversation(sender, request.method == "PUT")
+        return JSONResponse({"sender": sender, "recording": recording.is_recording(sender)})
+
+    async def recorded_test(self, request: Request) -> Response:
+        """The recorded conversation as a conversation test (YAML), for "save as test"."""
+        sender = check_sender_id(request.path_params["sender"])
+        record = await self.assistant.tracker_store.load(sender)
+        try:
+            text = dump_fixture(build_fixture(sender, record.events), sender)
+        except ExportError as exc:
+            status = 404 if exc.code == "export.no_conversation" else 409
+            return JSONResponse({"error": exc.issue.message, "code": exc.code},
+                                status_code=status)
+        return Response(text, media_type="application/yaml")
+
     async def client_tool_results(self, request: Request) -> Response:
         """``{"id", "result"}`` or ``{"results": [{"id", "result"}]}`` -> the bot messages."""
         sender = check_sender_id(request.path_params["sender"])
@@ -340,6 +360,9 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
         Route("/webhooks/stream/webhook", api.guard(api.stream), methods=["POST"]),
         Route("/conversations/{sender}/tracker", api.guard(api.tracker), methods=["GET"]),
+        Route("/conversations/{sender}/recording", api.guard(api.recording),
+              methods=["GET", "PUT", "DELETE"]),
+        Route("/conversations/{sender}/test", api.guard(api.recorded_test), methods=["GET"]),
         Route("/conversations/{sender}/client_tool_results",
               api.guard(api.client_tool_results), methods=["POST"]),
         *extra_routes(api.guard),

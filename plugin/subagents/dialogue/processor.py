@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from .. import events as ev
+from .. import recording
 from ..agents.base import MCPBaseAgent
 from ..agents.registry import create_agent, protocol_type_for
 from ..channels.base import OutputChannel
@@ -231,7 +232,8 @@ class Assistant:
             turn.stack = stack
 
     async def _save(self, turn: Turn) -> list[dict[str, Any]]:
-        turn.add(ev.action_executed("action_listen", metadata=turn_metadata()))
+        turn.add(ev.action_executed("action_listen",
+                                    metadata=recording.turn_metadata(turn_metadata())))
         await self.tracker_store.save_turn(turn.sender_id, turn.new_events,
                                            turn.stack.to_list(), turn.previous_count)
         return turn.new_events

@@ -51,6 +51,7 @@ from .judge import (
     JUDGE_CALLER,
     Judge,
 )
+from .simulated_user import SIMULATED_USER_CALLER, SimulatedUser
 
 INTERNAL_ERROR_PATTERN = "pattern_internal_error"
 INTERNAL_ERROR_UTTER = "utter_internal_error_rasa"
@@ -146,7 +147,8 @@ def _capture_errors() -> Iterator[list[dict[str, Any]]]:
 class Runner:
     """Runs test cases against one project. ``async with Runner(dir) as runner:``."""
 
-    def __init__(self, project_dir: Path | ProjectPaths, *, strict: bool = False) -> None:
+    def __init__(self, project_dir: Path | ProjectPaths, *, strict: bool = False,
+                 live_model: bool = False) -> None:
         self.project_dir = project_dir
         self.strict = strict
         """Strict matching for cases whose file does not say (``--strict``)."""
@@ -154,8 +156,13 @@ class Runner:
         self._scripted: Any = None
         self._real: Any = None
         self._judges: dict[tuple[bool, str], Judge] = {}
+        self._simulators: dict[tuple[bool, str], Any] = {}
         self.hook_calls: list[tuple[str, str]] = []
         """(agent name, hook) of every agent hook call, in order."""
+        self.live_model = live_model
+        """Ignore ``llm_script``: the configured models answer (``--live-model``)."""
+        self.replays: dict[str, Any] = {}
+        """The replay stand-ins of the case that ran last (``tool_script``)."""
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Runner:
@@ -164,6 +171,8 @@ class Runner:
     async def __aexit__(self, *exc: object) -> None:
         for judge in self._judges.values():
             await judge.close()
+        for client in self._simulators.values():
+            await client.close()
         await self._stack.aclose()
 
     async def _assistant(self, scripted: bool) -> Any:
@@ -223,7 +232,15 @@ class Runner:
         return result
 
     def _script_problems(self, case: TestCase, result: CaseResult) -> None:
-        if case.llm_script is None or self.fake is None:
+        if case.tool_script is not None:
+            replays, self.replays = self.replays, {}
+            for server in replays.values():
+                lines = [*server.problems, *server.unused()]
+                if self._scripted_case(case):
+                    result.failures += [f"tool script: {line}" for line in lines]
+                else:
+                    result.notes += [f"tool script: {line}" for line in lines]
+        if not self._scripted_case(case) or self.fake is None:
             return
         for problem in self.fake.problems():
             result.failures.append(f"model script: {problem}")
@@ -232,21 +249,59 @@ class Runner:
 
     @contextlib.asynccontextmanager
     async def _prepared(self, case: TestCase) -> AsyncIterator[Any]:
-        assistant = await self._assistant(case.llm_script is not None)
-        if case.llm_script is not None:
-            assert self.fake is not None
-            self.fake.reset()
-            for caller, replies in case.llm_script.items():
-                self.fake.add(caller, replies)
+        scripted = self._scripted_case(case)
+        if case.tool_script is not None:
+            async with self._replaying(case, scripted) as assistant:
+                yield assistant
+            return
+        assistant = await self._assistant(scripted)
+        self._load_script(case)
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
         yield assistant
+
+    def _scripted_case(self, case: TestCase) -> bool:
+        return case.llm_script is not None and not self.live_model
+
+    def _load_script(self, case: TestCase) -> None:
+        if not self._scripted_case(case):
+            return
+        assert self.fake is not None
+        assert case.llm_script is not None
+        self.fake.reset()
+        for caller, replies in case.llm_script.items():
+            self.fake.add(caller, replies)
+
+    @contextlib.asynccontextmanager
+    async def _replaying(self, case: TestCase, scripted: bool) -> AsyncIterator[Any]:
+        """A fresh assistant whose MCP servers are all replay stand-ins serving the case's
+        recorded tool results (nothing of the real servers runs)."""
+        from ..config.project import load_project
+        from ..dialogue.processor import Assistant
+        from .tool_replay import replay_servers
+
+        project = load_project(self.project_dir)
+        names = [s.name for s in project.endpoints.mcp_servers or []]
+        assert case.tool_script is not None
+        kwargs: dict[str, Any] = {"tracker_store": InMemoryTrackerStore()}
+        if scripted:
+            if self.fake is None:
+                self.fake = await self._stack.enter_async_context(FakeModelServer())
+            kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,))
+        async with replay_servers(case.tool_script, names) as (servers, configs):
+            project.endpoints.mcp_servers = configs
+            self._load_script(case)
+            async with Assistant(project, **kwargs) as assistant:
+                self._count_hooks(assistant)
+                assistant.actions.stubs = dict(case.stubs) if case.stubs else None
+                self.replays = servers
+                yield assistant
 
     def judge(self, case: TestCase, assistant: Any) -> Judge:
         """The judge for generative assertions of ``case`` (scripted when the case is)."""
         from ..llm import LLMClient, resolve_model_settings
 
         config = case.judge or {}
-        scripted = case.llm_script is not None
+        scripted = self._scripted_case(case)
         key = (scripted, json.dumps(config, sort_keys=True, default=str))
         if key not in self._judges:
             endpoints = assistant.project.endpoints
@@ -262,6 +317,23 @@ class Runner:
                 self._judges[key] = Judge(LLMClient(llm, name=JUDGE_CALLER),
                                           LLMClient(emb, name=EMBEDDINGS_CALLER))
         return self._judges[key]
+
+    def simulated_user_llm(self, case: TestCase, assistant: Any) -> Any:
+        """The model that plays the simulated user of ``case`` (scripted when the case is)."""
+        from ..llm import LLMClient, resolve_model_settings
+
+        spec = case.simulated_user or {}
+        scripted = self._scripted_case(case)
+        key = (scripted, json.dumps(spec.get("llm"), sort_keys=True, default=str))
+        if key not in self._simulators:
+            settings = resolve_model_settings(spec.get("llm") or DEFAULT_JUDGE_LLM,
+                                              assistant.project.endpoints, where=case.file)
+            if scripted and self.fake is not None:
+                client = self.fake.llm_factory()(SIMULATED_USER_CALLER, settings)
+            else:
+                client = LLMClient(settings, name=SIMULATED_USER_CALLER)
+            self._simulators[key] = client
+        return self._simulators[key]
 
     def _request_dump(self, problem: str) -> str:
         match = re.search(r"for (\S+), request (\d+)", problem)
@@ -360,6 +432,8 @@ class _Conversation:
         self.stopped: str | None = None
         """Why the run stopped sending user messages (Rasa's fail-fast on a mismatch)."""
         self.mismatch: str | None = None
+        self.differences: list[str] = []
+        """With ``--live-model``: every step that did not match (the run goes on)."""
 
     @property
     def current(self) -> _Turn:
@@ -378,6 +452,9 @@ class _Conversation:
             presets = [ev.slot_set(k, v) for k, v in self.case.slot_presets.items()]
             await self.assistant.tracker_store.save_turn(self.sender, presets, [], 0)
             self.current.events += presets
+        if self.case.simulated_user is not None:
+            await self.run_simulated(self.case.simulated_user)
+            return
         for index, step in enumerate(self.case.steps):
             if "user" in step or "client_tool_result" in step:
                 if self.stopped or self.mismatch:
@@ -397,8 +474,51 @@ class _Conversation:
                 self.expect(index, step)
                 await self.step_assertions(index, step)
         await self.user_step_assertions()
+        self.raise_mismatch()
+
+    def raise_mismatch(self) -> None:
+        """Fail with the differences (``--live-model``) or the first mismatch, if any."""
+        if self.differences:
+            raise _MismatchError(f"{len(self.differences)} difference(s) with the live model, "
+                                 "step by step:\n" + "\n".join(f"  {d}" for d in
+                                                                 self.differences))
         if self.mismatch:
             raise _MismatchError(self.mismatch)
+
+    async def run_simulated(self, spec: dict[str, Any]) -> None:
+        """A model plays the user until it reaches the goal, gives up, or runs out of turns;
+        then the case's ``simulated_user.assertions`` are judged on the whole conversation."""
+        user = SimulatedUser(spec, self.runner.simulated_user_llm(self.case, self.assistant))
+        history: list[tuple[str, str]] = []
+        sent = 0
+        while True:
+            reply = await user.next(history)
+            if reply.text is None:
+                if not reply.reached:
+                    raise _MismatchError(f"the simulated user gave up after {sent} message(s) "
+                                         f"(goal: {user.goal!r})")
+                break
+            if sent >= user.max_turns:
+                raise _MismatchError(f"the simulated user did not reach the goal within "
+                                     f"max_turns={user.max_turns} (goal: {user.goal!r})")
+            channel = _TimedChannel(streaming=self.case.streaming)
+            events = await self.assistant.handle_message(self.sender, reply.text,
+                                                         dict(self.case.metadata) or None,
+                                                         channel)
+            sent += 1
+            self.turns.append(_Turn(None, list(events), channel))
+            self.result.transcript.append(f"user (simulated): {reply.text}")
+            self.result.transcript += [f"  bot: {_describe(m)}" for m in bot_messages(events)]
+            history.append(("user", reply.text))
+            history += [("bot", str(m.get("text"))) for m in bot_messages(events)
+                        if m.get("text")]
+        window = Window(self.all_events, [], False, "")
+        for assertion in spec.get("assertions") or []:
+            name, value = next(iter(assertion.items()))
+            try:
+                await self.judge_one(name, value, window, None)
+            except AssertionFailed as exc:
+                raise _MismatchError(f"simulated_user assertion {name} failed: {exc}") from exc
 
     # ------------------------------------------------------------------ sending
     async def send(self, step: dict[str, Any], index: int) -> None:
@@ -435,7 +555,9 @@ class _Conversation:
         if problem is None:
             return
         text = f"{self.where(index)}: {problem}\n{self.turn_table(index)}"
-        if self.case.assertion_style and not self.strict:
+        if self.runner.live_model:
+            self.differences.append(f"{self.where(index)}: {problem}")
+        elif self.case.assertion_style and not self.strict:
             self.stopped = text
         else:
             self.mismatch = text
@@ -486,6 +608,10 @@ class _Conversation:
         messages = bot_messages(self.current.events)
         if self.current.step_index is not None and self.pointer < len(messages):
             left = [_describe(m) for m in messages[self.pointer:]]
+            if self.runner.live_model:
+                self.differences.append(f"{self.where(index)}: unmatched bot messages {left}")
+                self.pointer = len(messages)
+                return
             self.mismatch = (f"{self.where(index)}: unmatched bot messages before the next "
                              f"user step (strict mode): {left}\n{self.turn_table(index)}")
 

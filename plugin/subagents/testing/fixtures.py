@@ -16,13 +16,15 @@ from .._yaml import YamlDoc, YamlSyntaxError, load_yaml
 from ..exceptions import ConfigIssue
 from .assertions import ASSERTIONS, MANTLE_HINT, MANTLE_NAMES, MANTLE_PREFIXES, shape_problem
 from .fake_server import normalize_reply
+from .simulated_user import spec_problems
+from .tool_replay import tool_script_problems
 
 STEP_KEYS = {"user", "bot", "utter", "slot_was_set", "slot_was_not_set", "client_tool_result"}
 STEP_EXTRAS = {"metadata", "assertions", "assertion_order_enabled"}
 BOT_PATTERN_KEYS = {"matches", "any"}
 FILE_KEYS = ("fixtures", "metadata", "stub_custom_actions", "test_cases", "strict")
 CASE_KEYS = ("test_case", "steps", "fixtures", "metadata", "llm_script", "strict", "streaming",
-             "expected_errors")
+             "expected_errors", "tool_script", "simulated_user")
 
 log = structlog.get_logger("subagents.testing")
 
@@ -33,13 +35,15 @@ class TestCaseModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     test_case: str
-    steps: list[dict[str, Any]] = Field(min_length=1)
+    steps: list[dict[str, Any]] = Field(default_factory=list)
+    """Required unless the case has simulated_user."""
     fixtures: list[str] = Field(default_factory=list)
     metadata: str | None = None
     llm_script: dict[str, list[Any]] | None = None
     strict: bool | None = None
     streaming: bool = False
     expected_errors: list[str] = Field(default_factory=list)
+    tool_script: dict[str, list[dict[str, Any]]] | None = None
 
 
 class E2EFileModel(BaseModel):
@@ -67,6 +71,10 @@ class TestCase:
     metadata: dict[str, Any] = field(default_factory=dict)
     metadata_presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     llm_script: dict[str, list[Any]] | None = None
+    tool_script: dict[str, list[dict[str, Any]]] | None = None
+    """Recorded tool results per MCP server, served by a replay stand-in for every server."""
+    simulated_user: dict[str, Any] | None = None
+    """A model plays the user towards a goal (the case then needs no steps)."""
     stubs: dict[str, Any] = field(default_factory=dict)
     strict: bool | None = None
     """True/False from the file or the case; None: the runner's default (Rasa's matching)."""
@@ -259,8 +267,10 @@ def _load_case(doc: YamlDoc, index: int, raw: Any, fixtures: dict[str, Any],
     before = len(issues)
     _check_case_keys(doc, loc, raw, issues)
     expected_errors = raw.get("expected_errors") or []
-    steps = raw.get("steps")
-    if not isinstance(steps, list) or not steps:
+    simulated = raw.get("simulated_user")
+    steps = [] if simulated is not None and raw.get("steps") is None else raw.get("steps")
+    _check_extensions(doc, loc, raw, issues)
+    if not isinstance(steps, list) or (not steps and simulated is None):
         issues.append(doc.issue("e2e.validation.steps_missing", "a test case needs a non-empty "
                                 "'steps' list", (*loc, "steps")))
         return None
@@ -282,9 +292,7 @@ def _load_case(doc: YamlDoc, index: int, raw: Any, fixtures: dict[str, Any],
                                     "metadata:", (*loc, "metadata")))
         else:
             metadata = dict(presets[raw["metadata"]])
-    script = raw.get("llm_script")
-    if script is not None:
-        _check_script(doc, (*loc, "llm_script"), script, issues)
+    script, tool_script = raw.get("llm_script"), raw.get("tool_script")
     if len(issues) > before:
         return None
     name = str(raw["test_case"])
@@ -294,7 +302,8 @@ def _load_case(doc: YamlDoc, index: int, raw: Any, fixtures: dict[str, Any],
     return TestCase(name=name, file=doc.display, line=doc.line_of(loc), steps=list(steps),
                     step_lines=[doc.line_of((*loc, "steps", i)) for i in range(len(steps))],
                     slot_presets=slot_presets, metadata=metadata, metadata_presets=presets,
-                    llm_script=script, stubs=case_stubs,
+                    llm_script=script, tool_script=tool_script, stubs=case_stubs,
+                    simulated_user=simulated,
                     strict=raw["strict"] if isinstance(raw.get("strict"), bool) else None,
                     streaming=bool(raw.get("streaming")),
                     expected_errors=[str(e) for e in expected_errors]
@@ -391,6 +400,29 @@ def _check_assertion(doc: YamlDoc, loc: tuple[Any, ...], assertion: Any,
     if problem:
         issues.append(doc.issue("e2e.validation.invalid_assertion", f"{name} {problem}",
                                 (*loc, name)))
+
+
+def _check_extensions(doc: YamlDoc, loc: tuple[Any, ...], raw: dict[str, Any],
+                      issues: list[ConfigIssue]) -> None:
+    """``llm_script``, ``tool_script`` and ``simulated_user`` of a case."""
+    if raw.get("llm_script") is not None:
+        _check_script(doc, (*loc, "llm_script"), raw["llm_script"], issues)
+    if raw.get("tool_script") is not None:
+        for problem, where in tool_script_problems(raw["tool_script"]):
+            issues.append(doc.issue("e2e.validation.invalid_tool_script", problem,
+                                    (*loc, "tool_script", *where)))
+    if raw.get("simulated_user") is not None:
+        _check_simulated_user(doc, (*loc, "simulated_user"), raw["simulated_user"], issues)
+
+
+def _check_simulated_user(doc: YamlDoc, loc: tuple[Any, ...], spec: Any,
+                          issues: list[ConfigIssue]) -> None:
+    for problem, where in spec_problems(spec):
+        issues.append(doc.issue("e2e.validation.invalid_simulated_user", problem,
+                                (*loc, *where)))
+    if isinstance(spec, dict) and isinstance(spec.get("assertions"), list):
+        for a_index, assertion in enumerate(spec["assertions"]):
+            _check_assertion(doc, (*loc, "assertions", a_index), assertion, issues, issues)
 
 
 def _check_script(doc: YamlDoc, loc: tuple[Any, ...], script: Any,

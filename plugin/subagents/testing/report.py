@@ -34,6 +34,22 @@ def summary(results: list[CaseResult]) -> str:
     return f"{passed} passed, {len(results) - passed} failed"
 
 
+def pass_rates(results: list[CaseResult]) -> str:
+    """One line per test case run more than once (``--repeat``): passed runs, all runs and the
+    pass rate; empty when every case ran once."""
+    runs: dict[tuple[str, str], list[bool]] = {}
+    for result in results:
+        runs.setdefault((result.case.file, result.case.name), []).append(result.passed)
+    if all(len(outcomes) < 2 for outcomes in runs.values()):
+        return ""
+    lines = ["pass rates:"]
+    for (file, name), outcomes in runs.items():
+        passed = sum(outcomes)
+        lines.append(f"  {name} ({file}): {passed}/{len(outcomes)} passed "
+                     f"({100 * passed / len(outcomes):.0f}%)")
+    return "\n".join(lines) + "\n"
+
+
 def write_junit(results: list[CaseResult], path: Path) -> None:
     """Write the results as JUnit XML (one ``testcase`` per test case)."""
     suite = ET.Element("testsuite", name="subagents-e2e", tests=str(len(results)),

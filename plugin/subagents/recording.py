@@ -1,0 +1,191 @@
+"""Recording conversations: every model call and every tool call of a turn, kept with the tracker.
+
+With recording on (``subagents serve --record`` for every conversation, or
+:func:`record_conversation` for one), each turn collects what its model calls were asked and
+answered and what its tool calls were given and returned. The processor stores the collection in
+the metadata of the turn's closing ``action_listen`` event (key ``recording``), so it lives with
+the tracker in any store; ``subagents test export`` turns it into a conversation test.
+
+Before anything is stored, values of sensitive fields (``password``, ``api_key``, ``token``, ...
+plus the names in ``SUBAGENTS_RECORD_REDACT_FIELDS``, comma-separated) become ``[redacted]``, and
+so does every occurrence of the value of a secret-looking environment variable (names ending in
+``_KEY``, ``_TOKEN``, ``_SECRET`` or containing ``PASSWORD``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+METADATA_KEY = "recording"
+REDACT_FIELDS_ENV = "SUBAGENTS_RECORD_REDACT_FIELDS"
+REDACTED = "[redacted]"
+DEFAULT_SENSITIVE_FIELDS = frozenset({
+    "password", "passwd", "secret", "token", "access_token", "refresh_token", "api_key",
+    "apikey", "authorization", "cookie", "credit_card", "card_number", "cvv", "iban", "ssn",
+})
+_SECRET_ENV = re.compile(r"(_KEY|_TOKEN|_SECRET)$|PASSWORD", re.IGNORECASE)
+_MIN_SECRET_LENGTH = 6
+
+_enabled_for_all = False
+_enabled_senders: set[str] = set()
+_turn: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
+    "subagents_turn_recording", default=None)
+
+
+def enable(*, all_conversations: bool = True) -> None:
+    """Record every conversation of this process (``serve --record``); False turns it off."""
+    global _enabled_for_all
+    _enabled_for_all = all_conversations
+
+
+def record_conversation(sender_id: str, on: bool = True) -> None:
+    """Record (or stop recording) one conversation, from its next turn on."""
+    if on:
+        _enabled_senders.add(sender_id)
+    else:
+        _enabled_senders.discard(sender_id)
+
+
+def is_recording(sender_id: str) -> bool:
+    """Whether turns of this conversation are recorded."""
+    return _enabled_for_all or sender_id in _enabled_senders
+
+
+def reset() -> None:
+    """Turn all recording off (for tests)."""
+    enable(all_conversations=False)
+    _enabled_senders.clear()
+
+
+@contextlib.contextmanager
+def turn_scope(sender_id: str) -> Iterator[list[dict[str, Any]] | None]:
+    """Collect the model and tool calls made inside (one turn), when the sender is recorded."""
+    entries: list[dict[str, Any]] | None = [] if is_recording(sender_id) else None
+    token = _turn.set(entries)
+    try:
+        yield entries
+    finally:
+        _turn.reset(token)
+
+
+def active() -> bool:
+    """Whether the current turn is being recorded (cheap; call before building an entry)."""
+    return _turn.get() is not None
+
+
+def _add(entry: dict[str, Any]) -> None:
+    entries = _turn.get()
+    if entries is not None:
+        entries.append(redact(entry))
+
+
+def record_model_call(caller: str, messages: list[dict[str, Any]],
+                      tools: list[dict[str, Any]] | None, response: Any) -> None:
+    """Record one model call: who asked, the request's messages and tool names, the reply."""
+    if not active():
+        return
+    calls = [{"id": c.id, "name": c.name,
+              "arguments": c.arguments if c.arguments is not None else c.raw_arguments}
+             for c in getattr(response, "tool_calls", None) or []]
+    names = [str((t.get("function") or {}).get("name") or t.get("name"))
+             for t in tools or [] if isinstance(t, dict)]
+    _add({"kind": "model", "caller": caller,
+          "request": {"messages": _plain(messages), "tools": names},
+          "response": {"text": getattr(response, "text", None), "tool_calls": calls}})
+
+
+def record_model_error(caller: str, error: BaseException) -> None:
+    """Record a model call that failed (the script then answers with an error)."""
+    if not active():
+        return
+    status = getattr(error, "status_code", None) or getattr(error, "status", None)
+    _add({"kind": "model", "caller": caller, "request": {},
+          "error": {"status": int(status) if isinstance(status, int) else 500,
+                    "message": str(error)[:500]}})
+
+
+def record_tool_call(tool: Any, arguments: Any, result: Any) -> None:
+    """Record one tool call: the tool (name, source, description, schema), arguments, result."""
+    if not active():
+        return
+    schema = getattr(tool, "schema", None)
+    dumped = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
+    _add({"kind": "tool", "tool_name": str(getattr(tool, "name", "unknown")),
+          "source": str(getattr(tool, "source", "")),
+          "description": getattr(schema, "description", None),
+          "input_schema": getattr(schema, "parameters", None),
+          "arguments": _plain(arguments), "result": _plain(dumped)})
+
+
+def turn_metadata(base: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``base`` plus this turn's recording (for the turn's closing event)."""
+    entries = _turn.get()
+    if entries is None:
+        return base
+    return {**(base or {}), METADATA_KEY: list(entries)}
+
+
+def recorded_entries(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The recording of each recorded turn of a conversation, in order."""
+    found = []
+    for event in events:
+        entries = (event.get("metadata") or {}).get(METADATA_KEY)
+        if event.get("event") == "action" and isinstance(entries, list):
+            found.append(entries)
+    return found
+
+
+# ---------------------------------------------------------------------- redaction
+def sensitive_fields() -> frozenset[str]:
+    """The field names whose values are redacted (defaults plus the environment's list)."""
+    extra = os.environ.get(REDACT_FIELDS_ENV, "")
+    return DEFAULT_SENSITIVE_FIELDS | {f.strip().lower() for f in extra.split(",") if f.strip()}
+
+
+def _secrets() -> list[str]:
+    values = {v for k, v in os.environ.items()
+              if _SECRET_ENV.search(k) and len(v) >= _MIN_SECRET_LENGTH}
+    return sorted(values, key=len, reverse=True)
+
+
+def redact(value: Any) -> Any:
+    """A copy of ``value`` with sensitive fields and secret values replaced by ``[redacted]``.
+
+    JSON text inside strings (tool results, tool arguments) is redacted field by field too.
+    """
+    return _redact(value, sensitive_fields(), _secrets())
+
+
+def _redact(value: Any, fields: frozenset[str], secrets: list[str]) -> Any:
+    if isinstance(value, dict):
+        return {k: REDACTED if str(k).lower() in fields and v not in (None, "")
+                else _redact(v, fields, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, fields, secrets) for v in value]
+    if isinstance(value, str):
+        return _redact_text(value, fields, secrets)
+    return value
+
+
+def _redact_text(text: str, fields: frozenset[str], secrets: list[str]) -> str:
+    for secret in secrets:
+        text = text.replace(secret, REDACTED)
+    stripped = text.strip()
+    if stripped[:1] in "{[" and any(f in stripped.lower() for f in fields):
+        try:
+            parsed = json.loads(stripped)
+        except ValueError:
+            return text
+        return json.dumps(_redact(parsed, fields, []), ensure_ascii=False)
+    return text
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-compatible copy (anything else becomes its text)."""
+    return json.loads(json.dumps(value, default=str))

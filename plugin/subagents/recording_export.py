@@ -1,0 +1,136 @@
+"""Turning a recorded conversation (its tracker events) into a conversation test.
+
+The test has the conversation's user messages as steps, its bot messages as expectations, an
+``llm_script`` per caller made of the recorded model replies, and a ``tool_script`` with the
+recorded results of MCP tools, so it runs with neither the model nor the MCP servers. Used by
+``subagents test export`` and by the HTTP API (``GET /conversations/{sender}/test``).
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from typing import Any
+
+from . import recording
+from .exceptions import ConfigError, ConfigIssue
+
+
+class ExportError(ConfigError):
+    """The conversation cannot be exported (unknown, or not recorded)."""
+
+
+def _fail(code: str, message: str, hint: str | None = None) -> ExportError:
+    return ExportError(ConfigIssue(code, message, hint=hint))
+
+
+def build_fixture(sender_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The conversation-test document for a recorded conversation's events.
+
+    Raises:
+        ExportError: the conversation has no events, or a turn of it was not recorded.
+    """
+    if not any(e.get("event") == "user" for e in events):
+        raise _fail("export.no_conversation", f"conversation {sender_id!r} has no user message "
+                    "in the tracker store")
+    steps: list[dict[str, Any]] = []
+    script: dict[str, list[Any]] = {}
+    tools: dict[str, list[dict[str, Any]]] = {}
+    unrecorded = 0
+    for event in events:
+        if event.get("event") == "action" and event.get("name") == "action_listen" and steps:
+            entries = (event.get("metadata") or {}).get(recording.METADATA_KEY)
+            if not isinstance(entries, list):
+                unrecorded += 1
+                continue
+            for entry in entries:
+                _add_entry(entry, script, tools)
+        else:
+            step = _step(event, bool(steps))
+            if step is not None:
+                steps.append(step)
+    if unrecorded:
+        raise _fail("export.not_recorded", f"{unrecorded} turn(s) of conversation "
+                    f"{sender_id!r} were not recorded, so the test could not replay them",
+                    hint="record from the first message on: subagents serve --record, or "
+                    "turn recording on for the conversation before it starts")
+    case: dict[str, Any] = {"test_case": _case_name(sender_id)}
+    if script:
+        case["llm_script"] = script
+    if tools:
+        case["tool_script"] = tools
+    case["steps"] = steps
+    return {"test_cases": [case]}
+
+
+def _step(event: dict[str, Any], after_first: bool) -> dict[str, Any] | None:
+    kind = event.get("event")
+    if kind == "user":
+        return {"user": str(event.get("text") or "")}
+    if kind == "client_tool_result":
+        return {"client_tool_result": {"id": event.get("tool_call_id"),
+                                       "result": event.get("result")}}
+    if kind == "bot" and after_first:
+        return _bot_step(event)
+    return None
+
+
+def _bot_step(event: dict[str, Any]) -> dict[str, Any] | None:
+    text = event.get("text")
+    utter = (event.get("metadata") or {}).get("utter_action")
+    if utter:
+        return {"utter": str(utter)}
+    if text:
+        return {"bot": str(text)}
+    return None
+
+
+def _add_entry(entry: dict[str, Any], script: dict[str, list[Any]],
+               tools: dict[str, list[dict[str, Any]]]) -> None:
+    if entry.get("kind") == "model":
+        caller = str(entry.get("caller") or "llm")
+        if entry.get("error"):
+            script.setdefault(caller, []).append({"error": dict(entry["error"])})
+            return
+        response = entry.get("response") or {}
+        calls = [{"name": c.get("name"), "arguments": c.get("arguments"), "id": c.get("id")}
+                 for c in response.get("tool_calls") or []]
+        reply: Any = response.get("text")
+        if calls:
+            reply = {"text": response.get("text"), "tool_calls": calls}
+        script.setdefault(caller, []).append(reply if reply is not None else {"text": None})
+    elif entry.get("kind") == "tool" and str(entry.get("source", "")).startswith("mcp:"):
+        server = str(entry["source"]).split(":", 1)[1]
+        result = entry.get("result") or {}
+        is_error = bool(result.get("is_error")) if isinstance(result, dict) else False
+        text = (result.get("error_message") if is_error else result.get("result")) \
+            if isinstance(result, dict) else result
+        item: dict[str, Any] = {"tool": entry.get("tool_name"),
+                                "arguments": entry.get("arguments") or {},
+                                "result": text if text is not None else ""}
+        if is_error:
+            item["is_error"] = True
+        if entry.get("description"):
+            item["description"] = entry["description"]
+        if entry.get("input_schema"):
+            item["input_schema"] = entry["input_schema"]
+        tools.setdefault(server, []).append(item)
+
+
+def _case_name(sender_id: str) -> str:
+    return "recorded_" + (re.sub(r"[^A-Za-z0-9_]+", "_", sender_id).strip("_") or "conversation")
+
+
+def dump_fixture(document: dict[str, Any], sender_id: str) -> str:
+    """The fixture as YAML text, with a comment saying where it came from."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML()
+    yaml.default_flow_style = False
+    yaml.width = 100
+    yaml.allow_unicode = True
+    out = io.StringIO()
+    out.write(f"# Exported from the recorded conversation {sender_id!r}: the recorded model "
+              "replies\n# (llm_script) and MCP tool results (tool_script) replay it offline.\n")
+    yaml.dump(document, out)
+    return out.getvalue()

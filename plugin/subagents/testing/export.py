@@ -1,0 +1,66 @@
+"""``subagents test export``: a recorded conversation becomes a conversation test.
+
+The test has the conversation's user messages as steps, its bot messages as expectations, an
+``llm_script`` per caller made of the recorded model replies, and a ``tool_script`` with the
+recorded results of MCP tools, so it runs with neither the model nor the MCP servers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from ..exceptions import ConfigError
+from ..recording_export import ExportError, build_fixture, dump_fixture
+
+
+async def load_events(project_dir: Path, sender_id: str) -> list[dict[str, Any]]:
+    """The conversation's events from the project's tracker store."""
+    from ..config.project import load_project
+    from ..stores import create_tracker_store
+
+    project = load_project(project_dir)
+    store = create_tracker_store(project.endpoints.tracker_store, project.root)
+    try:
+        return list((await store.load(sender_id)).events)
+    finally:
+        await store.close()
+
+
+__all__ = ["ExportError", "build_fixture", "cmd_export", "dump_fixture", "export",
+           "load_events"]
+
+
+def export(project_dir: Path, sender_id: str, out: Path | None) -> str:
+    """Export one conversation; write it to ``out`` (when given) and return the YAML text.
+
+    Raises:
+        ExportError: see :func:`build_fixture`.
+    """
+    events = asyncio.run(load_events(project_dir, sender_id))
+    text = dump_fixture(build_fixture(sender_id, events), sender_id)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+    return text
+
+
+def cmd_export(project_dir: Path, senders: list[str], out: Path | None) -> int:
+    """``subagents test export SENDER_ID [--out FILE]``: print or write the test; exit status."""
+    import sys
+
+    if len(senders) != 1:
+        print("usage: subagents test export SENDER_ID [--out FILE] [--project DIR]",
+              file=sys.stderr)
+        return 2
+    try:
+        text = export(project_dir, senders[0], out)
+    except ConfigError as exc:
+        print(f"subagents test export: {exc}", file=sys.stderr)
+        return 1
+    if out is None:
+        sys.stdout.write(text)
+    else:
+        print(f"wrote {out}", file=sys.stderr)
+    return 0
