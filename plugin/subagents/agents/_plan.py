@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..llm import LLMResponse, ToolCall, Usage
 from ..tools.approvals import ApprovalToolset
@@ -20,6 +20,9 @@ from ..types import (
     TrackerEvent,
 )
 from ..types import OutputChannelLike as OutputChannel
+
+if TYPE_CHECKING:
+    from .budgets import BudgetGuard
 
 _NAME_RUN = re.compile(r"^[A-Za-z0-9_.\-]+")
 _SANITISE = re.compile(r"[^A-Za-z0-9_\-]")
@@ -144,6 +147,8 @@ class AgentRun:
     recorded_slots: dict[str, Any] = field(default_factory=dict)
     """Slots whose SlotSet was recorded during the run, with the value recorded last."""
     output_metadata: JsonObject = field(default_factory=dict)
+    budget: BudgetGuard | None = None
+    """Checks the run against ``configuration.budgets`` (None without caps)."""
 
     @property
     def recipient_id(self) -> str | None:

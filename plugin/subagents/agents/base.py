@@ -25,6 +25,7 @@ Choices where Rasa Pro behaves accidentally, pinned by tests:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, assert_never
@@ -72,6 +73,7 @@ from ._plan import (
     unavailable_text,
 )
 from ._recording import apply_slot, record_tool
+from .budgets import BUDGET_EVENT, BUDGET_SENTENCE, BudgetGuard, CapHit, budget_note
 from .schemas import (
     AgentInput,
     AgentOutput,
@@ -317,7 +319,12 @@ class MCPBaseAgent:
         await resume_approval(run, self._call_context(run), agent_id=self.agent_id,
                               agent_name=self.name,
                               max_parallel=self.configuration.max_parallel_tools)
+        if self.configuration.budgets.enabled:
+            run.budget = BudgetGuard(self.configuration.budgets, self.llm.settings.model,
+                                     run.input)
         for _ in range(self.configuration.max_agent_steps):
+            if run.budget is not None and (hit := run.budget.before_model(run)):
+                return await self._on_budget(run, hit)
             result = await self._step(run)
             match result:
                 case Continue(note=note):
@@ -346,6 +353,9 @@ class MCPBaseAgent:
             return self._decide_on_text(run, plan)
         if plan.text:
             self._record_text(run, plan.text, response, self._text_kind(plan))
+        if plan.calls and run.budget is not None \
+                and (hit := run.budget.before_tools(run, len(plan.calls))):
+            return Finish(await self._on_budget(run, hit))
         # 4. execute tools: through the toolset (deferred calls are not run)
         executed = await self._execute(run, plan) if self._runs_tools(plan) else Executed()
         # 5. decide: the subclass's rule - finish, park, or go on
@@ -381,6 +391,29 @@ class MCPBaseAgent:
         if text:
             self._record_text(run, text, response, self._max_steps_message_type())
         return self._max_steps_outcome(run)
+
+    async def _on_budget(self, run: AgentRun, hit: CapHit) -> Outcome:
+        """A cap is reached: record it, then close with one last model call without tools, or
+        with a fixed sentence when the cap leaves no model call."""
+        log.warning("agent.run.budget_exceeded", agent=self.name, cap=hit.cap, limit=hit.limit,
+                    used=hit.used)
+        run.events.append(ev.agent_event(BUDGET_EVENT, self.name, None, cap=hit.cap,
+                                         limit=hit.limit, used=hit.used))
+        response: LLMResponse | None = None
+        text = ""
+        if hit.closing_call:
+            run.note(budget_note(hit))
+            response = await generate(self.llm, run, await self._messages(run), [])
+            text = cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS)
+        if not text:
+            response, text = None, BUDGET_SENTENCE
+        if response is None or not response.streamed:
+            await deliver(run, text)
+        self._record_text(run, text, response, self._max_steps_message_type())
+        outcome = self._max_steps_outcome(run)
+        if outcome.exit_reason == ExitReason.MAX_STEPS:
+            outcome = dataclasses.replace(outcome, exit_reason=ExitReason.BUDGET)
+        return outcome
 
     def _max_steps_message_type(self) -> str:
         return "final_response"

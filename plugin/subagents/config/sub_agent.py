@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from ._base import StrictModel
+from .budgets import Budgets
 from .endpoints import normalize_model_keys
 
 
@@ -88,6 +89,8 @@ class AgentConfiguration(StrictModel):
     result stays available through the ``recall`` tool)."""
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
     client_tools: list[ClientToolDef] = Field(default_factory=list)
+    budgets: Budgets = Field(default_factory=Budgets)
+    """Caps on model tokens, model calls, tool calls and cost, per run and per conversation."""
     # A2A-only keys, accepted so projects written for the reference load; unused here.
     agent_card: Any = None
     auth: Any = None
