@@ -20,6 +20,7 @@ import logging
 import sys
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ import structlog
 from .. import __version__
 from ..config._base import resolve_env
 from ..config.endpoints import EndpointsConfig, McpServerConfig
+from ..config.mcp_sessions import is_template, render_template
 from ..exceptions import (
     MCPConnectionError,
     ToolInvocationError,
@@ -89,8 +91,10 @@ class MCPServerConnection:
 
     def __init__(self, config: McpServerConfig, *, root: Path | None = None,
                  endpoints: EndpointsConfig | None = None,
-                 login: LoginHandlers | None = None) -> None:
+                 login: LoginHandlers | None = None,
+                 template_values: Mapping[str, str] | None = None) -> None:
         self.config = config
+        self._template_values = template_values
         self.name = config.name
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
@@ -125,7 +129,7 @@ class MCPServerConnection:
             cwd = (self.root / cfg.cwd) if cfg.cwd else self.root
             return StdioServerParameters(command=command, args=list(cfg.args), env=env,
                                          cwd=str(cwd))
-        headers = await self._headers.headers()
+        headers = _fill_templates(await self._headers.headers(), self._template_values)
         if self._oauth is None:
             # once: its tokens outlive reconnects
             self._oauth = oauth_provider(cfg, self.root, self._login)
@@ -490,6 +494,19 @@ class MCPServerConnection:
 
 
 _E = TypeVar("_E", bound=BaseException)
+
+
+def _fill_templates(headers: dict[str, str],
+                    values: Mapping[str, str] | None) -> dict[str, str]:
+    """Headers with their conversation templates filled in; without values (the session that
+    lists a per-conversation server's tools) templated headers are left out."""
+    out = {}
+    for name, value in headers.items():
+        if not is_template(value):
+            out[name] = value
+        elif values is not None:
+            out[name] = render_template(value, values)
+    return out
 
 
 def _connect_error(exc: BaseException) -> MCPConnectionError:

@@ -10,6 +10,7 @@ import structlog
 from ..config.sub_agent import McpServerRef, ToolSettings
 from ..exceptions import ToolNotAvailableError
 from ..mcp.connection import MCPTool
+from ..mcp.identity import session_key, template_values
 from ..mcp.pool import MCPPool
 from ..types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
 from .base import CallContext, Tool
@@ -125,5 +126,11 @@ class MCPToolset:
             except Exception as exc:
                 raise ToolNotAvailableError(f"the pre-call hook of MCP server {ref.name!r} "
                                             f"failed for {name!r}: {exc}") from exc
+        key = session_key(config, ctx.agent_input) if config is not None else None
+        if config is not None and key is not None:
+            async with self.pool.session(ref.name, key,
+                                         template_values(config, ctx.agent_input)) as conn:
+                return await conn.call_tool(name, arguments, timeout=ctx.timeout,
+                                            read_only=read_only, meta=meta)
         return await self.pool.connection(ref.name).call_tool(
             name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta)
