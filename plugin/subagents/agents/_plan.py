@@ -23,6 +23,7 @@ from ..types import OutputChannelLike as OutputChannel
 
 if TYPE_CHECKING:
     from .budgets import BudgetGuard
+    from .fillers import ProgressReporter
 
 _NAME_RUN = re.compile(r"^[A-Za-z0-9_.\-]+")
 _SANITISE = re.compile(r"[^A-Za-z0-9_\-]")
@@ -147,6 +148,8 @@ class AgentRun:
     recorded_slots: dict[str, Any] = field(default_factory=dict)
     """Slots whose SlotSet was recorded during the run, with the value recorded last."""
     output_metadata: JsonObject = field(default_factory=dict)
+    progress: ProgressReporter | None = None
+    """Turns progress of running calls into messages (None when they are off)."""
     budget: BudgetGuard | None = None
     """Checks the run against ``configuration.budgets`` (None without caps)."""
 

@@ -74,6 +74,7 @@ from ._plan import (
 )
 from ._recording import apply_slot, record_tool
 from .budgets import BUDGET_EVENT, BUDGET_SENTENCE, BudgetGuard, CapHit, budget_note
+from .fillers import LatencyBook, progress_sink, said_before
 from .schemas import (
     AgentInput,
     AgentOutput,
@@ -130,6 +131,7 @@ class MCPBaseAgent:
                                       settings=self.configuration.tools) \
             if pool is not None and self.server_refs else None
         self._template = self._compile_template()
+        self._latency = LatencyBook()
         self._custom_tools = [CustomToolSchema.from_dict(item)
                               for item in self.get_custom_tool_definitions()]
 
@@ -313,6 +315,7 @@ class MCPBaseAgent:
     async def _loop(self, run: AgentRun) -> Outcome:
         """Resume parked calls, then step until a step finishes or parks the run."""
         self._prepare(run, await self._mcp_tools())
+        run.progress = progress_sink(run, self.configuration, self.name)
         resumed = await resume_client_tools(run, agent_id=self.agent_id)
         if isinstance(resumed, Park):
             return resumed.outcome
@@ -345,13 +348,14 @@ class MCPBaseAgent:
         if plan.malformed:
             return Continue(note=RETRY_MALFORMED_JSON)
         # 3. deliver text: the user sees it now (streamed text already arrived)
-        if plan.text and not response.streamed:
+        held = self._hold_filler(run, plan, response)
+        if plan.text and not response.streamed and not held:
             await deliver(run, plan.text)
         if not plan.has_tool_calls:
             if not plan.text and not run.completion_pending:
                 return Continue(note=NUDGE_EMPTY)
             return self._decide_on_text(run, plan)
-        if plan.text:
+        if plan.text and not held:
             self._record_text(run, plan.text, response, self._text_kind(plan))
         if plan.calls and run.budget is not None \
                 and (hit := run.budget.before_tools(run, len(plan.calls))):
@@ -374,6 +378,23 @@ class MCPBaseAgent:
     def _text_kind(self, plan: Plan) -> str:
         """The message type of text sent beside tool calls."""
         return "filler_message"
+
+    def _hold_filler(self, run: AgentRun, plan: Plan, response: LLMResponse) -> bool:
+        """Whether the filler beside the plan's tool calls is not sent: it repeats one sent
+        earlier in the conversation, or every called tool usually answers fast. Streamed text
+        already reached the user and is never held."""
+        if not plan.text or not plan.has_tool_calls or response.streamed \
+                or self._text_kind(plan) != "filler_message":
+            return False
+        if said_before(run, plan.text):
+            log.info("agent.filler.repeated", agent=self.name)
+            return True
+        limit = self.configuration.filler_fast_tool_ms
+        if limit is not None and self._latency.usually_faster(
+                [call.name for call in plan.calls], limit):
+            log.info("agent.filler.fast_tools", agent=self.name)
+            return True
+        return False
 
     def _runs_tools(self, plan: Plan) -> bool:
         """Whether the plan's calls are executed (False skips straight to the decision)."""
@@ -499,7 +520,7 @@ class MCPBaseAgent:
     # ------------------------------------------------------------------ tool execution
     def _call_context(self, run: AgentRun) -> CallContext:
         return CallContext(run.input, AgentToolContext(metadata=dict(run.input.metadata)),
-                           timeout=self.configuration.tool_timeout)
+                           timeout=self.configuration.tool_timeout, on_progress=run.progress)
 
     async def _execute(self, run: AgentRun, plan: Plan) -> Executed:
         """Run the plan's calls through the toolset, answer every call, record events."""
@@ -510,6 +531,8 @@ class MCPBaseAgent:
         executed = Executed(outcomes)
         answers: dict[str, str] = {}
         for outcome in executed.ran:
+            if outcome.call.tool is not None and outcome.call.tool.source != "builtin":
+                self._latency.observe(outcome.call.name, outcome.duration_ms)
             answers[outcome.call.id], event = record_tool(
                 run, outcome, agent_id=self.agent_id, agent_name=self.name)
             if event is not None:

@@ -20,7 +20,7 @@ import logging
 import sys
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -335,11 +335,14 @@ class MCPServerConnection:
         return list(self._tools)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, timeout: float,
-                        read_only: bool = False, meta: dict[str, Any] | None = None
-                        ) -> AgentToolResult:
-        """Call a tool; failures the model should see raise ToolInvocationError."""
+                        read_only: bool = False, meta: dict[str, Any] | None = None,
+                        on_progress: ProgressCallback | None = None) -> AgentToolResult:
+        """Call a tool; failures the model should see raise ToolInvocationError.
+
+        ``on_progress(progress, total, message)`` hears the progress the server reports.
+        """
         try:
-            return await self._call_fresh_session(name, arguments, timeout, meta)
+            return await self._call_fresh_session(name, arguments, timeout, meta, on_progress)
         except _ConnectionLostError as exc:
             self._stop.set()
             if not read_only:
@@ -349,22 +352,25 @@ class MCPServerConnection:
                     code="tool.connection_lost") from exc
             log.info("mcp.call.retry_after_reconnect", server=self.name, tool=name)
             try:
-                return await self._call_fresh_session(name, arguments, timeout, meta)
+                return await self._call_fresh_session(name, arguments, timeout, meta,
+                                                      on_progress)
             except _ConnectionLostError as again:
                 self._stop.set()
                 raise ToolInvocationError(f"MCP server {self.name!r} is unreachable: {again}",
                                           code="tool.connection_lost") from again
 
     async def _call_fresh_session(self, name: str, arguments: dict[str, Any], timeout: float,
-                                  meta: dict[str, Any] | None) -> AgentToolResult:
+                                  meta: dict[str, Any] | None,
+                                  on_progress: ProgressCallback | None = None
+                                  ) -> AgentToolResult:
         """One call; resent once on a new session if the server had forgotten ours."""
         try:
-            return await self._call_once(name, arguments, timeout, meta)
+            return await self._call_once(name, arguments, timeout, meta, on_progress)
         except _SessionExpiredError:
             log.info("mcp.session.expired", server=self.name, tool=name)
             self._stop.set()
         try:
-            return await self._call_once(name, arguments, timeout, meta)
+            return await self._call_once(name, arguments, timeout, meta, on_progress)
         except _SessionExpiredError as exc:
             raise _ConnectionLostError("the server rejected a new session as well") from exc
 
@@ -390,8 +396,23 @@ class MCPServerConnection:
             if progress not in done or time.monotonic() >= limit:
                 return False
 
+    def _progress_listener(self, name: str, progressed: asyncio.Event,
+                           sink: ProgressCallback | None) -> ProgressCallback:
+        """Progress restarts the call's timeout and is passed on to ``sink``."""
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            progressed.set()
+            if sink is not None:
+                try:
+                    await sink(progress, total, message)
+                except Exception:  # noqa: BLE001 - a failing listener never fails the call
+                    log.warning("mcp.progress.listener_failed", server=self.name, tool=name)
+
+        return on_progress
+
     async def _call_once(self, name: str, arguments: dict[str, Any], timeout: float,
-                         meta: dict[str, Any] | None) -> AgentToolResult:
+                         meta: dict[str, Any] | None,
+                         sink: ProgressCallback | None = None) -> AgentToolResult:
         from mcp import MCPError
 
         try:
@@ -401,12 +422,10 @@ class MCPServerConnection:
         started = time.perf_counter()
         progressed = asyncio.Event()
 
-        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            progressed.set()
-
         call = asyncio.ensure_future(client.call_tool(
             name, arguments, read_timeout_seconds=timeout * PROGRESS_MAX_FACTOR,
-            progress_callback=on_progress, meta=meta or None))
+            progress_callback=self._progress_listener(name, progressed, sink),
+            meta=meta or None))
         try:
             finished = await self._await_call(call, progressed, timeout)
         finally:
@@ -494,6 +513,10 @@ class MCPServerConnection:
 
 
 _E = TypeVar("_E", bound=BaseException)
+
+
+ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
+"""``(progress, total, message)`` of a running call."""
 
 
 def _fill_templates(headers: dict[str, str],

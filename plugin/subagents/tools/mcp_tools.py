@@ -126,11 +126,15 @@ class MCPToolset:
             except Exception as exc:
                 raise ToolNotAvailableError(f"the pre-call hook of MCP server {ref.name!r} "
                                             f"failed for {name!r}: {exc}") from exc
+        sink = ctx.on_progress
+        progress = (lambda p, t, m: sink(name, p, t, m)) if sink is not None else None
         key = session_key(config, ctx.agent_input) if config is not None else None
         if config is not None and key is not None:
             async with self.pool.session(ref.name, key,
                                          template_values(config, ctx.agent_input)) as conn:
                 return await conn.call_tool(name, arguments, timeout=ctx.timeout,
-                                            read_only=read_only, meta=meta)
+                                            read_only=read_only, meta=meta,
+                                            on_progress=progress)
         return await self.pool.connection(ref.name).call_tool(
-            name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta)
+            name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta,
+            on_progress=progress)
