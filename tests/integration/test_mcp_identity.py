@@ -261,3 +261,20 @@ def test_validate_checks_the_names_templates_use(tmp_path, server, code):
     assert errors[0].file is not None
     assert errors[0].file.endswith("endpoints.yml")
     assert errors[0].line is not None
+
+
+async def test_the_token_may_be_a_template_too(identity_url):
+    endpoints = EndpointsConfig(mcp_servers=[McpServerConfig(
+        name="identity", type="http", url=identity_url, token="{{ metadata.user_token }}",
+        session="per_conversation")])
+    pool = MCPPool(endpoints)
+    script = [{"tool_calls": [{"recall": {}}]}, "ok"]
+    async with FakeModelServer({"agent_a": script}) as fake:
+        agent = await make_agent(fake, pool, "agent_a")
+        try:
+            with anyio.fail_after(30):
+                output = await agent.run(conversation("carol", "token-carol"))
+        finally:
+            await agent.disconnect()
+            await pool.close()
+    assert results(output, "recall") == ["auth=carol; notes=[]"]

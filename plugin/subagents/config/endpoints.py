@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ._base import StrictModel, check_secret, is_env_ref, looks_secret
 from .mcp_sessions import SessionMode, is_template, template_names
@@ -169,9 +169,6 @@ class OAuthConfig(StrictModel):
     @field_validator("client_secret", "private_key")
     @classmethod
     def _secret(cls, value: str | None) -> str | None:
-        if value is not None and is_template(value):
-            template_names(value)
-            return value
         return check_secret(value, "this key")
 
     @model_validator(mode="after")
@@ -240,7 +237,10 @@ class McpServerConfig(StrictModel):
 
     @field_validator("api_key", "token")
     @classmethod
-    def _secret(cls, value: str | None) -> str | None:
+    def _secret(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.field_name == "token" and value is not None and is_template(value):
+            template_names(value)
+            return value
         return check_secret(value, "this key")
 
     @field_validator("headers", "env")
