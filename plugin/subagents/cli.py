@@ -413,6 +413,24 @@ def _enable_observability(args: argparse.Namespace) -> bool:
     return True
 
 
+def _run_test(args: argparse.Namespace) -> int:
+    """``test``, or ``test export SENDER_ID`` (when no file is named ``export``)."""
+    if args.paths and str(args.paths[0]) == "export" and not args.paths[0].exists():
+        from .testing.export import cmd_export
+
+        return cmd_export(args.project, [str(p) for p in args.paths[1:]], args.out)
+    return cmd_test(args)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    """``demo``: play a recorded conversation, or list the project's structure."""
+    if args.structure:
+        return cmd_structure(_paths(args))
+    from .demo.player import play
+
+    return play(_paths(args), args.script)
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.command == "mcp":
         from .mcp.signin import cmd_login
@@ -423,17 +441,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "validate":
         return cmd_validate(_paths(args))
     if args.command == "test":
-        if args.paths and str(args.paths[0]) == "export" and not args.paths[0].exists():
-            from .testing.export import cmd_export
-
-            return cmd_export(args.project, [str(p) for p in args.paths[1:]], args.out)
-        return cmd_test(args)
+        return _run_test(args)
     if args.command == "demo":
-        if args.structure:
-            return cmd_structure(_paths(args))
-        from .demo.player import play
-
-        return play(_paths(args), args.script)
+        return _run_demo(args)
     if args.command == "inspect" and args.replay:
         from .inspector_replay import run_replay
 

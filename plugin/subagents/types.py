@@ -79,6 +79,8 @@ class ExitReason(StrEnum):
     """The task agent's ``exit_if`` conditions hold."""
     MAX_STEPS = "max_steps"
     """``max_agent_steps`` model calls were made."""
+    BUDGET = "budget"
+    """A cap of ``configuration.budgets`` was reached."""
     TIMEOUT = "timeout"
     """The whole-run deadline (``configuration.timeout``) passed."""
     ERROR = "error"

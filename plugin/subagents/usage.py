@@ -63,6 +63,16 @@ def turn_metadata() -> dict[str, Any] | None:
     return {"usage": {model: dict(counts) for model, counts in tally.items()}}
 
 
+def current_turn() -> Tally | None:
+    """The current turn's tally so far (None outside a turn)."""
+    return _turn.get()
+
+
+def model_prices() -> dict[str, tuple[float, float]]:
+    """Prices from ``SUBAGENTS_MODEL_PRICES``: model -> (input, output) USD per million tokens."""
+    return _prices()
+
+
 def _prices() -> dict[str, tuple[float, float]]:
     raw = os.environ.get(PRICES_ENV)
     if not raw:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..llm import LLMResponse, ToolCall, Usage
 from ..tools.approvals import ApprovalToolset
@@ -20,6 +20,10 @@ from ..types import (
     TrackerEvent,
 )
 from ..types import OutputChannelLike as OutputChannel
+
+if TYPE_CHECKING:
+    from .budgets import BudgetGuard
+    from .fillers import ProgressReporter
 
 _NAME_RUN = re.compile(r"^[A-Za-z0-9_.\-]+")
 _SANITISE = re.compile(r"[^A-Za-z0-9_\-]")
@@ -146,6 +150,10 @@ class AgentRun:
     output_metadata: JsonObject = field(default_factory=dict)
     elicitation: Any = None
     """The MCP server's request for input this run waits on (``agents._elicitation``)."""
+    progress: ProgressReporter | None = None
+    """Turns progress of running calls into messages (None when they are off)."""
+    budget: BudgetGuard | None = None
+    """Checks the run against ``configuration.budgets`` (None without caps)."""
 
     @property
     def recipient_id(self) -> str | None:

@@ -25,6 +25,7 @@ Choices where Rasa Pro behaves accidentally, pinned by tests:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, assert_never
@@ -77,6 +78,8 @@ from ._plan import (
     unavailable_text,
 )
 from ._recording import apply_slot, record_tool
+from .budgets import BUDGET_EVENT, BUDGET_SENTENCE, BudgetGuard, CapHit, budget_note
+from .fillers import LatencyBook, progress_sink, said_before
 from .schemas import (
     AgentInput,
     AgentOutput,
@@ -143,6 +146,7 @@ class MCPBaseAgent:
                                       settings=self.configuration.tools) \
             if pool is not None and self.server_refs else None
         self._template = self._compile_template()
+        self._latency = LatencyBook()
         self._custom_tools = [CustomToolSchema.from_dict(item)
                               for item in self.get_custom_tool_definitions()]
 
@@ -329,6 +333,7 @@ class MCPBaseAgent:
         """Resume parked calls, then step until a step finishes or parks the run."""
         self._prepare(run, await self._mcp_tools())
         await _trace.run_started(run, self.name)
+        run.progress = progress_sink(run, self.configuration, self.name)
         resumed = await resume_client_tools(run, agent_id=self.agent_id)
         if isinstance(resumed, Park):
             return resumed.outcome
@@ -340,7 +345,12 @@ class MCPBaseAgent:
                               agent_name=self.name,
                               max_parallel=self.configuration.max_parallel_tools)
         await _trace.resumed_calls(run, self.name, run.events[recorded:])
+        if self.configuration.budgets.enabled:
+            run.budget = BudgetGuard(self.configuration.budgets, self.llm.settings.model,
+                                     run.input)
         for _ in range(self.configuration.max_agent_steps):
+            if run.budget is not None and (hit := run.budget.before_model(run)):
+                return await self._on_budget(run, hit)
             recorded = len(run.events)
             result = await self._step(run)
             await _trace.texts(run, self.name, run.events[recorded:])
@@ -368,14 +378,18 @@ class MCPBaseAgent:
         if plan.malformed:
             return Continue(note=RETRY_MALFORMED_JSON)
         # 3. deliver text: the user sees it now (streamed text already arrived)
-        if plan.text and not response.streamed:
+        held = self._hold_filler(run, plan, response)
+        if plan.text and not response.streamed and not held:
             await deliver(run, plan.text)
         if not plan.has_tool_calls:
             if not plan.text and not run.completion_pending:
                 return Continue(note=NUDGE_EMPTY)
             return self._decide_on_text(run, plan)
-        if plan.text:
+        if plan.text and not held:
             self._record_text(run, plan.text, response, self._text_kind(plan))
+        if plan.calls and run.budget is not None \
+                and (hit := run.budget.before_tools(run, len(plan.calls))):
+            return Finish(await self._on_budget(run, hit))
         # 4. execute tools: through the toolset (deferred calls are not run)
         executed = await self._execute(run, plan) if self._runs_tools(plan) else Executed()
         # 5. decide: the subclass's rule - finish, park, or go on
@@ -395,6 +409,23 @@ class MCPBaseAgent:
         """The message type of text sent beside tool calls."""
         return "filler_message"
 
+    def _hold_filler(self, run: AgentRun, plan: Plan, response: LLMResponse) -> bool:
+        """Whether the filler beside the plan's tool calls is not sent: it repeats one sent
+        earlier in the conversation, or every called tool usually answers fast. Streamed text
+        already reached the user and is never held."""
+        if not plan.text or not plan.has_tool_calls or response.streamed \
+                or self._text_kind(plan) != "filler_message":
+            return False
+        if said_before(run, plan.text):
+            log.info("agent.filler.repeated", agent=self.name)
+            return True
+        limit = self.configuration.filler_fast_tool_ms
+        if limit is not None and self._latency.usually_faster(
+                [call.name for call in plan.calls], limit):
+            log.info("agent.filler.fast_tools", agent=self.name)
+            return True
+        return False
+
     def _runs_tools(self, plan: Plan) -> bool:
         """Whether the plan's calls are executed (False skips straight to the decision)."""
         return True
@@ -413,6 +444,29 @@ class MCPBaseAgent:
         if text:
             self._record_text(run, text, response, self._max_steps_message_type())
         return self._max_steps_outcome(run)
+
+    async def _on_budget(self, run: AgentRun, hit: CapHit) -> Outcome:
+        """A cap is reached: record it, then close with one last model call without tools, or
+        with a fixed sentence when the cap leaves no model call."""
+        log.warning("agent.run.budget_exceeded", agent=self.name, cap=hit.cap, limit=hit.limit,
+                    used=hit.used)
+        run.events.append(ev.agent_event(BUDGET_EVENT, self.name, None, cap=hit.cap,
+                                         limit=hit.limit, used=hit.used))
+        response: LLMResponse | None = None
+        text = ""
+        if hit.closing_call:
+            run.note(budget_note(hit))
+            response = await generate(self.llm, run, await self._messages(run), [])
+            text = cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS)
+        if not text:
+            response, text = None, BUDGET_SENTENCE
+        if response is None or not response.streamed:
+            await deliver(run, text)
+        self._record_text(run, text, response, self._max_steps_message_type())
+        outcome = self._max_steps_outcome(run)
+        if outcome.exit_reason == ExitReason.MAX_STEPS:
+            outcome = dataclasses.replace(outcome, exit_reason=ExitReason.BUDGET)
+        return outcome
 
     def _max_steps_message_type(self) -> str:
         return "final_response"
@@ -499,7 +553,7 @@ class MCPBaseAgent:
     # ------------------------------------------------------------------ tool execution
     def _call_context(self, run: AgentRun) -> CallContext:
         return CallContext(run.input, AgentToolContext(metadata=dict(run.input.metadata)),
-                           timeout=self.configuration.tool_timeout)
+                           timeout=self.configuration.tool_timeout, on_progress=run.progress)
 
     async def _execute(self, run: AgentRun, plan: Plan) -> Executed:
         """Run the plan's calls through the toolset, answer every call, record events."""
@@ -511,6 +565,8 @@ class MCPBaseAgent:
         await _trace.tool_calls(run, self.name, outcomes)
         answers: dict[str, str] = {}
         for outcome in executed.ran:
+            if outcome.call.tool is not None and outcome.call.tool.source != "builtin":
+                self._latency.observe(outcome.call.name, outcome.duration_ms)
             answers[outcome.call.id], event = record_tool(
                 run, outcome, agent_id=self.agent_id, agent_name=self.name)
             if event is not None:

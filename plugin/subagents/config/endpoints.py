@@ -5,9 +5,10 @@ from __future__ import annotations
 import difflib
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from ._base import StrictModel, check_secret, is_env_ref, looks_secret
+from .mcp_sessions import SessionMode, is_template, template_names
 
 SUPPORTED_PROVIDERS = ("openai", "azure", "self-hosted", "rasa", "ollama", "litellm_proxy")
 """Providers reached through an OpenAI-compatible chat-completions API."""
@@ -239,6 +240,13 @@ class McpServerConfig(StrictModel):
     sampling: McpSamplingConfig | None = None
     resources: bool = False
     """Offer agents a ``read_resource`` tool for this server's resources."""
+    session: SessionMode = "shared"
+    """``shared``, ``per_conversation`` or ``{per_user: metadata.<key>}`` (see mcp_sessions)."""
+    max_sessions: int = Field(default=100, ge=1)
+    """Per-conversation / per-user sessions open at once; the least recently used idle one
+    is closed to make room."""
+    session_idle_timeout: float = Field(default=300.0, gt=0, allow_inf_nan=False)
+    """Seconds after which an unused per-conversation / per-user session is closed."""
 
     @field_validator("type", mode="before")
     @classmethod
@@ -247,13 +255,19 @@ class McpServerConfig(StrictModel):
 
     @field_validator("api_key", "token")
     @classmethod
-    def _secret(cls, value: str | None) -> str | None:
+    def _secret(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if info.field_name == "token" and value is not None and is_template(value):
+            template_names(value)
+            return value
         return check_secret(value, "this key")
 
     @field_validator("headers", "env")
     @classmethod
     def _secret_map(cls, value: dict[str, str]) -> dict[str, str]:
         for name, item in value.items():
+            if is_template(str(item)):
+                template_names(str(item))
+                continue
             if looks_secret(name) and not is_env_ref(item) and "${" not in str(item):
                 check_secret(item, f"the value of {name!r}")
         return {k: str(v) for k, v in value.items()}
@@ -265,10 +279,27 @@ class McpServerConfig(StrictModel):
                 raise ValueError("a stdio MCP server needs 'command' (and optional args/env/cwd)")
         elif not self.url:
             raise ValueError(f"an MCP server of type {self.type!r} needs 'url'")
+        if any(is_template(v) for v in self.env.values()):
+            raise ValueError("mcp.template.not_allowed: env values cannot be templates; only "
+                             "headers and token can")
+        if self.uses_templates and self.session == "shared":
+            raise ValueError("mcp.template.shared_session: headers or token with {{ ... }} "
+                             "templates need 'session: per_conversation' or "
+                             "'session: {per_user: metadata.<key>}'")
         auth = [k for k in ("api_key", "token", "oauth", "module") if getattr(self, k)]
         if len(auth) > 1:
             raise ValueError(f"choose one authentication method, not {', '.join(auth)}")
         return self
+
+    @property
+    def uses_templates(self) -> bool:
+        """Whether headers or the token are templates over the conversation."""
+        return any(is_template(v) for v in [*self.headers.values(), self.token or ""])
+
+    def template_refs(self) -> list[tuple[str, str]]:
+        """Every ``(source, name)`` the templates of headers and token use."""
+        return [pair for v in [*self.headers.values(), self.token or ""]
+                for pair in template_names(v)]
 
     @property
     def address(self) -> str:

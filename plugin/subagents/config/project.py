@@ -27,6 +27,7 @@ from .credentials import check_credentials
 from .domain import Domain, DomainFile
 from .endpoints import EndpointsConfig
 from .flows import Flow, FlowModel, flatten, step_key_problems
+from .mcp_sessions import check_template_slots
 from .paths import ProjectPaths
 from .pipeline import PipelineConfig
 from .validation import (
@@ -265,6 +266,9 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
             "domain or data files", file=str(root),
             hint="run it in a project folder or pass --project DIR"))
     flows = loader.build_flows(raw_flows, domain, agents, endpoints)
+    loader.issues += check_template_slots(
+        endpoints_doc, list(endpoints.mcp_servers or []),
+        lambda name: name in domain.slots or name in BUILTIN_SLOTS)
     action = endpoints.action_endpoint
     if action is None or action.actions_module or not action.url:
         loader.issues += rasa_imports(root, (action.actions_module if action else None)

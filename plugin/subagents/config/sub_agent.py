@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from ._base import StrictModel
+from .budgets import Budgets
 from .endpoints import normalize_model_keys
 
 
@@ -106,6 +107,14 @@ class AgentConfiguration(StrictModel):
     instead of a short placeholder."""
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
     client_tools: list[ClientToolDef] = Field(default_factory=list)
+    progress_messages: bool = True
+    """Tell the user, in a short message, about progress a running MCP call reports."""
+    progress_interval: float = Field(default=5.0, ge=0, allow_inf_nan=False)
+    """Least seconds between two progress messages of one run."""
+    filler_fast_tool_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Send no filler text when every called tool usually answers within this many ms."""
+    budgets: Budgets = Field(default_factory=Budgets)
+    """Caps on model tokens, model calls, tool calls and cost, per run and per conversation."""
     # A2A-only keys, accepted so projects written for the reference load; unused here.
     agent_card: Any = None
     auth: Any = None

@@ -8,7 +8,8 @@ only in the tracker; none of it is ever taken from a request. Of the metadata a 
   agent of this conversation has parked (checked against the tracker);
 * keys in the assistant's allow-list reach agents (``AgentInput.metadata``, and so
   ``inputs_from_state: metadata.<key>`` and custom tool executors); the allow-list is every
-  top-level key named by an ``inputs_from_state`` entry of the project plus the keys passed as
+  top-level key named by an ``inputs_from_state`` entry or an MCP server's credential template
+  (or ``per_user`` key) of the project, plus the keys passed as
   ``Assistant(client_metadata_keys=...)``;
 * everything else is only recorded on the user event; reserved names are dropped entirely.
 """
@@ -20,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..config.mcp_sessions import metadata_keys
 from ..exceptions import SubagentsError
 
 if TYPE_CHECKING:
@@ -133,8 +135,9 @@ def _encodable(text: str) -> bool:
 
 
 def declared_metadata_keys(project: Project) -> set[str]:
-    """Top-level metadata keys the project's agents read through ``inputs_from_state``."""
-    keys: set[str] = set()
+    """Top-level metadata keys the project's agents read through ``inputs_from_state`` or
+    through the credential templates and ``per_user`` keys of MCP servers."""
+    keys: set[str] = metadata_keys(list(project.endpoints.mcp_servers or []))
     for spec in project.agents.values():
         for settings in spec.config.configuration.tools.values():
             for source in settings.inputs_from_state.values():

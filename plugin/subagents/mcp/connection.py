@@ -20,6 +20,7 @@ import logging
 import sys
 import time
 import warnings
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,6 +31,7 @@ import structlog
 from .. import __version__
 from ..config._base import resolve_env
 from ..config.endpoints import EndpointsConfig, McpServerConfig
+from ..config.mcp_sessions import is_template, render_template
 from ..exceptions import (
     MCPConnectionError,
     ToolInvocationError,
@@ -89,8 +91,10 @@ class MCPServerConnection:
 
     def __init__(self, config: McpServerConfig, *, root: Path | None = None,
                  endpoints: EndpointsConfig | None = None,
-                 login: LoginHandlers | None = None) -> None:
+                 login: LoginHandlers | None = None,
+                 template_values: Mapping[str, str] | None = None) -> None:
         self.config = config
+        self._template_values = template_values
         self.name = config.name
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
@@ -126,7 +130,7 @@ class MCPServerConnection:
             cwd = (self.root / cfg.cwd) if cfg.cwd else self.root
             return StdioServerParameters(command=command, args=list(cfg.args), env=env,
                                          cwd=str(cwd))
-        headers = await self._headers.headers()
+        headers = _fill_templates(await self._headers.headers(), self._template_values)
         if self._oauth is None:
             # once: its tokens outlive reconnects
             self._oauth = oauth_provider(cfg, self.root, self._login)
@@ -342,11 +346,14 @@ class MCPServerConnection:
             client.call_tool(name, arguments, read_timeout_seconds=timeout), timeout + 1)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *, timeout: float,
-                        read_only: bool = False, meta: dict[str, Any] | None = None
-                        ) -> AgentToolResult:
-        """Call a tool; failures the model should see raise ToolInvocationError."""
+                        read_only: bool = False, meta: dict[str, Any] | None = None,
+                        on_progress: ProgressCallback | None = None) -> AgentToolResult:
+        """Call a tool; failures the model should see raise ToolInvocationError.
+
+        ``on_progress(progress, total, message)`` hears the progress the server reports.
+        """
         try:
-            return await self._call_fresh_session(name, arguments, timeout, meta)
+            return await self._call_fresh_session(name, arguments, timeout, meta, on_progress)
         except _ConnectionLostError as exc:
             self._stop.set()
             if not read_only:
@@ -356,22 +363,25 @@ class MCPServerConnection:
                     code="tool.connection_lost") from exc
             log.info("mcp.call.retry_after_reconnect", server=self.name, tool=name)
             try:
-                return await self._call_fresh_session(name, arguments, timeout, meta)
+                return await self._call_fresh_session(name, arguments, timeout, meta,
+                                                      on_progress)
             except _ConnectionLostError as again:
                 self._stop.set()
                 raise ToolInvocationError(f"MCP server {self.name!r} is unreachable: {again}",
                                           code="tool.connection_lost") from again
 
     async def _call_fresh_session(self, name: str, arguments: dict[str, Any], timeout: float,
-                                  meta: dict[str, Any] | None) -> AgentToolResult:
+                                  meta: dict[str, Any] | None,
+                                  on_progress: ProgressCallback | None = None
+                                  ) -> AgentToolResult:
         """One call; resent once on a new session if the server had forgotten ours."""
         try:
-            return await self._call_once(name, arguments, timeout, meta)
+            return await self._call_once(name, arguments, timeout, meta, on_progress)
         except _SessionExpiredError:
             log.info("mcp.session.expired", server=self.name, tool=name)
             self._stop.set()
         try:
-            return await self._call_once(name, arguments, timeout, meta)
+            return await self._call_once(name, arguments, timeout, meta, on_progress)
         except _SessionExpiredError as exc:
             raise _ConnectionLostError("the server rejected a new session as well") from exc
 
@@ -413,9 +423,23 @@ class MCPServerConnection:
         finally:
             answered.cancel()
             dead.cancel()
+    def _progress_listener(self, name: str, progressed: asyncio.Event,
+                           sink: ProgressCallback | None) -> ProgressCallback:
+        """Progress restarts the call's timeout and is passed on to ``sink``."""
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            progressed.set()
+            if sink is not None:
+                try:
+                    await sink(progress, total, message)
+                except Exception:  # noqa: BLE001 - a failing listener never fails the call
+                    log.warning("mcp.progress.listener_failed", server=self.name, tool=name)
+
+        return on_progress
 
     async def _call_once(self, name: str, arguments: dict[str, Any], timeout: float,
-                         meta: dict[str, Any] | None) -> AgentToolResult:
+                         meta: dict[str, Any] | None,
+                         sink: ProgressCallback | None = None) -> AgentToolResult:
         from mcp import MCPError
 
         try:
@@ -425,14 +449,12 @@ class MCPServerConnection:
         started = time.perf_counter()
         progressed = asyncio.Event()
 
-        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            progressed.set()
-
         with self._elicitation.track() as flight:
             # a call that may ask the user is timed by _await_call alone
             call = asyncio.ensure_future(client.call_tool(
                 name, arguments, read_timeout_seconds=None if flight is not None
-                else timeout * PROGRESS_MAX_FACTOR, progress_callback=on_progress,
+                else timeout * PROGRESS_MAX_FACTOR,
+                progress_callback=self._progress_listener(name, progressed, sink),
                 meta=meta or None))
             try:
                 finished = await self._await_call(call, progressed, timeout, flight)
@@ -521,6 +543,23 @@ class MCPServerConnection:
 
 
 _E = TypeVar("_E", bound=BaseException)
+
+
+ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
+"""``(progress, total, message)`` of a running call."""
+
+
+def _fill_templates(headers: dict[str, str],
+                    values: Mapping[str, str] | None) -> dict[str, str]:
+    """Headers with their conversation templates filled in; without values (the session that
+    lists a per-conversation server's tools) templated headers are left out."""
+    out = {}
+    for name, value in headers.items():
+        if not is_template(value):
+            out[name] = value
+        elif values is not None:
+            out[name] = render_template(value, values)
+    return out
 
 
 def _connect_error(exc: BaseException) -> MCPConnectionError:

@@ -1,39 +1,80 @@
-"""One shared connection per MCP server per process (agents share it)."""
+"""MCP sessions of the process.
+
+A ``shared`` server (the default) has one session per process, which every agent and
+conversation uses. A server declared ``session: per_conversation`` or ``session: {per_user:
+...}`` gets one session per conversation (or user) on top of that: the shared one only lists the
+server's tools (without the templated headers), and every tool call goes through the caller's
+own session, opened with the caller's credentials. These sessions are pooled: one that was not
+used for ``session_idle_timeout`` seconds is closed (checked whenever a session is requested),
+and at ``max_sessions`` open sessions the least recently used idle one is closed to make room.
+When the credentials of a conversation change, its session is replaced.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..config.endpoints import EndpointsConfig
+import structlog
+
+from ..config.endpoints import EndpointsConfig, McpServerConfig
 from ..exceptions import MCPConnectionError
 from .connection import MCPServerConnection
 
+log = structlog.get_logger("subagents.mcp")
+
+
+@dataclass
+class _Keyed:
+    """One per-conversation / per-user session."""
+
+    conn: MCPServerConnection
+    fingerprint: str
+    last_used: float
+    busy: int = 0
+    retired: bool = False
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
 
 class MCPPool:
-    """One shared connection per MCP server defined in endpoints.yml."""
+    """The process's MCP sessions: shared ones by server name, keyed ones by (server, key)."""
 
     def __init__(self, endpoints: EndpointsConfig, *, root: Path | None = None) -> None:
         self.endpoints = endpoints
         self.root = root
         self._connections: dict[str, MCPServerConnection] = {}
         self._starting: dict[str, asyncio.Task[None]] = {}
+        self._keyed: dict[tuple[str, str], _Keyed] = {}
+        self._keyed_lock = asyncio.Lock()
+
+    def _config(self, name: str) -> McpServerConfig:
+        config = self.endpoints.mcp_server(name)
+        if config is None:
+            raise MCPConnectionError(f"MCP server {name!r} is not defined in endpoints.yml",
+                                     code="mcp.unknown_server")
+        return config
 
     def connection(self, name: str) -> MCPServerConnection:
-        """The connection to server ``name``, created (not yet opened) on first use.
+        """The shared session of ``name`` (created, not yet connected, on first use).
 
         Raises:
             MCPConnectionError: ``mcp.unknown_server`` when endpoints.yml does not define it.
         """
         conn = self._connections.get(name)
         if conn is None:
-            config = self.endpoints.mcp_server(name)
-            if config is None:
-                raise MCPConnectionError(f"MCP server {name!r} is not defined in endpoints.yml",
-                                         code="mcp.unknown_server")
-            conn = MCPServerConnection(config, root=self.root, endpoints=self.endpoints)
+            conn = self._new_connection(self._config(name), None)
             self._connections[name] = conn
         return conn
+
+    def _new_connection(self, config: McpServerConfig,
+                        values: Mapping[str, str] | None) -> MCPServerConnection:
+        return MCPServerConnection(config, root=self.root, endpoints=self.endpoints,
+                                   template_values=values)
 
     async def start(self, name: str, *, attempts: int = 5, agent: str | None = None) -> None:
         """Connect ``name`` once; concurrent callers wait for the same attempt."""
@@ -46,8 +87,92 @@ class MCPPool:
             self._starting[name] = task
         await asyncio.shield(task)
 
+    # ------------------------------------------------------------------ keyed sessions
+    def keyed_sessions(self, name: str) -> int:
+        """How many per-conversation / per-user sessions of ``name`` are open."""
+        return sum(1 for (server, _), entry in self._keyed.items()
+                   if server == name and not entry.retired)
+
+    @contextlib.asynccontextmanager
+    async def session(self, name: str, key: str,
+                      values: Mapping[str, str]) -> AsyncIterator[MCPServerConnection]:
+        """The session of ``name`` for ``key`` (a conversation or a user), opened with the
+        template ``values`` (the caller's credentials) and held for the duration."""
+        config = self._config(name)
+        fingerprint = _fingerprint(values)
+        async with self._keyed_lock:
+            closing = self._reap(config, time.monotonic())
+            entry = self._keyed.get((name, key))
+            if entry is not None and entry.fingerprint != fingerprint:
+                # new credentials for the same conversation: never reuse the old session
+                entry.retired = True
+                del self._keyed[(name, key)]
+                if entry.busy == 0:
+                    closing.append(entry.conn)
+                entry = None
+            if entry is None:
+                closing += self._make_room(config)
+                entry = _Keyed(self._new_connection(config, dict(values)), fingerprint,
+                               time.monotonic())
+                self._keyed[(name, key)] = entry
+            entry.busy += 1
+        await _close_all(closing)
+        try:
+            async with entry.lock:
+                if not entry.conn.connected:
+                    await entry.conn.start(attempts=2, base_delay=0.1)
+            yield entry.conn
+        finally:
+            entry.busy -= 1
+            entry.last_used = time.monotonic()
+            if entry.retired and entry.busy == 0:
+                await entry.conn.close()
+
+    def _reap(self, config: McpServerConfig, now: float) -> list[MCPServerConnection]:
+        """Take idle sessions of ``config``'s server out of the pool (closed by the caller)."""
+        out = []
+        for slot, entry in list(self._keyed.items()):
+            if slot[0] == config.name and entry.busy == 0 \
+                    and now - entry.last_used >= config.session_idle_timeout:
+                del self._keyed[slot]
+                out.append(entry.conn)
+        if out:
+            log.info("mcp.sessions.idle_closed", server=config.name, count=len(out))
+        return out
+
+    def _make_room(self, config: McpServerConfig) -> list[MCPServerConnection]:
+        """Free a place for one more session of the server (least recently used idle first)."""
+        mine = sorted(((slot, entry) for slot, entry in self._keyed.items()
+                       if slot[0] == config.name), key=lambda item: item[1].last_used)
+        out = []
+        excess = len(mine) - config.max_sessions + 1
+        for slot, entry in mine:
+            if excess <= 0:
+                break
+            if entry.busy == 0:
+                del self._keyed[slot]
+                out.append(entry.conn)
+                excess -= 1
+        if excess > 0:
+            raise MCPConnectionError(
+                f"MCP server {config.name!r} has {config.max_sessions} sessions in use "
+                "(max_sessions); try again shortly", code="mcp.sessions_exhausted")
+        return out
+
     async def close(self) -> None:
-        """Close every connection."""
-        await asyncio.gather(*(c.close() for c in self._connections.values()),
-                             return_exceptions=True)
+        """Close every session."""
+        keyed = [entry.conn for entry in self._keyed.values()]
+        self._keyed.clear()
+        await _close_all([*self._connections.values(), *keyed])
         self._connections.clear()
+
+
+def _fingerprint(values: Mapping[str, str]) -> str:
+    digest = hashlib.sha256()
+    for name in sorted(values):
+        digest.update(name.encode() + b"\0" + values[name].encode() + b"\0")
+    return digest.hexdigest()
+
+
+async def _close_all(conns: list[MCPServerConnection]) -> None:
+    await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)

@@ -47,14 +47,19 @@ class CallContext:
     timeout: float
     effects: list[SlotEffect] = field(default_factory=list)
     """Slot values the running call sets (filled per call)."""
+    on_progress: ProgressSink | None = None
+    """Told about progress a running call reports (tool name, progress, total, message)."""
 
     def for_call(self, timeout: float | None = None) -> CallContext:
         """A context of its own for one call (its own effects list)."""
         return CallContext(self.agent_input, self.tool_context,
-                           self.timeout if timeout is None else timeout)
+                           self.timeout if timeout is None else timeout,
+                           on_progress=self.on_progress)
 
 
 Runner = Callable[[JsonObject, CallContext], Awaitable[AgentToolResult]]
+ProgressSink = Callable[[str, float, float | None, str | None], Awaitable[None]]
+"""``(tool, progress, total, message)``: progress reported by a running call."""
 
 
 @dataclass

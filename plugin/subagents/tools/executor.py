@@ -77,7 +77,7 @@ async def invoke_tool(tool: Tool, arguments: JsonObject, ctx: CallContext) -> Ag
         args = validate_arguments(tool, arguments)
         with anyio.fail_after(timeout + 1.0):  # the runner enforces `timeout`; this is a backstop
             outcome: Any = tool.run(args, CallContext(ctx.agent_input, ctx.tool_context, timeout,
-                                                      ctx.effects))
+                                                      ctx.effects, ctx.on_progress))
             result = await outcome if inspect.isawaitable(outcome) else outcome
         if not isinstance(result, AgentToolResult):
             raise ToolInvocationError(f"tool {tool.name!r} returned {type(result).__name__}, "

@@ -11,6 +11,7 @@ from ..config.sub_agent import McpServerRef, ToolSettings
 from ..exceptions import ToolNotAvailableError
 from ..mcp.callbacks import ELICITATIONS
 from ..mcp.connection import MCPTool
+from ..mcp.identity import session_key, template_values
 from ..mcp.pool import MCPPool
 from ..types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
 from .base import CallContext, Tool
@@ -126,8 +127,19 @@ class MCPToolset:
             except Exception as exc:
                 raise ToolNotAvailableError(f"the pre-call hook of MCP server {ref.name!r} "
                                             f"failed for {name!r}: {exc}") from exc
-        connection = self.pool.connection(ref.name)
-        result = await ELICITATIONS.call(lambda: connection.call_tool(
-            name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta))
+        sink = ctx.on_progress
+        progress = (lambda p, t, m: sink(name, p, t, m)) if sink is not None else None
+        key = session_key(config, ctx.agent_input) if config is not None else None
+        if config is not None and key is not None:
+            async with self.pool.session(ref.name, key,
+                                         template_values(config, ctx.agent_input)) as conn:
+                result = await ELICITATIONS.call(lambda: conn.call_tool(
+                    name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta,
+                    on_progress=progress))
+        else:
+            connection = self.pool.connection(ref.name)
+            result = await ELICITATIONS.call(lambda: connection.call_tool(
+                name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta,
+                on_progress=progress))
         # None: the server asked the user for input; the call goes on in the background
         return result if result is not None else AgentToolResult(tool_name=name)
