@@ -385,6 +385,7 @@ class _JsonTransport:
                 self.headers[header] = os.environ[variable]
         self.timeout = timeout
         self.max_retries = max_retries
+        self.proxy = _env_proxy(self.url)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -406,8 +407,9 @@ class _JsonTransport:
             self._loop = asyncio.get_running_loop()
             # one idle connection kept per concurrent call: no connection churn under load
             connector = aiohttp.TCPConnector(limit=1000, keepalive_timeout=30, ssl=context)
-            self._session = aiohttp.ClientSession(connector=connector, trust_env=True,
-                                                  json_serialize=json.dumps)
+            # the proxy comes from the environment once (trust_env would re-read it and
+            # ~/.netrc in a worker thread on every request)
+            self._session = aiohttp.ClientSession(connector=connector, json_serialize=json.dumps)
         return self._session
 
     async def post(self, body: dict[str, Any], left: float | None) -> Any:
@@ -435,7 +437,7 @@ class _JsonTransport:
         timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
         try:
             async with self._open().post(self.url, data=data, headers=self.headers,
-                                         timeout=timeout) as response:
+                                         timeout=timeout, proxy=self.proxy) as response:
                 raw = await response.read()
                 if response.status >= 400:
                     raise _status_error(response.status, response.headers, raw)
@@ -455,6 +457,17 @@ class _RetryableStatusError(_HTTPStatusError):
     def __init__(self, status: int, detail: str, retry_after: float | None) -> None:
         super().__init__(status, detail)
         self.retry_after = retry_after
+
+
+def _env_proxy(url: str) -> str | None:
+    """The proxy for ``url`` from HTTP(S)_PROXY / NO_PROXY, as the openai SDK would use."""
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    if urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
