@@ -96,7 +96,8 @@ async def main(clients: int = 20, per_client: int = 10) -> None:
                 try:
                     await wait_healthy(base)
                     ready = time.perf_counter() - started
-                    print(f"start-up (spawn to /health answering): {ready:.2f} s")
+                    print(f"start-up (spawn to /health answering): {ready:.2f} s wall, "
+                          f"{cpu_seconds(proc.pid):.2f} s CPU in the server process")
                     limits = httpx2.Limits(max_connections=clients + 10)
                     async with httpx2.AsyncClient(base_url=base, timeout=300,
                                                   limits=limits) as client:
