@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint bench install clean
+.PHONY: demo test lint bench install clean compat
 
 # Creates the virtualenv with the chosen Python (once).
 define make_venv
@@ -46,6 +46,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
+
+compat: $(STAMP)
+	$(BIN)/python scripts/compat.py --e2e
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .subagents

@@ -7,6 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import structlog
+
+# Tracebacks in test logs are plain: the default rich formatter prints every frame's locals,
+# which is slow (seconds per traceback under load) and would show values that never belong in
+# a log.
+structlog.configure(processors=[
+    *structlog.get_config()["processors"][:-1],
+    structlog.dev.ConsoleRenderer(colors=False, exception_formatter=structlog.dev.plain_traceback),
+])
 
 BASE_FILES: dict[str, str] = {
     "endpoints.yml": """

@@ -72,6 +72,27 @@ def _command(sub: Any, name: str, help_text: str, examples: str) -> argparse.Arg
 def _project_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--project", default=Path("."), type=Path, metavar="DIR",
                         help="the assistant project folder")
+    # file locations as in Rasa's CLI; relative paths are relative to the project folder
+    parser.add_argument("-c", "--config", type=Path, metavar="FILE",
+                        help="pipeline config (default: config.yml)")
+    parser.add_argument("-d", "--domain", type=Path, metavar="PATH",
+                        help="domain file or folder (default: domain.yml, else domain/)")
+    parser.add_argument("--data", type=Path, nargs="+", metavar="PATH",
+                        help="flow files or folders (default: data); takes every path that "
+                             "follows, so give other paths before it")
+    parser.add_argument("--endpoints", type=Path, metavar="FILE",
+                        help="endpoints (default: endpoints.yml)")
+    parser.add_argument("--sub-agents", type=Path, metavar="DIR",
+                        help="sub agents folder (default: sub_agents)")
+
+
+def _paths(args: argparse.Namespace) -> Any:
+    """The project's file locations from --project and the Rasa-style location options."""
+    from .config.project import ProjectPaths
+
+    return ProjectPaths.resolve(args.project.resolve(), config=args.config, domain=args.domain,
+                                data=args.data, endpoints=args.endpoints,
+                                sub_agents=args.sub_agents)
 
 
 def _model_check_arg(parser: argparse.ArgumentParser) -> None:
@@ -219,7 +240,7 @@ def _print_issues(issues: Sequence[Any]) -> int:
     return sum(1 for i in issues if i.severity == "error")
 
 
-def cmd_validate(project_dir: Path) -> int:
+def cmd_validate(project_dir: Any) -> int:
     """``subagents validate``: every problem, one per line; exit 1 on an error."""
     from .config.project import collect_issues
 
@@ -232,11 +253,12 @@ def cmd_validate(project_dir: Path) -> int:
         return 1
     print(f"Project {project.root.resolve().name} is valid: {len(project.agents)} sub agent(s), "
           f"{sum(1 for f in project.flows if not f.startswith('pattern_'))} flow(s), "
-          f"{len(project.domain.slots)} slot(s), {warnings} warning(s).")
+          f"{len(set(project.domain.slots) - project.domain.default_slots)} slot(s), "
+          f"{warnings} warning(s).")
     return 0
 
 
-def cmd_structure(project_dir: Path) -> int:
+def cmd_structure(project_dir: Any) -> int:
     """``subagents demo --structure``: the flows, their steps and the sub agents."""
     from .config.project import collect_issues
 
@@ -294,7 +316,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     async def run_all() -> list[Any]:
         results = []
         progress = Progress(len(cases))
-        async with Runner(project, strict=args.strict) as runner:
+        async with Runner(_paths(args), strict=args.strict) as runner:
             for case in cases:
                 result = await runner.run_case(case)
                 results.append(result)
@@ -320,7 +342,7 @@ def _ready_to_run(args: argparse.Namespace) -> bool:
     from .config.project import collect_issues
     from .preflight import check_models, format_problems
 
-    project, issues = collect_issues(args.project)
+    project, issues = collect_issues(_paths(args))
     errors = _print_issues(issues)
     if project is None:
         print(f"{errors} error(s): the project does not load (subagents validate lists them "
@@ -355,27 +377,27 @@ def _enable_observability(args: argparse.Namespace) -> bool:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "mcp":
-        from .mcp.login import cmd_login
+        from .mcp.signin import cmd_login
 
         return cmd_login(args.project, args.server)
     if args.command == "init":
         return cmd_init(args)
     if args.command == "validate":
-        return cmd_validate(args.project)
+        return cmd_validate(_paths(args))
     if args.command == "test":
         return cmd_test(args)
     if args.command == "demo":
         if args.structure:
-            return cmd_structure(args.project)
+            return cmd_structure(_paths(args))
         from .demo.player import play
 
-        return play(args.project, args.script)
+        return play(_paths(args), args.script)
     if not _ready_to_run(args):
         return 1
     if args.command == "shell":
         from .shell import run_shell
 
-        return run_shell(args.project, debug=args.debug)
+        return run_shell(_paths(args), debug=args.debug)
     from .channels.registry import load_channels
     from .dialogue.processor import Assistant
     from .server import serve
@@ -383,7 +405,7 @@ def _run(args: argparse.Namespace) -> int:
     if not _enable_observability(args):
         return 1
     channels = load_channels(args.project, args.credentials)
-    serve(Assistant.load(args.project), host=args.host, port=args.port,
+    serve(Assistant.load(_paths(args)), host=args.host, port=args.port,
           token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels,
           cors_origins=args.cors)
     return 0

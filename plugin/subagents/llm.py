@@ -89,20 +89,26 @@ class ToolCall:
 
 @dataclass
 class Usage:
+    """Tokens used by model calls."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
 
     def add(self, other: Usage) -> None:
+        """Add ``other``'s token counts to these."""
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
 
     @property
     def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
         return self.prompt_tokens + self.completion_tokens
 
 
 @dataclass
 class LLMResponse:
+    """One model reply: text and tool calls, token usage and timings."""
+
     text: str | None
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
@@ -128,6 +134,7 @@ class ModelSettings:
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ModelSettings:
+        """Settings from a model config mapping, over the defaults for the openai provider."""
         merged = dict(DEFAULT_MODEL_SETTINGS) if data.get("provider", "openai") == "openai" else {}
         merged.update({k: v for k, v in data.items() if v is not None})
         known = {"provider", "model", "api_base", "api_key", "timeout", "max_retries",
@@ -182,6 +189,7 @@ class LLMClient:
 
     @property
     def client(self) -> AsyncOpenAI:
+        """The OpenAI-compatible client, created on first use."""
         if self._client is None:
             import httpx2
             from openai import AsyncOpenAI, DefaultAsyncHttpxClient
@@ -204,6 +212,7 @@ class LLMClient:
         return self._json
 
     async def close(self) -> None:
+        """Close the underlying client if one was created."""
         if self._client is not None:
             await self._client.close()
             self._client = None

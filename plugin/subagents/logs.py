@@ -23,7 +23,8 @@ def configure_logging(level: str = "WARNING", *, json_logs: bool | None = None) 
         [structlog.processors.ExceptionRenderer(
             structlog.tracebacks.ExceptionDictTransformer(show_locals=False)),
          structlog.processors.JSONRenderer()]
-        if json_logs else [structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())])
+        if json_logs else [structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)])
     # calls below the level return at once, before any event dict is built; filter_by_level
     # still honours stdlib loggers set to a higher level than the root
     structlog.configure(

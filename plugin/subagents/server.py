@@ -69,6 +69,8 @@ BODY_TIMEOUT = 30.0
 
 
 class BadRequestError(Exception):
+    """A request the server refuses, with its HTTP status."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status

@@ -96,6 +96,7 @@ class BrowserGuard:
         self.origins = set(cors_origins)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Refuse or pass on one ASGI request."""
         if scope["type"] != "http" or scope["path"].startswith(self.exempt):
             await self.app(scope, receive, send)
             return

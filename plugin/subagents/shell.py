@@ -11,6 +11,7 @@ from pathlib import Path
 import structlog
 
 from .channels.console import ConsoleOutputChannel
+from .config.project import ProjectPaths
 from .exceptions import SubagentsError
 
 log = structlog.get_logger("subagents.shell")
@@ -34,7 +35,7 @@ def _reader(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None],
         loop.call_soon_threadsafe(queue.put_nowait, line)
 
 
-async def _shell(project: Path, debug: bool) -> None:
+async def _shell(project: Path | ProjectPaths, debug: bool) -> None:
     from .dialogue.client_input import TurnFailedError
     from .dialogue.processor import Assistant
 
@@ -67,7 +68,7 @@ async def _shell(project: Path, debug: bool) -> None:
             ready.set()
 
 
-def run_shell(project: Path, *, debug: bool = False) -> int:
+def run_shell(project: Path | ProjectPaths, *, debug: bool = False) -> int:
     """Run the shell until Ctrl-D or Ctrl-C; returns the exit status."""
     try:
         asyncio.run(_shell(project, debug))

@@ -39,6 +39,7 @@ __all__ = [
     "McpToolExecuted",
     "OutputChannelLike",
     "SlotSet",
+    "ToolResultImage",
     "TrackerEvent",
     "UserUttered",
 ]
@@ -88,6 +89,8 @@ class ExitReason(StrEnum):
     """The run waits for the client to execute a client-side tool."""
     APPROVAL = "approval"
     """The run waits for the user to approve a tool call."""
+    ELICITATION = "elicitation"
+    """The run waits for the user's answer to an MCP server's request for input."""
 
     @staticmethod
     def for_tool(name: str) -> str:
@@ -96,11 +99,14 @@ class ExitReason(StrEnum):
 
 
 class FrameState(StrEnum):
-    """The state of an agent frame on the dialogue stack."""
+    """Where a sub agent called by a flow stands between turns (its frame on the stack)."""
 
     WAITING = "waiting_for_input"
+    """The agent asked the user something; the next message goes to it."""
     INTERRUPTED = "interrupted"
+    """Another flow started while the agent waited; it resumes only if the user agrees."""
     RESUMING = "resuming"
+    """The user agreed to go back; the agent is re-invoked with its pending question."""
 
 
 class AgentInputSlot(BaseModel):
@@ -176,6 +182,13 @@ class AgentToolContext(BaseModel):
     metadata: JsonObject = Field(default_factory=dict)
 
 
+class ToolResultImage(BaseModel):
+    """An image a tool returned (base64 ``data``); the text result holds its placeholder."""
+
+    mime_type: str
+    data: str
+
+
 class AgentToolResult(BaseModel):
     """What a tool call produced: a text result, or an error the model is told about."""
 
@@ -183,6 +196,9 @@ class AgentToolResult(BaseModel):
     result: str | None = None
     is_error: bool = False
     error_message: str | None = None
+    images: list[ToolResultImage] = Field(default_factory=list, repr=False)
+    """Images of the result, shown to the model only when the agent's
+    ``tool_result_images`` is on (never recorded in the tracker)."""
 
 
 def _normalise_parameters(parameters: JsonObject) -> JsonObject:

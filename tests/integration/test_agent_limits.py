@@ -83,3 +83,39 @@ async def test_long_model_text_and_tool_results_are_capped_and_marked():
     assert tool["result"].startswith("x" * 100)
     assert len(tool["result"]) < 200
     assert "5000" in tool["result"]
+
+
+async def test_the_size_caps_are_configuration_keys(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompt.jinja2").write_text("{% for i in range(5000) %}x{% endfor %}")
+    script = [{"text": "y" * 500, "tool_calls": [{"huge": {"size": 5000}}]},
+              {"text": "z" * 500, "tool_calls": [{"task_completed": {}}]}]
+    output, fake = await run_agent(script, configuration={
+        "prompt_template": "prompt.jinja2", "max_prompt_chars": 1_000,
+        "max_response_chars": 50, "max_tool_result_chars": 100})
+    fake.assert_done()
+    system = fake.requests[0].messages[0]["content"]
+    assert system.startswith("x" * 1_000)
+    assert len(system) < 1_200
+    filler, tool, final = output.events
+    assert filler["text"].startswith("y" * 50)
+    assert len(filler["text"]) < 60
+    assert len(final["text"]) < 60
+    assert tool["result"].startswith("x" * 100)
+    assert len(tool["result"]) < 200
+
+
+def test_the_size_caps_default_to_the_documented_values():
+    agent = MCPOpenAgent("a", "d")
+    assert (agent.max_prompt_chars, agent.max_response_chars, agent.max_tool_result_chars) \
+        == (200_000, 20_000, 200_000)
+
+
+@pytest.mark.parametrize("key", ["max_prompt_chars", "max_response_chars",
+                                 "max_tool_result_chars"])
+def test_a_size_cap_must_be_positive(key):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        SubAgentConfig.model_validate({"agent": {"name": "a", "description": "d"},
+                                       "configuration": {key: 0}})

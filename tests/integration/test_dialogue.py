@@ -52,7 +52,7 @@ async def test_an_open_agent_runs_over_two_turns_and_the_flow_continues(project)
     assert started["metadata"]["protocol"] == "mcp_open"
     assert started["metadata"]["mcp_tools"] == ["echo", "timed_read"]
     for event in turn2[1:6]:
-        assert event["metadata"]["step_id"] == "0_call_weather_agent"
+        assert event["metadata"]["step_id"] == "weather_flow_0_call_weather_agent"
         assert event["metadata"]["active_flow"] == "weather_flow"
     assert turn2[5]["metadata"]["protocol"] == "mcp_open"
 
@@ -124,7 +124,7 @@ async def test_declining_to_resume_cancels_the_interrupted_flow(project):
         state = await assistant.state("user-1")
     assert "agent_cancelled:weather_agent" in names(events)
     assert "flow_cancelled:weather_flow" in names(events)
-    assert texts[0] == "Okay, I've stopped weather_flow."
+    assert texts[0] == "Okay, I've stopped weather flow."
     assert state["stack"] == []
 
 
@@ -141,7 +141,7 @@ async def test_cancel_flow_cancels_the_waiting_agent(project):
     assert n.index("agent_cancelled:weather_agent") < n.index("flow_cancelled:weather_flow")
     cancelled = next(e for e in events if e["event"] == "agent_cancelled")
     assert cancelled["reason"] is None
-    assert texts == ["Okay, I've stopped weather_flow."]
+    assert texts == ["Okay, I've stopped weather flow."]
     assert state["stack"] == []
 
 
@@ -288,3 +288,22 @@ async def test_collect_rejections_and_flow_guards(project):
     assert rejected == ["A name is not a number.", "What is your name?"]
     assert names(events)[1:3] == ["slot:name=42", "bot:A name is not a number."]
     assert accepted[0] == "Hello Ada!"
+
+
+async def test_reaching_max_agent_steps_shows_on_the_completion_event(tmp_path, tools_url):
+    project = write_project(tmp_path / "assistant", tools_url, {
+        "sub_agents/weather/config.yml": """
+            agent: {name: weather_agent, description: Tells the weather.}
+            configuration: {include_date_time: false, max_agent_steps: 1}
+            connections:
+              mcp_servers: [{name: tools, include_tools: [echo, timed_read]}]
+            """})
+    script = {"command_generator": ["start flow weather_flow"],
+              "weather_agent": [{"tool_calls": [{"echo": {"text": "sunny"}}]},
+                                "It seems sunny."]}
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
+        with anyio.fail_after(30):
+            _, events = await Conversation(assistant).say("weather?")
+        fake.assert_done()
+    completed = next(e for e in events if e["event"] == "agent_completed")
+    assert completed["metadata"]["exit_reason"] == "max_steps"

@@ -257,7 +257,7 @@ test_cases:
           - flow_started: {flow_ids: [weather_flow, opening_hours], operator: any}
           - flow_started: {flow_ids: [opening_hours], operator: all}
           - flow_completed: {flow_id: opening_hours}
-          - flow_completed: {flow_id: opening_hours, flow_step_id: 0_action_utter_hours}
+          - flow_completed: {flow_id: opening_hours, flow_step_id: opening_hours_0_utter_hours}
           - action_executed: utter_hours
   - test_case: fail_flow_started
     steps:

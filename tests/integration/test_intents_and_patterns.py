@@ -95,7 +95,7 @@ async def test_clarification_offers_the_flows_that_exist(project):
     async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
         texts, _ = await Conversation(assistant).say("hours or weather?")
         fake.assert_done()
-    assert texts == ["Did you mean weather_flow or opening_hours?"]
+    assert texts == ["Did you mean weather flow or opening hours?"]
 
 
 async def test_clarification_with_one_valid_flow_starts_it(project):
@@ -116,9 +116,9 @@ async def test_repeat_message_sends_the_last_messages_again(project):
     assert again == first
 
 
-async def test_skip_question_without_its_pattern_cannot_be_handled(project):
+async def test_skip_question_runs_the_default_skip_pattern(project):
     script = {"command_generator": ["skip question"]}
     async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
         texts, _ = await Conversation(assistant).say("skip that")
         fake.assert_done()
-    assert texts == [REPHRASE]
+    assert texts == ["I need an answer to this question before we can go on."]

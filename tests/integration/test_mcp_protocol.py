@@ -372,7 +372,8 @@ async def browser(url: str) -> None:
 
 async def test_a_login_registers_signs_in_and_the_server_process_reuses_and_refreshes_it(
         tmp_path):
-    from subagents.mcp.login import login, token_file
+    from subagents.mcp.login import token_file
+    from subagents.mcp.signin import login
 
     auth = AuthServer(client_id="unused", client_secret="unused")
     with anyio.fail_after(60):

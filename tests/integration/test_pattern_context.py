@@ -59,11 +59,11 @@ async def test_the_continue_question_names_the_interrupted_flow(project):
         await convo.say("weather please")
         texts, _ = await convo.say("when are you open?")
         fake.assert_done()
-    assert texts == ["We are open 9 to 5.", "Back to weather_flow?"]
+    assert texts == ["We are open 9 to 5.", "Back to weather flow?"]
 
 
 async def test_the_completed_pattern_knows_the_previous_flow(project):
     async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant:
         texts, _ = await Conversation(assistant).say("/opening_hours")
         fake.assert_done()
-    assert texts == ["We are open 9 to 5.", "Done with opening_hours. Anything else?"]
+    assert texts == ["We are open 9 to 5.", "Done with opening hours. Anything else?"]

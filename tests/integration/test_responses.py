@@ -70,7 +70,7 @@ EXTRA = {
               condition: "slots.tier = 'escape'"
               metadata: {template: jinja}
           utter_format:
-            - text: "{name} has {{braces}} and {unknown} and {balance}"
+            - text: "{name} has {{braces}} and {balance}"
           utter_only_conditional:
             - text: "Never sent."
               condition: "slots.tier = 'platinum'"
@@ -141,7 +141,7 @@ async def test_jinja_and_format_filling(project):
         await _say(assistant, "/jinja_flow", out)
         fake.assert_done()
     assert out.texts[:2] == ["Welcome back, Ada Lovelace!",
-                             "ada lovelace has {braces} and {unknown} and 3.0"]
+                             "ada lovelace has {braces} and 3.0"]
 
 
 async def test_a_jinja_response_cannot_leave_the_sandbox(project):

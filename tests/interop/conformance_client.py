@@ -22,7 +22,8 @@ from typing import Any
 import httpx2
 from subagents.config.endpoints import McpServerConfig
 from subagents.mcp import MCPServerConnection
-from subagents.mcp.login import interactive_connection
+from subagents.mcp.callbacks import ELICITATIONS, ElicitationOwner, elicitation_owner, with_defaults
+from subagents.mcp.signin import interactive_connection
 
 _SAMPLE = {"number": 1, "integer": 1, "string": "x", "boolean": True}
 
@@ -59,6 +60,24 @@ def _config(url: str, scenario: str, context: dict[str, Any]) -> McpServerConfig
     return McpServerConfig(**settings)
 
 
+async def _call(conn: MCPServerConnection, name: str, arguments: dict[str, Any]) -> Any:
+    """Call a tool as an agent run would; a server that asks for input gets the answer of a
+    user who accepts every default (through the same registry the agents use)."""
+    from mcp.types import ElicitResult
+
+    owner = ElicitationOwner(key=f"conformance:{name}", timeout=30)
+    while True:
+        with elicitation_owner(owner):
+            result = await ELICITATIONS.call(
+                lambda: conn.call_tool(name, arguments, timeout=10))
+        if result is not None:
+            return result
+        question = ELICITATIONS.question(owner.key)
+        content = with_defaults(getattr(question, "requested_schema", None) or {}, {}) \
+            if getattr(question, "mode", "form") == "form" else None
+        ELICITATIONS.answer(owner.key, ElicitResult(action="accept", content=content))
+
+
 async def main(url: str) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
@@ -74,8 +93,7 @@ async def main(url: str) -> int:
                 stack.push_async_callback(conn.close)
                 await conn.start(attempts=1)
             for tool in await conn.tools():
-                result = await conn.call_tool(tool.name, _arguments(tool.input_schema),
-                                              timeout=10)
+                result = await _call(conn, tool.name, _arguments(tool.input_schema))
                 print(f"{tool.name}: {result.result or result.error_message}")
     except Exception as exc:  # the exit status is the report
         print(f"failed: {type(exc).__name__}: {exc}", file=sys.stderr)

@@ -40,3 +40,27 @@ def test_demo_prints_the_project_structure():
     result = run("demo", "--structure", "--project", str(REPO))
     assert result.returncode == 0, result.stderr
     assert "call: appointment_booker  <- task agent" in result.stdout
+
+
+def test_validate_reads_files_where_the_location_options_say(tmp_path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "config.yml").write_text("recipe: default.v1\nlanguage: en\n")
+    (tmp_path / "domain").mkdir()
+    (tmp_path / "domain" / "slots.yml").write_text("slots:\n  town: {type: text}\n")
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "f.yml").write_text(
+        "flows:\n  f:\n    description: d\n    steps:\n      - collect: town\n")
+    (tmp_path / "prod.yml").write_text("action_endpoint:\n  actions_module: actions\n")
+    result = run("validate", "--project", str(tmp_path), "-c", "config/config.yml",
+                 "-d", "domain", "--data", "flows", "--endpoints", "prod.yml")
+    assert result.returncode == 0, result.stderr
+    assert "1 flow(s)" in result.stdout
+    result = run("validate", "--project", str(tmp_path), "--data", "missing")
+    assert result.returncode == 1
+    assert "[project.path_not_found] --data:" in result.stderr
+
+
+def test_validate_an_empty_folder_fails(tmp_path):
+    result = run("validate", "--project", str(tmp_path))
+    assert result.returncode == 1
+    assert "[project.empty]" in result.stderr

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 
-from subagents.dialogue.stack import AgentFrame, AgentState, FlowFrame, FrameType, Stack
+from subagents.dialogue.stack import AgentFrame, FlowFrame, FrameType, Stack
+from subagents.types import FrameState
 
 
 def test_frames_round_trip_through_json_with_their_enums():
     stack = Stack([FlowFrame("book", step_id="s1", frame_type=FrameType.CALL),
-                   AgentFrame("book", "s1", "booker", state=AgentState.RESUMING,
+                   AgentFrame("book", "s1", "booker", state=FrameState.RESUMING,
                               metadata={"agent_response": "Which day?"})])
     stored = json.loads(json.dumps(stack.to_list()))
     assert stored[0]["frame_type"] == "call"
@@ -19,7 +20,7 @@ def test_frames_round_trip_through_json_with_their_enums():
     assert isinstance(flow, FlowFrame)
     assert flow.frame_type is FrameType.CALL
     assert isinstance(agent, AgentFrame)
-    assert agent.state is AgentState.RESUMING
+    assert agent.state is FrameState.RESUMING
     assert loaded.to_list() == stack.to_list()
 
 

@@ -1,7 +1,8 @@
 """Parking a run on deferred calls, and resuming it on the next invocation.
 
-A run parks when a call was deferred: a client-executed tool (the client runs it) or a call
-that needs the user's approval. The exchange so far is saved in the output metadata; the next
+A run parks when a call was deferred: an MCP call whose server asked the user for input
+(``_elicitation``), a client-executed tool (the client runs it) or a call that needs the user's
+approval. The exchange so far is saved in the output metadata; the next
 invocation finds it in the input metadata and continues from there.
 """
 
@@ -14,6 +15,8 @@ from ..tools import approvals, client_tools
 from ..tools.base import CallContext, Deferral, PendingCalls
 from ..tools.concurrency import execute_calls
 from ..types import AgentStatus, ExitReason
+from ._elicitation import park_on_elicitation
+from ._images import without_images
 from ._model_io import send_event
 from ._plan import AgentRun, Continue, Executed, Outcome, Park, tool_message
 from ._recording import record_tool
@@ -21,8 +24,12 @@ from ._recording import record_tool
 
 async def park(run: AgentRun, executed: Executed, *, agent_name: str,
                ask: Callable[[str], Awaitable[None]]) -> Park:
-    """Park on the deferred calls: client tools are requested from the client; otherwise the
-    user is asked (through ``ask``) to approve the calls."""
+    """Park on the deferred calls: a server's request for input is put to the user first
+    (one question at a time); client tools are requested from the client; otherwise the user
+    is asked (through ``ask``) to approve the calls."""
+    elicited = await park_on_elicitation(run, executed, ask)
+    if elicited is not None:
+        return elicited
     waiting = executed.deferred(Deferral.CLIENT)
     if waiting:
         for call in waiting:
@@ -32,12 +39,12 @@ async def park(run: AgentRun, executed: Executed, *, agent_name: str,
             run.events.append(event)
             await send_event(run, event)
         run.output_metadata[client_tools.PENDING_KEY] = PendingCalls.of(
-            run.tool_messages, waiting).to_metadata()
+            without_images(run.tool_messages), waiting).to_metadata()
         return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.CLIENT_TOOL))
     asked = executed.deferred(Deferral.APPROVAL)
     await ask(approvals.question(asked))
     run.output_metadata[approvals.PENDING_KEY] = PendingCalls.of(
-        run.tool_messages, asked).to_metadata()
+        without_images(run.tool_messages), asked).to_metadata()
     return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.APPROVAL))
 
 

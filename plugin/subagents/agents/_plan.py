@@ -144,6 +144,8 @@ class AgentRun:
     recorded_slots: dict[str, Any] = field(default_factory=dict)
     """Slots whose SlotSet was recorded during the run, with the value recorded last."""
     output_metadata: JsonObject = field(default_factory=dict)
+    elicitation: Any = None
+    """The MCP server's request for input this run waits on (``agents._elicitation``)."""
 
     @property
     def recipient_id(self) -> str | None:

@@ -47,6 +47,7 @@ from ..tools.base import (
 )
 from ..tools.client_tools import ClientToolset
 from ..tools.concurrency import execute_calls
+from ..tools.elicitation import ElicitationToolset
 from ..tools.executor import FunctionToolset
 from ..tools.mcp_tools import MCPToolset
 from ..tools.python import custom_tool
@@ -54,6 +55,9 @@ from ..tools.result_budget import ResultBudgetToolset
 from ..tools.state_mapping import StateMappingToolset
 from ..types import ChatMessage, JsonObject, TrackerEvent
 from ..types import OutputChannelLike as OutputChannel
+from ._elicitation import resume as resume_elicitation
+from ._elicitation import settle as settle_elicitation
+from ._images import images_message
 from ._limits import cap_text, capped_render
 from ._model_io import deliver, generate, send_event
 from ._parking import park, resume_approval, resume_client_tools
@@ -106,11 +110,14 @@ class MCPBaseAgent:
     MAX_UNAVAILABLE_TOOL_CALL_RETRIES: ClassVar[int] = 1
     TOOL_CALL_DEFAULT_TIMEOUT: ClassVar[float] = 10.0
     MAX_PROMPT_CHARS: ClassVar[int] = 200_000
-    """The rendered system prompt is cut (and marked) after this many characters."""
+    """The rendered system prompt is cut (and marked) after this many characters, unless
+    ``configuration.max_prompt_chars`` is set."""
     MAX_RESPONSE_CHARS: ClassVar[int] = 20_000
-    """Model text longer than this is cut (and marked) before it is sent or recorded."""
+    """Model text longer than this is cut (and marked) before it is sent or recorded, unless
+    ``configuration.max_response_chars`` is set."""
     MAX_TOOL_RESULT_CHARS: ClassVar[int] = 200_000
-    """Tool results longer than this are cut (and marked) before they are recorded."""
+    """Tool results longer than this are cut (and marked) before they are recorded, unless
+    ``configuration.max_tool_result_chars`` is set."""
 
     def __init__(self, name: str, description: str, *,
                  configuration: AgentConfiguration | None = None,
@@ -121,6 +128,13 @@ class MCPBaseAgent:
         self.description = description
         self.configuration = configuration or AgentConfiguration()
         self.project_root = project_root or Path.cwd()
+        conf = self.configuration
+        self.max_prompt_chars = conf.max_prompt_chars or self.MAX_PROMPT_CHARS
+        """The prompt cap in effect: ``configuration.max_prompt_chars`` or the class default."""
+        self.max_response_chars = conf.max_response_chars or self.MAX_RESPONSE_CHARS
+        """The model text cap in effect (``configuration.max_response_chars``)."""
+        self.max_tool_result_chars = conf.max_tool_result_chars or self.MAX_TOOL_RESULT_CHARS
+        """The tool result cap in effect (``configuration.max_tool_result_chars``)."""
         self.llm = llm or LLMClient(resolve_model_settings(self.configuration.llm, None),
                                     name=name)
         self.server_refs = list(server_refs or [])
@@ -217,9 +231,9 @@ class MCPBaseAgent:
         return []
 
     def render_prompt_template(self, context: AgentInput) -> str:
-        """The system prompt; cut (and marked) after ``MAX_PROMPT_CHARS`` characters."""
+        """The system prompt; cut (and marked) after ``max_prompt_chars`` characters."""
         return capped_render(self._template, self._build_context_for_prompt(context),
-                             self.MAX_PROMPT_CHARS)
+                             self.max_prompt_chars)
 
     def _build_context_for_prompt(self, context: AgentInput) -> dict[str, Any]:
         meta = context.metadata
@@ -301,6 +315,7 @@ class MCPBaseAgent:
         if scope.cancelled_caught or outcome is None:
             outcome = Outcome.fatal(f"agent {self.name!r} did not finish within {timeout:g}s "
                                     "(configuration.timeout)", reason=ExitReason.TIMEOUT)
+        settle_elicitation(run, outcome)
         output = self._output(run, outcome)
         log.info("agent.run.finished", agent=self.name, status=output.status.value,
                  exit_reason=output.exit_reason, steps=output.steps, tool_calls=output.tool_calls,
@@ -314,6 +329,9 @@ class MCPBaseAgent:
         resumed = await resume_client_tools(run, agent_id=self.agent_id)
         if isinstance(resumed, Park):
             return resumed.outcome
+        lost = resume_elicitation(run, agent_id=self.agent_id, agent_name=self.name)
+        if lost is not None:
+            return lost
         await resume_approval(run, self._call_context(run), agent_id=self.agent_id,
                               agent_name=self.name,
                               max_parallel=self.configuration.max_parallel_tools)
@@ -375,7 +393,7 @@ class MCPBaseAgent:
                     max_agent_steps=self.configuration.max_agent_steps)
         run.note(LAST_STEP)
         response = await generate(self.llm, run, await self._messages(run), [])
-        text = cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS)
+        text = cap_text((response.text or "").strip(), self.max_response_chars)
         if text and not response.streamed:
             await deliver(run, text)
         if text:
@@ -399,8 +417,9 @@ class MCPBaseAgent:
                               self.build_custom_tool_call_metadata, self.name)
                   for c in self._custom_tools]
         plain = FunctionToolset([*mcp_tools, *self._builtin_tools(run), *custom],
-                                max_result_chars=self.MAX_TOOL_RESULT_CHARS)
-        run.approvals = ApprovalToolset(plain, settings)
+                                max_result_chars=self.max_tool_result_chars)
+        run.approvals = ApprovalToolset(
+            ElicitationToolset(plain, self.configuration.elicitation_timeout), settings)
         toolset: Toolset = ClientToolset(run.approvals, self.configuration.client_tools)
         if self.configuration.tool_result_budget:
             toolset = ResultBudgetToolset(toolset, self.configuration.tool_result_budget)
@@ -446,7 +465,7 @@ class MCPBaseAgent:
         offered = set(run.tools) | handled
         taken: set[str] = set()
         plan = Plan(response=response,
-                    text=cap_text((response.text or "").strip(), self.MAX_RESPONSE_CHARS), calls=[],
+                    text=cap_text((response.text or "").strip(), self.max_response_chars), calls=[],
                     unavailable=[], builtin=[], malformed=[], has_text=bool(response.text))
         for call in response.tool_calls:
             if call.arguments is None:
@@ -488,6 +507,11 @@ class MCPBaseAgent:
         for raw in plan.response.tool_calls:
             if raw.id in answers:
                 run.tool_messages.append(tool_message(raw.id, answers.pop(raw.id)))
+        if self.configuration.tool_result_images and not executed.deferred():
+            # after every answer of the step (a deferred call is answered later: no images then)
+            shown = images_message(executed.ran)
+            if shown is not None:
+                run.tool_messages.append(shown)
         current = {o.call.id: o.result for o in executed.ran
                    if not o.result.is_error and o.call.tool and o.call.tool.source != "builtin"}
         if current:

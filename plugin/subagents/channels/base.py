@@ -18,25 +18,28 @@ class OutputChannel:
     """When a bool, overrides ``supports_streaming`` (per request)."""
 
     def wants_streaming(self) -> bool:
+        """Whether to stream: the explicit choice if one was made, else ``supports_streaming``."""
         if isinstance(self.streaming_chosen, bool):
             return self.streaming_chosen
         return self.supports_streaming
 
     async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
+        """Send one text message to ``recipient_id``; subclasses must implement it."""
         raise NotImplementedError
 
     async def send_text_with_buttons(self, recipient_id: str, text: str,
                                      buttons: list[dict[str, Any]], **kwargs: Any) -> None:
+        """Send text with buttons; by default passes them to ``send_text_message``."""
         await self.send_text_message(recipient_id, text, buttons=buttons, **kwargs)
 
     async def send_response_chunk_start(self, recipient_id: str) -> None:
-        return None
+        """Begin a streamed message; channels that stream override it."""
 
     async def send_response_chunk(self, recipient_id: str, chunk: str) -> None:
-        return None
+        """Send one chunk of a streamed message; channels that stream override it."""
 
     async def send_response_chunk_end(self, recipient_id: str, interrupted: bool = False) -> None:
-        return None
+        """End a streamed message, ``interrupted`` when it stopped early."""
 
     async def send_event(self, recipient_id: str, event: dict[str, Any]) -> None:
         """Tool and slot events, for channels that show them (debug shell, SSE stream)."""
@@ -54,6 +57,7 @@ class CollectingOutputChannel(OutputChannel):
         self._chunks: list[str] = []
 
     async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
+        """Collect the message with any buttons, custom payload, image or attachment."""
         message: dict[str, Any] = {"recipient_id": recipient_id, "text": text}
         for key in ("buttons", "custom", "image", "attachment"):
             if kwargs.get(key):
@@ -62,14 +66,17 @@ class CollectingOutputChannel(OutputChannel):
         self.log.append(("text", message))
 
     async def send_response_chunk_start(self, recipient_id: str) -> None:
+        """Start collecting the chunks of a streamed message."""
         self._chunks = []
         self.log.append(("start", recipient_id))
 
     async def send_response_chunk(self, recipient_id: str, chunk: str) -> None:
+        """Collect one chunk of the streamed message."""
         self._chunks.append(chunk)
         self.log.append(("chunk", chunk))
 
     async def send_response_chunk_end(self, recipient_id: str, interrupted: bool = False) -> None:
+        """Join the collected chunks into one message marked ``streamed``, unless empty."""
         text = "".join(self._chunks).strip()
         self.log.append(("end", interrupted))
         if text:
@@ -77,8 +84,10 @@ class CollectingOutputChannel(OutputChannel):
         self._chunks = []
 
     async def send_event(self, recipient_id: str, event: dict[str, Any]) -> None:
+        """Record the event in ``log``."""
         self.log.append(("event", event))
 
     @property
     def texts(self) -> list[str]:
+        """The texts of all collected messages, in order."""
         return [m["text"] for m in self.messages]

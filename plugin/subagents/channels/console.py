@@ -12,6 +12,8 @@ DIM, RESET, BOLD = "\033[2m", "\033[0m", "\033[1m"
 
 
 class ConsoleOutputChannel(OutputChannel):
+    """Prints the bot's messages to a terminal stream; with ``debug``, tool calls and slots too."""
+
     supports_streaming = True
 
     def __init__(self, stream: TextIO | None = None, *, debug: bool = False,
@@ -30,23 +32,28 @@ class ConsoleOutputChannel(OutputChannel):
         return f"{DIM}{text}{RESET}" if self.color else text
 
     async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
+        """Print the text, then any buttons as a numbered list."""
         self._write(f"{self.prefix}{text}\n")
         for index, button in enumerate(kwargs.get("buttons") or [], 1):
             self._write(f"      {index}. {button.get('title')}  "
                         f"{self._dim(str(button.get('payload', '')))}\n")
 
     async def send_response_chunk_start(self, recipient_id: str) -> None:
+        """Print the prefix that starts a streamed message."""
         self._streaming = True
         self._write(self.prefix)
 
     async def send_response_chunk(self, recipient_id: str, chunk: str) -> None:
+        """Print one chunk of the streamed message."""
         self._write(chunk)
 
     async def send_response_chunk_end(self, recipient_id: str, interrupted: bool = False) -> None:
+        """End the streamed line, marking it when it was interrupted."""
         self._streaming = False
         self._write(" …[interrupted]\n" if interrupted else "\n")
 
     async def send_event(self, recipient_id: str, event: dict[str, Any]) -> None:
+        """In debug mode print executed tool calls and slot values; nothing otherwise."""
         if not self.debug:
             return
         kind = event.get("event")

@@ -61,6 +61,7 @@ class SlackOutput(OutputChannel):
                       error=type(exc).__name__)
 
     async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
+        """Post the text in parts Slack accepts, then a ``custom`` payload if given."""
         if kwargs.get("buttons"):
             await self.send_text_with_buttons(recipient_id, text, kwargs["buttons"])
             return
@@ -72,6 +73,7 @@ class SlackOutput(OutputChannel):
 
     async def send_text_with_buttons(self, recipient_id: str, text: str,
                                      buttons: list[dict[str, Any]], **kwargs: Any) -> None:
+        """Post the text with the buttons as a Block Kit actions block."""
         parts = split_text(text, TEXT_LIMIT) or [""]
         for part in parts[:-1]:
             await self._post(text=part, mrkdwn=True)
@@ -108,6 +110,7 @@ class SlackInput(InputChannel):
 
     @classmethod
     def from_credentials(cls, credentials: dict[str, Any] | None) -> SlackInput:
+        """Build the channel from its ``credentials.yml`` section."""
         creds = credentials or {}
         threads = creds.get("use_threads", False)
         if isinstance(threads, str):
@@ -118,6 +121,7 @@ class SlackInput(InputChannel):
                    proxy=creds.get("proxy"), api_url=creds.get("api_url"))
 
     def routes(self, assistant: Assistant) -> list[BaseRoute]:
+        """The ``POST <prefix>/webhook`` route Slack's Events API calls."""
         async def webhook(request: Request) -> Response:
             return await self._webhook(request, assistant)
 
@@ -133,6 +137,7 @@ class SlackInput(InputChannel):
         return self.client
 
     async def shutdown(self) -> None:
+        """Wait for running turns, then close the Slack client's HTTP session."""
         await self.turns.drain()
         if self.client is not None and self.client.session is not None:
             await self.client.session.close()

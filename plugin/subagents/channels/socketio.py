@@ -54,6 +54,7 @@ class SocketIOOutput(OutputChannel):
         await self.sio.emit(event, data, room=recipient_id, namespace=self.namespace)
 
     async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
+        """Emit each paragraph as a bot message, then any custom payload and image."""
         if kwargs.get("buttons"):
             await self.send_text_with_buttons(recipient_id, text, kwargs["buttons"])
             return
@@ -67,12 +68,14 @@ class SocketIOOutput(OutputChannel):
 
     async def send_text_with_buttons(self, recipient_id: str, text: str,
                                      buttons: list[dict[str, Any]], **kwargs: Any) -> None:
+        """Emit the text with the buttons as ``quick_replies``."""
         replies = [{"content_type": "text", "title": str(b.get("title", "")),
                     "payload": str(b.get("payload", b.get("title", "")))} for b in buttons]
         await self._emit(recipient_id, self.bot_message_evt,
                          {"text": text, "quick_replies": replies})
 
     async def send_event(self, recipient_id: str, event: dict[str, Any]) -> None:
+        """Forward a request for a client-executed tool to the browser; other events are dropped."""
         if event.get("event") == "agent_client_tool_requested":
             await self._emit(recipient_id, CLIENT_TOOL_REQUEST, {
                 "id": event.get("tool_call_id"), "name": event.get("tool_name"),
@@ -104,6 +107,7 @@ class SocketIOInput(InputChannel):
 
     @classmethod
     def from_credentials(cls, credentials: dict[str, Any] | None) -> SocketIOInput:
+        """Build the channel from its ``credentials.yml`` section."""
         creds = credentials or {}
         persistence = creds.get("session_persistence", False)
         if isinstance(persistence, str):
@@ -118,6 +122,7 @@ class SocketIOInput(InputChannel):
                    cors_allowed_origins=creds.get("cors_allowed_origins"))
 
     def wrap(self, app: ASGIApp, assistant: Assistant) -> ASGIApp:
+        """Route requests under ``socketio_path`` to the Socket.IO server, the rest to ``app``."""
         import socketio
 
         self.sio = socketio.AsyncServer(async_mode="asgi",
@@ -186,6 +191,7 @@ class SocketIOInput(InputChannel):
         sio.on(CLIENT_TOOL_RESULT, handler=client_tool_result, namespace=ns)
 
     async def shutdown(self) -> None:
+        """Wait for running turns to finish."""
         await self.turns.drain()
 
     def _token_ok(self, auth: Any) -> bool:

@@ -11,6 +11,7 @@ from .base import OutputChannel
 
 
 def sse_frame(event: str, data: dict[str, Any]) -> bytes:
+    """Encode one server-sent event frame with ``data`` as JSON."""
     return f"event: {event}\ndata: {json.dumps(data, default=str)}\n\n".encode()
 
 
@@ -25,6 +26,7 @@ class QueueOutputChannel(OutputChannel):
         self.texts: list[str] = []
 
     async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
+        """Queue a ``message`` frame with the text and any buttons or custom payload."""
         self._message += 1
         data: dict[str, Any] = {"id": self._message, "text": text}
         for key in ("buttons", "custom"):
@@ -34,17 +36,21 @@ class QueueOutputChannel(OutputChannel):
         await self.queue.put(sse_frame("message", data))
 
     async def send_response_chunk_start(self, recipient_id: str) -> None:
+        """Queue a ``message_start`` frame for a new streamed message."""
         self._message += 1
         await self.queue.put(sse_frame("message_start", {"id": self._message}))
 
     async def send_response_chunk(self, recipient_id: str, chunk: str) -> None:
+        """Queue a ``message_chunk`` frame."""
         await self.queue.put(sse_frame("message_chunk", {"id": self._message, "text": chunk}))
 
     async def send_response_chunk_end(self, recipient_id: str, interrupted: bool = False) -> None:
+        """Queue a ``message_end`` frame that says whether the message was interrupted."""
         await self.queue.put(sse_frame("message_end", {"id": self._message,
                                                        "interrupted": interrupted}))
 
     async def send_event(self, recipient_id: str, event: dict[str, Any]) -> None:
+        """Queue ``tool`` frames for executed MCP tools and ``slot`` frames for slot events."""
         if event.get("event") == "mcp_tool_executed":
             await self.queue.put(sse_frame("tool", {
                 k: event.get(k) for k in ("tool_name", "arguments", "result", "is_error",

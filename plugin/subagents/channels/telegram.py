@@ -69,6 +69,7 @@ class TelegramOutput(OutputChannel):
         self.choices = choices
 
     async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
+        """Send the text in parts Telegram accepts, then a ``custom`` message if it has text."""
         if kwargs.get("buttons"):
             await self.send_text_with_buttons(recipient_id, text, kwargs["buttons"])
             return
@@ -87,6 +88,7 @@ class TelegramOutput(OutputChannel):
 
     async def send_text_with_buttons(self, recipient_id: str, text: str,
                                      buttons: list[dict[str, Any]], **kwargs: Any) -> None:
+        """Send the text with an inline keyboard, or a reply keyboard when a payload is too long."""
         from telegram import (
             InlineKeyboardButton,
             InlineKeyboardMarkup,
@@ -133,12 +135,14 @@ class TelegramInput(InputChannel):
 
     @classmethod
     def from_credentials(cls, credentials: dict[str, Any] | None) -> TelegramInput:
+        """Build the channel from its ``credentials.yml`` section."""
         creds = credentials or {}
         return cls(creds["access_token"], creds["verify"], creds["webhook_url"],
                    secret_token=creds.get("secret_token"), api_url=creds.get("api_url"))
 
     @property
     def bot(self) -> Bot:
+        """The Telegram bot client, created on first use."""
         if self._bot is None:
             from telegram import Bot
 
@@ -148,18 +152,21 @@ class TelegramInput(InputChannel):
         return self._bot
 
     def routes(self, assistant: Assistant) -> list[BaseRoute]:
+        """The ``POST <prefix>/webhook`` route Telegram calls."""
         async def webhook(request: Request) -> Response:
             return await self._webhook(request, assistant)
 
         return [Route(f"{self.url_prefix()}/webhook", webhook, methods=["POST"])]
 
     async def startup(self, assistant: Assistant) -> None:
+        """Initialize the bot and register the webhook URL with Telegram."""
         await self.bot.initialize()
         await self.bot.set_webhook(url=self.webhook_url, secret_token=self.secret_token,
                                    allowed_updates=["message", "callback_query"])
         log.info("channels.telegram.webhook_set", bot=self.verify)
 
     async def shutdown(self) -> None:
+        """Wait for running turns, then shut the bot client down."""
         await self.turns.drain()
         if self._bot is not None:
             await self._bot.shutdown()

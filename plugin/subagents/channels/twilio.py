@@ -49,6 +49,7 @@ class TwilioOutput(OutputChannel):
         self.choices = choices
 
     async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
+        """Send the text in parts over Twilio; a failed send is logged, not raised."""
         if kwargs.get("buttons"):
             await self.send_text_with_buttons(recipient_id, text, kwargs["buttons"])
             return
@@ -61,6 +62,7 @@ class TwilioOutput(OutputChannel):
 
     async def send_text_with_buttons(self, recipient_id: str, text: str,
                                      buttons: list[dict[str, Any]], **kwargs: Any) -> None:
+        """Send the buttons as a numbered list and remember which reply picks which payload."""
         choices: dict[str, str] = {}
         for index, button in enumerate(buttons, 1):
             payload = str(button.get("payload", button.get("title", "")))
@@ -122,23 +124,27 @@ class TwilioInput(InputChannel):
 
     @classmethod
     def from_credentials(cls, credentials: dict[str, Any] | None) -> TwilioInput:
+        """Build the channel from its ``credentials.yml`` section."""
         creds = credentials or {}
         return cls(str(creds["account_sid"]), creds["auth_token"], str(creds["twilio_number"]),
                    webhook_url=creds.get("webhook_url"), api_url=creds.get("api_url"))
 
     def routes(self, assistant: Assistant) -> list[BaseRoute]:
+        """The ``POST <prefix>/webhook`` route Twilio calls."""
         async def webhook(request: Request) -> Response:
             return await self._webhook(request, assistant)
 
         return [Route(f"{self.url_prefix()}/webhook", webhook, methods=["POST"])]
 
     async def startup(self, assistant: Assistant) -> None:
+        """Create the Twilio REST client."""
         from twilio.rest import Client
 
         self.client = Client(self.account_sid, self.auth_token,
                              http_client=_http_client(self.api_url))
 
     async def shutdown(self) -> None:
+        """Wait for running turns, then close the Twilio client's HTTP client."""
         await self.turns.drain()
         if self.client is not None:
             await self.client.http_client.close()

@@ -62,7 +62,8 @@ RASA_ONLY_CHANNELS = frozenset({
     "callback", "facebook", "mattermost", "rocketchat", "botframework", "webexteams",
     "hangouts", "cisco_webex", "twilio_voice", "twilio_media_streams", "audiocodes",
     "audiocodes_stream", "vier_cvg", "genesys", "jambonz", "browser_audio", "studio_chat",
-    "rasa", "console", "cmdline",
+    "rasa", "console", "cmdline", "inspector", "jambonz_stream", "json_audio", "signalwire",
+    "vonage", "websockets_voice", "collector",
 })
 """Channel names Rasa knows that this package does not serve: skipped with a warning."""
 
@@ -206,7 +207,7 @@ def _check_keys(doc: YamlDoc, name: str, settings: dict[str, Any], keys: Channel
 
 
 def _check_custom(doc: YamlDoc, root: Path, name: str, issues: list[ConfigIssue]) -> bool:
-    from .project import import_from_project
+    from ._imports import import_from_project
 
     mod_name, _, cls_name = name.rpartition(".")
     try:

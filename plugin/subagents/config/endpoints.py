@@ -2,26 +2,118 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from ._base import StrictModel, check_secret, is_env_ref, looks_secret
 
+SUPPORTED_PROVIDERS = ("openai", "azure", "self-hosted", "rasa", "ollama", "litellm_proxy")
+"""Providers reached through an OpenAI-compatible chat-completions API."""
+MODEL_KEY_ALIASES = {
+    "request_timeout": "timeout", "model_name": "model", "type": "provider",
+    "_type": "provider", "openai_api_type": "api_type", "openai_api_base": "api_base",
+    "openai_api_version": "api_version", "deployment_name": "deployment", "engine": "deployment",
+}
+"""Older spellings Rasa still accepts, and the key each one stands for."""
+REQUEST_OPTIONS = frozenset({
+    "temperature", "top_p", "max_completion_tokens", "max_tokens", "reasoning_effort",
+    "frequency_penalty", "presence_penalty", "seed", "stop", "logit_bias", "logprobs",
+    "top_logprobs", "user", "response_format", "parallel_tool_calls", "tool_choice",
+    "service_tier", "store", "metadata", "verbosity", "extra_headers", "extra_body",
+    "organization", "use_chat_completions_endpoint", "drop_params", "cache"})
+"""Well-known request options (any other key is passed through unless it looks misspelled)."""
+FORBIDDEN_MODEL_KEYS = frozenset({"stream", "n"})
+MODEL_KEYS = frozenset({"provider", "model", "api_base", "api_key", "timeout", "max_retries",
+                        "api_type", "api_version", "deployment", "model_group"}
+                       | set(MODEL_KEY_ALIASES) | REQUEST_OPTIONS)
+
+
+def normalize_model_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """Map Rasa's older key spellings to current ones, as Rasa does.
+
+    ``max_tokens`` becomes ``max_completion_tokens`` for the ``openai`` and ``azure`` providers
+    (self-hosted servers keep ``max_tokens``).
+    """
+    out = dict(data)
+    for old, new in MODEL_KEY_ALIASES.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    provider = str(out.get("provider", "openai"))
+    if "max_tokens" in out and provider in ("openai", "azure"):
+        value = out.pop("max_tokens")
+        out.setdefault("max_completion_tokens", value)
+    return out
+
+
+def model_key_problems(data: dict[str, Any]) -> list[tuple[str, str, str, str | None]]:
+    """Problems of one model's settings: ``(key, code, message, hint)`` each.
+
+    An unsupported provider, ``stream``/``n`` (set by subagents itself), and an unknown key that
+    looks like a misspelling of a known one (with a "did you mean"); any other unknown key is a
+    request option passed to the provider.
+    """
+    problems: list[tuple[str, str, str, str | None]] = []
+    provider = data.get("provider", data.get("type", data.get("_type", "openai")))
+    if str(provider) not in SUPPORTED_PROVIDERS:
+        key = next((k for k in ("provider", "type", "_type") if k in data), "provider")
+        problems.append((key, "llm.provider.unsupported", f"provider {provider!r} is not "
+                         f"supported (supported: {', '.join(SUPPORTED_PROVIDERS)})",
+                         "any OpenAI-compatible server works with provider: self-hosted and "
+                         "api_base"))
+    for key in data:
+        if key in FORBIDDEN_MODEL_KEYS:
+            problems.append((key, "llm.option.forbidden", f"{key!r} cannot be set: subagents "
+                             "decides it per call", f"remove {key!r}"))
+        elif key not in MODEL_KEYS:
+            close = difflib.get_close_matches(key, sorted(MODEL_KEYS), n=1, cutoff=0.75)
+            if close:
+                problems.append((key, "llm.option.unknown", f"unknown model option {key!r}",
+                                 f"did you mean {close[0]!r}?"))
+    if str(provider) == "azure" and not (data.get("deployment") or data.get("deployment_name")
+                                         or data.get("engine")):
+        problems.append(("provider", "llm.azure.deployment_missing",
+                         "an azure model needs 'deployment'", "add deployment: <name>"))
+    return problems
+
 
 class ModelConfig(StrictModel):
-    """One model of a group. Keys not listed are sent to the provider as request options."""
+    """One model of a group. Keys not listed are sent to the provider as request options.
+
+    Rasa's older spellings are accepted and mapped (``request_timeout`` -> ``timeout``,
+    ``model_name`` -> ``model``, ``max_tokens`` -> ``max_completion_tokens`` for openai/azure,
+    ``deployment_name``/``engine`` -> ``deployment``, ...).
+    """
 
     model_config = StrictModel.model_config | {"extra": "allow"}
 
     provider: str = "openai"
-    model: str
+    model: str = ""
     api_base: str | None = None
     api_key: str | None = None
     timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_retries: int | None = Field(default=None, ge=0)
     temperature: float | None = None
     max_completion_tokens: int | None = None
+    api_type: str | None = None
+    """Azure: ``azure``; consumed here, never sent."""
+    api_version: str | None = None
+    """Azure API version."""
+    deployment: str | None = Field(default=None, exclude=True)
+    """Azure deployment name (what is called instead of ``model``)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aliases(cls, data: Any) -> Any:
+        return normalize_model_keys(data) if isinstance(data, dict) else data
+
+    @model_validator(mode="after")
+    def _model_named(self) -> ModelConfig:
+        if not self.model and not self.deployment:
+            raise ValueError("a model needs 'model' (or 'deployment' for azure)")
+        return self
 
     @field_validator("api_key")
     @classmethod
@@ -34,22 +126,33 @@ class ModelConfig(StrictModel):
 
 
 class ModelGroup(StrictModel):
+    """A named list of models (``model_groups`` in endpoints.yml)."""
+
     id: str
     models: list[ModelConfig] = Field(min_length=1)
     router: dict[str, Any] | None = None
+    """Accepted for compatibility with Rasa; not used here."""
 
 
 class MetaFromSlot(StrictModel):
+    """Send the value of ``slot`` to the MCP server as the metadata key ``param``."""
+
     slot: str
+    """The slot whose current value is sent."""
     param: str
+    """The metadata key it is sent under."""
 
 
 class MetaMap(StrictModel):
+    """Metadata sent with every tool call to a server: static values, then slot values."""
+
     static: dict[str, str] = Field(default_factory=dict)
     from_slots: list[MetaFromSlot] = Field(default_factory=list)
 
 
 class OAuthConfig(StrictModel):
+    """OAuth settings of an MCP server."""
+
     token_url: str | None = None
     """Without it the token endpoint is discovered from the server's OAuth metadata."""
     grant: Literal["client_credentials", "authorization_code"] = "client_credentials"
@@ -103,7 +206,8 @@ class McpSamplingConfig(StrictModel):
 
 
 class McpServerConfig(StrictModel):
-    """An MCP server reachable over streamable HTTP, SSE or stdio (DECISIONS D1, D2)."""
+    """An MCP server reachable over streamable HTTP, SSE or stdio, with api_key, token, OAuth,
+    a custom auth module or plain headers (secrets always as ``${ENV_VAR}``)."""
 
     name: str
     type: Literal["http", "https", "sse", "stdio"] = "http"
@@ -113,14 +217,21 @@ class McpServerConfig(StrictModel):
     env: dict[str, str] = Field(default_factory=dict)
     cwd: str | None = None
     meta_map: MetaMap | None = None
+    """Metadata sent with every tool call (static values and slot values)."""
     pre_call_hook: str | None = None
+    """``pkg.mod.func`` called before each tool call; the metadata it returns is sent too."""
     api_key: str | None = None
+    """Sent in ``header_name``, formatted by ``header_format``."""
     header_name: str = "Authorization"
     header_format: str = "Bearer {key}"
+    """How the API key is written into the header; ``{key}`` stands for the key."""
     token: str | None = None
+    """Sent as ``Authorization: Bearer <token>``."""
     oauth: OAuthConfig | None = None
     module: str | None = None
+    """``pkg.mod.Class`` whose ``get_headers()`` (sync or async) returns the headers to send."""
     headers: dict[str, str] = Field(default_factory=dict)
+    """Extra HTTP headers sent with every request."""
     timeout: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     """Connect / HTTP timeout in seconds."""
     roots: list[str] = Field(default_factory=list)
@@ -161,17 +272,24 @@ class McpServerConfig(StrictModel):
 
     @property
     def address(self) -> str:
+        """The server's address: its command line (stdio) or its URL."""
         if self.type == "stdio":
             return " ".join([self.command or "", *self.args]).strip()
         return self.url or ""
 
 
 class StoreConfig(StrictModel):
+    """``tracker_store`` or ``lock_store`` settings: a ``type`` plus its own keys."""
+
     model_config = StrictModel.model_config | {"extra": "allow"}
     type: str = "sql"
+    """Tracker store: ``sql`` (SQLite or PostgreSQL) or ``memory``; lock store: ``redis``, or
+    anything else for locks within the process."""
 
 
 class ActionEndpoint(StrictModel):
+    """Where custom actions run: a webhook ``url`` or a Python ``actions_module``."""
+
     model_config = StrictModel.model_config | {"extra": "allow"}
     url: str | None = None
     actions_module: str | None = None
@@ -189,7 +307,9 @@ class EndpointsConfig(StrictModel):
     action_endpoint: ActionEndpoint | None = None
 
     def model_group(self, group_id: str) -> ModelGroup | None:
+        """The model group with id ``group_id``, or None."""
         return next((g for g in self.model_groups if g.id == group_id), None)
 
     def mcp_server(self, name: str) -> McpServerConfig | None:
+        """The MCP server called ``name``, or None."""
         return next((s for s in self.mcp_servers or [] if s.name == name), None)

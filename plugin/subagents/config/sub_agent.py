@@ -9,14 +9,19 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from ._base import StrictModel
+from .endpoints import normalize_model_keys
 
 
 class Protocol(StrEnum):
+    """The agent's protocol: ``RASA`` (an MCP agent) or ``A2A``."""
+
     RASA = "RASA"
     A2A = "A2A"
 
 
 class AgentSection(StrictModel):
+    """The ``agent:`` section of a sub agent's config.yml."""
+
     name: str
     """Unique agent name, used as the target of a flow's ``call:`` step."""
     description: str
@@ -55,7 +60,7 @@ class ToolSettings(StrictModel):
 
 
 class ClientToolDef(StrictModel):
-    """A tool executed by the client (DECISIONS A6)."""
+    """A tool executed by the client: the run parks until the client sends the result."""
 
     name: str
     description: str
@@ -63,6 +68,8 @@ class ClientToolDef(StrictModel):
 
 
 class AgentConfiguration(StrictModel):
+    """The ``configuration:`` section of a sub agent's config.yml."""
+
     llm: dict[str, Any] | None = None
     """Inline model settings (``provider``, ``model``, ...) or ``{model_group: <id>}``."""
     prompt_template: str | None = None
@@ -70,7 +77,7 @@ class AgentConfiguration(StrictModel):
     module: str | None = None
     """``pkg.mod.Class``: a subclass of MCPOpenAgent/MCPTaskAgent to use instead."""
     timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    """Whole-run deadline per invocation, in seconds (DECISIONS D5)."""
+    """Whole-run deadline per invocation, in seconds; on expiry the run ends as a fatal error."""
     max_retries: int | None = 5
     """Attempts to connect to the MCP servers at startup (0 or null mean 5)."""
     include_date_time: bool = True
@@ -81,9 +88,22 @@ class AgentConfiguration(StrictModel):
     raise_on_tool_invocation_failure: bool = False
     max_parallel_tools: int = Field(default=3, ge=1)
     exit_conditions: list[str] | None = None
-    """Open agents: stop after a ``text`` answer or right after a named tool ran (A1)."""
+    """Open agents: stop after a ``text`` answer or right after a named tool ran."""
     tool_result_budget: int | None = Field(default=None, gt=0)
-    """Results longer than this many characters enter the context as a preview (A4)."""
+    """Results longer than this many characters enter the context as a preview (the full
+    result stays available through the ``recall`` tool)."""
+    max_prompt_chars: int | None = Field(default=None, gt=0)
+    """The rendered system prompt is cut after this many characters (default 200,000)."""
+    max_response_chars: int | None = Field(default=None, gt=0)
+    """Model text is cut after this many characters (default 20,000)."""
+    max_tool_result_chars: int | None = Field(default=None, gt=0)
+    """Tool results are cut after this many characters (default 200,000)."""
+    elicitation_timeout: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    """Seconds an MCP server's request for the user's input waits for the answer; after that
+    the request is cancelled."""
+    tool_result_images: bool = False
+    """Image parts of tool results reach the model as images (for models that accept them)
+    instead of a short placeholder."""
     tools: dict[str, ToolSettings] = Field(default_factory=dict)
     client_tools: list[ClientToolDef] = Field(default_factory=list)
     # A2A-only keys, accepted so projects written for the reference load; unused here.
@@ -93,6 +113,13 @@ class AgentConfiguration(StrictModel):
     polling_initial_delay: Any = None
     push_notification_url: Any = None
     pre_call_hook: str | None = None
+
+    @field_validator("llm")
+    @classmethod
+    def _llm_keys(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is None or "model_group" in value:
+            return value
+        return normalize_model_keys(value)
 
     @field_validator("max_retries")
     @classmethod
@@ -108,6 +135,8 @@ class AgentConfiguration(StrictModel):
 
 
 class McpServerRef(StrictModel):
+    """An MCP server the agent uses, optionally limited to some of its tools."""
+
     name: str
     include_tools: list[str] | None = None
     exclude_tools: list[str] | None = None
@@ -121,12 +150,13 @@ class McpServerRef(StrictModel):
     @model_validator(mode="after")
     def _exclusive(self) -> McpServerRef:
         if self.include_tools is not None and self.exclude_tools is not None:
-            raise ValueError("agent.validation.mcp.include_exclude_conflict: "
-                             "include_tools and exclude_tools are mutually exclusive")
+            raise ValueError("include_tools and exclude_tools are mutually exclusive")
         return self
 
 
 class Connections(StrictModel):
+    """The ``connections:`` section of a sub agent's config.yml."""
+
     mcp_servers: list[McpServerRef] | None = None
 
 
@@ -139,8 +169,10 @@ class SubAgentConfig(StrictModel):
 
     @property
     def name(self) -> str:
+        """The agent's name."""
         return self.agent.name
 
     def server_names(self) -> list[str]:
+        """Names of the MCP servers the agent connects to."""
         return [s.name for s in self.connections.mcp_servers or []]
 

@@ -14,11 +14,12 @@ import uuid
 from pathlib import Path
 
 from ..channels.console import ConsoleOutputChannel
+from ..config.project import ProjectPaths
 from ..testing.fake_server import FakeModelServer
 from ..testing.fixtures import load_file
 
 
-async def _play(project: Path, script: Path) -> int:
+async def _play(project: ProjectPaths, script: Path) -> int:
     from ..dialogue.processor import Assistant
 
     loaded = load_file(script)
@@ -32,7 +33,7 @@ async def _play(project: Path, script: Path) -> int:
     async with FakeModelServer(case.llm_script or {}) as fake:
         channel = ConsoleOutputChannel(debug=True)
         sender = f"demo-{uuid.uuid4().hex[:8]}"
-        print(f"Starting the assistant in {project} (stdio MCP servers, SQLite, scripted "
+        print(f"Starting the assistant in {project.root} (stdio MCP servers, SQLite, scripted "
               "model)...", flush=True)
         async with Assistant.load(project, llm_factory=fake.llm_factory(max_retries=2)
                                   ) as assistant:
@@ -49,9 +50,18 @@ async def _play(project: Path, script: Path) -> int:
     return 1 if problems else 0
 
 
-def play(project: Path, script: Path | None = None) -> int:
-    project = project.resolve()
-    script = script or project / "demo.yml"
+def play(project: Path | ProjectPaths, script: Path | None = None) -> int:
+    """Play the first conversation of a demo script against the project.
+
+    The model is the scripted fake server; the bot's messages and tool calls are printed.
+
+    Returns:
+        The process exit code: 0, or 1 when the script is missing or unplayable or the
+        model script was not followed.
+    """
+    if not isinstance(project, ProjectPaths):
+        project = ProjectPaths.resolve(project.resolve())
+    script = script or project.root / "demo.yml"
     if not script.exists():
         print(f"no demo script at {script}; pass --script FILE", file=sys.stderr)
         return 1

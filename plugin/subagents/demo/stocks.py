@@ -25,6 +25,8 @@ server = MCPServer("stocks", instructions="Quotes, fundamentals and news for lis
 
 
 class Quote(BaseModel):
+    """A stock quote as the demo server returns it."""
+
     symbol: str
     name: str
     price: float

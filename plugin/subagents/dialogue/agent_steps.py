@@ -32,11 +32,12 @@ from ..agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatu
 from ..conditions import referenced_slots
 from ..config.flows import Flow, Step
 from ..config.project import Project
+from ..types import FrameState
 from .navigation import Navigator
 from .patterns import Patterns
 from .responses import Responder
 from .results import StepResult
-from .stack import AgentFrame, AgentState, FlowFrame
+from .stack import AgentFrame, FlowFrame
 from .turn import Turn
 from .understanding import transcript
 
@@ -91,10 +92,10 @@ class AgentSteps:
 
     async def on_top(self, turn: Turn, frame: AgentFrame) -> StepResult:
         """An agent frame is on top of the stack: resume, re-ask, wait or drop it."""
-        if frame.state == AgentState.INTERRUPTED:
+        if frame.state == FrameState.INTERRUPTED:
             self.patterns.ask_to_continue(turn)
             return StepResult.CHANGED
-        if frame.state == AgentState.WAITING and turn.agent_ran:
+        if frame.state == FrameState.WAITING and turn.agent_ran:
             return StepResult.WAIT
         host = turn.stack.frame_of_flow(frame.flow_id)
         flow = self.flows.get(frame.flow_id)
@@ -114,7 +115,7 @@ class AgentSteps:
                                if f.agent_id == name), None)
         turn.stamp = {"step_id": step.id, "active_flow": flow.id}
         turn.agent_ran = True
-        if frame is not None and frame.state == AgentState.RESUMING:
+        if frame is not None and frame.state == FrameState.RESUMING:
             turn.add(ev.agent_event("agent_resumed", name, flow.id))
             agent_input = self._resume_input(turn, agent, step, frame)
         else:
@@ -256,8 +257,11 @@ class AgentSteps:
     async def _completed(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
                          output: AgentOutput) -> None:
         name, protocol = str(step.model.call), agent_protocol(step)
+        metadata = {"protocol": protocol}
+        if output.exit_reason:
+            metadata["exit_reason"] = output.exit_reason
         turn.add(ev.agent_event("agent_completed", name, flow.id, status="completed",
-                                metadata={"protocol": protocol}))
+                                metadata=metadata))
         if output.response_message:
             turn.add(ev.action_executed("action_send_text"))
             await self.responder.say(turn, output.response_message, {
@@ -302,5 +306,5 @@ class AgentSteps:
         else:
             if frame.is_restart:
                 metadata["_restart_done"] = True
-            frame.state = AgentState.WAITING
+            frame.state = FrameState.WAITING
         frame.metadata = metadata

@@ -34,7 +34,7 @@ RESERVED_METADATA_KEYS = frozenset({
     "pending_approval", "pending_client_tools", "client_tool_results", "structured_results",
     "mocked_datetime", "exit_if", "restarted", "resumed_after_interruption", "agent_response",
     "agent_name", "agent_message_type", "active_flow", "step_id", "utter_source", "sender_id",
-    "agent_id", "model_id", "context_id", "task_id"})
+    "agent_id", "model_id", "context_id", "task_id", "pending_elicitation"})
 """Metadata names the runtime itself sets; a client can never set them."""
 
 

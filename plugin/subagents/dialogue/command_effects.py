@@ -64,21 +64,6 @@ PatternCommand = (ChitChat | CannotHandle | Clarify | RepeatBotMessages | SkipQu
                   | SessionStart | SessionEnd | Restart)
 
 
-def trigger_intents(nlu_trigger: Any) -> list[str]:
-    """The intent names of a flow's ``nlu_trigger`` (``- intent: x`` or ``- intent: {name: x}``).
-
-    A payload intent has confidence 1.0, so every confidence threshold is met.
-    """
-    names: list[str] = []
-    for item in nlu_trigger if isinstance(nlu_trigger, list) else []:
-        intent = item.get("intent") if isinstance(item, dict) else item
-        if isinstance(intent, dict):
-            intent = intent.get("name")
-        if isinstance(intent, str) and intent:
-            names.append(intent)
-    return names
-
-
 def coerce_command_value(kind: str, values: list[Any] | None, value: Any) -> Any:
     """Coerce a value set by a command to its slot's type.
 
@@ -131,11 +116,6 @@ class CommandEffects:
         self.patterns = patterns
         self.agent_owned = agent_owned_slots(project)
         """Slots no ``SetSlot`` command may set (see :func:`agent_owned_slots`)."""
-        self.triggers: dict[str, str] = {}
-        """Intent -> the first flow whose ``nlu_trigger`` names it."""
-        for flow in self.flows.values():
-            for intent in trigger_intents(flow.model.nlu_trigger):
-                self.triggers.setdefault(intent, flow.id)
 
     def clean(self, turn: Turn, commands: list[Command]) -> list[Command]:
         """Drop commands that cannot apply now and duplicates.
@@ -169,7 +149,8 @@ class CommandEffects:
         return [Clarify(tuple(options))] if options else []
 
     def _intent(self, name: str) -> list[Command]:
-        flow_id = self.triggers.get(name)
+        # a payload intent has confidence 1.0, so every confidence threshold is met
+        flow_id = self.project.flow_for_intent(name)
         if flow_id is None:
             fixed = BUILTIN_INTENTS.get(name)
             return [fixed] if fixed is not None else [CannotHandle(INVALID_INTENT)]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from .. import events as ev
 from ..config.flows import END, Flow, Step
 from ..config.project import Project
-from .stack import AgentState, FlowFrame, FrameType
+from ..types import FrameState
+from .stack import FlowFrame, FrameType
 from .turn import Turn
 
 
@@ -81,8 +82,8 @@ class Navigator:
         host.interrupted = True
         turn.add(ev.flow_event("flow_interrupted", host.flow_id, host.step_id))
         for frame in turn.stack.agent_frames(host.flow_id):
-            if frame.state in (AgentState.WAITING, AgentState.RESUMING):
-                frame.state = AgentState.INTERRUPTED
+            if frame.state in (FrameState.WAITING, FrameState.RESUMING):
+                frame.state = FrameState.INTERRUPTED
                 turn.add(ev.agent_event("agent_interrupted", frame.agent_id, frame.flow_id))
 
     def interrupt_active(self, turn: Turn) -> None:
@@ -98,6 +99,6 @@ class Navigator:
         host.interrupted = False
         turn.add(ev.flow_event("flow_resumed", host.flow_id, host.step_id))
         agents = [f for f in turn.stack.agent_frames(host.flow_id)
-                  if f.state == AgentState.INTERRUPTED]
+                  if f.state == FrameState.INTERRUPTED]
         if agents:
-            agents[-1].state = AgentState.RESUMING
+            agents[-1].state = FrameState.RESUMING

@@ -19,7 +19,7 @@ from .. import events as ev
 from ..agents.base import MCPBaseAgent
 from ..agents.registry import create_agent
 from ..channels.base import OutputChannel
-from ..config.project import Project, load_project
+from ..config.project import Project, ProjectPaths, load_project
 from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
 from ..llm import LLMClient, ModelSettings, call_deadline, resolve_model_settings
 from ..mcp.pool import MCPPool
@@ -60,6 +60,7 @@ COMMAND_GENERATOR = "command_generator"
 
 
 def default_llm_factory(caller: str, settings: ModelSettings) -> LLMClient:
+    """Create the model client for ``caller`` with ``settings`` (the default factory)."""
     return LLMClient(settings, name=caller)
 
 
@@ -108,7 +109,7 @@ class Assistant:
         self._started = False
 
     @classmethod
-    def load(cls, project_dir: str | Path, **kwargs: Any) -> Assistant:
+    def load(cls, project_dir: str | Path | ProjectPaths, **kwargs: Any) -> Assistant:
         """Load and check a project (raises ProjectInvalidError listing every problem)."""
         return cls(load_project(project_dir), **kwargs)
 
@@ -129,6 +130,7 @@ class Assistant:
         self._started = True
 
     async def close(self) -> None:
+        """Disconnect the agents and close the model clients, MCP pool and stores."""
         for agent in self.agents.values():
             await agent.disconnect()
         await self.command_llm.close()
@@ -279,6 +281,7 @@ class Assistant:
         return await self.understanding.predict(text, turn.stack, turn.slots, turn.events[:-1])
 
     async def tracker(self, sender_id: str) -> list[dict[str, Any]]:
+        """The stored events of a conversation."""
         return (await self.tracker_store.load(sender_id)).events
 
     async def state(self, sender_id: str) -> dict[str, Any]:

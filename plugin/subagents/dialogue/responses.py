@@ -103,14 +103,23 @@ def eligible_variations(variations: list[ResponseVariation], values: Mapping[str
     """The group of variations a response is chosen from (see the module docstring)."""
     groups: tuple[list[ResponseVariation], ...] = ([], [], [], [])
     for variation in variations:
-        wanted = (variation.model_extra or {}).get("channel")
+        wanted = variation.channel
         if wanted is not None and wanted != channel:
             continue
         conditional = variation.condition not in (None, "", [])
-        if conditional and not condition_holds(variation.condition, values):
+        if conditional and not _variation_holds(variation, values):
             continue
         groups[(0 if wanted is not None else 2) + (0 if conditional else 1)].append(variation)
     return next((group for group in groups if group), [])
+
+
+def _variation_holds(variation: ResponseVariation, values: Mapping[str, Any]) -> bool:
+    """The condition parsed when the project loaded, else (list form, or a variation built in
+    code) :func:`condition_holds`."""
+    parsed = variation.parsed_condition
+    if parsed is not None:
+        return parsed.evaluate(values)
+    return condition_holds(variation.condition, values)
 
 
 def _default_rng() -> random.Random:

@@ -13,21 +13,12 @@ from typing import Any
 
 import structlog
 
+from ..types import FrameState
+
 log = structlog.get_logger("subagents.dialogue")
 
 START = "START"
 """The step id of a flow frame before its first step ran."""
-
-
-class AgentState(StrEnum):
-    """Where a sub agent called by a flow stands between turns."""
-
-    WAITING = "waiting_for_input"
-    """The agent asked the user something; the next message goes to it."""
-    INTERRUPTED = "interrupted"
-    """Another flow started while the agent waited; it resumes only if the user agrees."""
-    RESUMING = "resuming"
-    """The user agreed to go back; the agent is re-invoked with its pending question."""
 
 
 class FrameType(StrEnum):
@@ -75,7 +66,7 @@ class AgentFrame:
     flow_id: str
     step_id: str
     agent_id: str
-    state: AgentState = AgentState.WAITING
+    state: FrameState = FrameState.WAITING
     metadata: dict[str, Any] = field(default_factory=dict)
     """The agent's state between turns (its pending question, structured results, ...)."""
     is_restart: bool = False
@@ -147,7 +138,7 @@ class Stack:
         if host is None:
             return None
         return next((f for f in reversed(self.agent_frames(host.flow_id))
-                     if f.state in (AgentState.WAITING, AgentState.RESUMING)), None)
+                     if f.state in (FrameState.WAITING, FrameState.RESUMING)), None)
 
     def frame_of_flow(self, flow_id: str) -> FlowFrame | None:
         """The topmost frame running ``flow_id``."""
@@ -165,7 +156,7 @@ class Stack:
             item = dict(item)
             try:
                 if item.get("kind", "flow") == "agent":
-                    item["state"] = AgentState(item.get("state", AgentState.WAITING))
+                    item["state"] = FrameState(item.get("state", FrameState.WAITING))
                     frames.append(AgentFrame(**item))
                 else:
                     item["frame_type"] = FrameType(item.get("frame_type", FrameType.REGULAR))

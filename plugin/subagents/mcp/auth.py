@@ -34,6 +34,11 @@ class HeaderBuilder:
         return resolve_env(value, what=f"{what} of MCP server {self.config.name!r}")
 
     async def headers(self) -> dict[str, str]:
+        """The HTTP headers for the server.
+
+        The configured headers, plus an API key, a bearer token or a custom module's headers.
+        Environment variable references in the values are resolved.
+        """
         cfg = self.config
         out = {name: self._env(value, f"header {name}") for name, value in cfg.headers.items()}
         if cfg.api_key:

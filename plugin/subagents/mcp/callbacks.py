@@ -1,14 +1,21 @@
-"""Answers to the requests an MCP server may send us: roots and sampling.
+"""Answers to the requests an MCP server may send us: roots, sampling and elicitation.
 
-Both are opt-in per server in ``endpoints.yml``; a server that is not given them sees neither
-capability and cannot call them.
+Roots and sampling are opt-in per server in ``endpoints.yml``; a server that is not given them
+sees neither capability and cannot call them. Elicitation (a server asking the user for input in
+the middle of a call) is always offered: the agent that made the call asks the user and parks,
+and the user's answer goes back to the server on a later turn (see :class:`ElicitationRegistry`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -16,6 +23,7 @@ from ..config.endpoints import EndpointsConfig, McpServerConfig
 from .content import block_text
 
 log = structlog.get_logger("subagents.mcp")
+_T = TypeVar("_T")
 
 
 def root_uris(config: McpServerConfig, root: Path) -> list[str]:
@@ -66,6 +74,7 @@ class SamplingHandler:
         return self._llm
 
     async def __call__(self, context: Any, params: Any) -> Any:
+        """Answer one sampling request with a model reply, or an MCP error when it fails."""
         from mcp.types import INTERNAL_ERROR, CreateMessageResult, ErrorData, TextContent
 
         if params.tools:
@@ -95,5 +104,239 @@ class SamplingHandler:
                                    content=TextContent(type="text", text=response.text or ""))
 
     async def close(self) -> None:
+        """Close the model client if one was created."""
         if self._llm is not None:
             await self._llm.close()
+
+
+# ---------------------------------------------------------------------------- elicitation
+ELICITATION_TIMEOUT = 600.0
+"""Seconds a server's request for input waits for the user's answer by default."""
+
+
+@dataclass(frozen=True)
+class ElicitationOwner:
+    """Who may be asked when a call elicits: the conversation and tool call it belongs to."""
+
+    key: str
+    """``<conversation>:<tool call id>``: one pending request per call."""
+    timeout: float = ELICITATION_TIMEOUT
+
+
+_OWNER: ContextVar[ElicitationOwner | None] = ContextVar("subagents_elicitation_owner",
+                                                         default=None)
+
+
+@contextlib.contextmanager
+def elicitation_owner(owner: ElicitationOwner) -> Iterator[None]:
+    """MCP calls made inside this block may ask the user (through the agent) for input."""
+    token = _OWNER.set(owner)
+    try:
+        yield
+    finally:
+        _OWNER.reset(token)
+
+
+def with_defaults(schema: dict[str, Any], content: dict[str, Any]) -> dict[str, Any]:
+    """An answer to a form with the form's ``default`` for every field left out."""
+    filled = dict(content)
+    for name, spec in (schema.get("properties") or {}).items():
+        if name not in filled and isinstance(spec, dict) and "default" in spec:
+            filled[name] = spec["default"]
+    return filled
+
+
+class _Flight:
+    """One MCP call that may be asked for input, and its open question."""
+
+    def __init__(self, owner: ElicitationOwner) -> None:
+        self.owner = owner
+        self.question: Any = None
+        """The open ``ElicitRequestParams`` (None while no question waits)."""
+        self.answer: asyncio.Future[Any] | None = None
+        self.asked = asyncio.Event()
+        """Set while a question waits for its answer."""
+        self.settled = asyncio.Event()
+        """Set while no question waits (the opposite of :attr:`asked`)."""
+        self.settled.set()
+        self.task: asyncio.Task[Any] | None = None
+        self.collecting = False
+        """Set once an answer was sent: a resumed run will collect the call's result."""
+
+    @property
+    def waiting(self) -> bool:
+        """True while the server waits for the user's answer."""
+        return self.asked.is_set()
+
+    async def ask(self, params: Any) -> Any:
+        """Hold the server's request until the answer arrives (or the deadline cancels it)."""
+        loop = asyncio.get_running_loop()
+        answer = self.answer = loop.create_future()
+        self.question = params
+        self.collecting = False
+        self.settled.clear()
+        self.asked.set()
+        deadline = loop.call_later(self.owner.timeout, self._expire)
+        try:
+            return await answer
+        finally:
+            deadline.cancel()
+            if not answer.done():  # the connection went away while the user was asked
+                self._close()
+
+    def respond(self, result: Any) -> bool:
+        """Answer the open question; False when none is open."""
+        if self.answer is None or self.answer.done():
+            return False
+        self.answer.set_result(result)
+        self._close()
+        return True
+
+    def _close(self) -> None:
+        self.asked.clear()
+        self.settled.set()
+        self.question = None
+
+    def _expire(self) -> None:
+        from mcp.types import ElicitResult
+
+        if self.respond(ElicitResult(action="cancel")):
+            log.info("mcp.elicitation.expired", key=self.owner.key, timeout=self.owner.timeout)
+        ELICITATIONS.forget(self.owner.key)
+
+
+class ElicitationHandler:
+    """The ``elicitation_callback`` of one connection: routes a server's request for input to
+    the call in flight that may ask the user.
+
+    A request names no call, so it goes to the only call in flight on this connection that has
+    an owner; with none or several the request is cancelled (and logged).
+    """
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self._flights: list[_Flight] = []
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[_Flight | None]:
+        """Register the calling task's flight (if its call may ask) while the call runs."""
+        flight = ELICITATIONS.current()
+        if flight is not None:
+            self._flights.append(flight)
+        try:
+            yield flight
+        finally:
+            if flight is not None:
+                self._flights.remove(flight)
+
+    async def __call__(self, context: Any, params: Any) -> Any:
+        """Answer the server's ``elicitation/create`` request with the user's reply."""
+        from mcp.types import ElicitResult
+
+        candidates = [f for f in self._flights if not f.waiting]
+        if len(candidates) != 1:
+            log.warning("mcp.elicitation.unroutable", server=self.server,
+                        calls_in_flight=len(candidates))
+            return ElicitResult(action="cancel")
+        flight = candidates[0]
+        log.info("mcp.elicitation.requested", server=self.server, key=flight.owner.key,
+                 mode=getattr(params, "mode", "form"))
+        result = await flight.ask(params)
+        log.info("mcp.elicitation.answered", server=self.server, key=flight.owner.key,
+                 action=result.action)
+        return result
+
+
+class ElicitationRegistry:
+    """The calls of this process that wait for a user's answer, by owner key.
+
+    A call that elicits keeps running in a task of its own; the agent run that made it parks and
+    a later run (the user's answer) finds it here. The registry lives in memory: after a restart
+    nothing is pending, and the run that resumes says so instead of waiting.
+    """
+
+    def __init__(self) -> None:
+        self._flights: dict[str, _Flight] = {}
+        self._current: ContextVar[_Flight | None] = ContextVar("subagents_flight",
+                                                               default=None)
+
+    def current(self) -> _Flight | None:
+        """The flight of the MCP call the calling task makes (None: the call may not ask)."""
+        return self._current.get()
+
+    def question(self, key: str) -> Any:
+        """The open question of the call ``key`` (None when none waits)."""
+        flight = self._flights.get(key)
+        return flight.question if flight is not None else None
+
+    def pending(self, key: str) -> bool:
+        """Whether the call ``key`` is still held (running or waiting for an answer)."""
+        return key in self._flights
+
+    def held_call(self, key: str) -> asyncio.Task[Any] | None:
+        """The task of the held call ``key`` (observers may wait for it), if any."""
+        flight = self._flights.get(key)
+        return flight.task if flight is not None else None
+
+    def answer(self, key: str, result: Any) -> bool:
+        """Send the user's answer for the call ``key``; False when nothing waits for one."""
+        flight = self._flights.get(key)
+        if flight is None or not flight.respond(result):
+            return False
+        flight.collecting = True
+        return True
+
+    def forget(self, key: str) -> None:
+        """Drop the call ``key``: its question is cancelled and its result discarded."""
+        from mcp.types import ElicitResult
+
+        flight = self._flights.pop(key, None)
+        if flight is not None:
+            flight.respond(ElicitResult(action="cancel"))
+
+    async def call(self, start: Callable[[], Awaitable[_T]]) -> _T | None:
+        """Make (or, for a call that was answered, wait for) the MCP call ``start`` starts.
+
+        Returns the result, or None when the server asked for input: the question is then
+        :meth:`question` of the owner's key and the call goes on in the background.
+        """
+        owner = _OWNER.get()
+        if owner is None:
+            return await start()
+        flight = self._flights.get(owner.key)
+        if flight is None or flight.task is None:
+            flight = _Flight(owner)
+            token = self._current.set(flight)
+            try:
+                flight.task = asyncio.ensure_future(start())  # copies the context: the flight
+            finally:
+                self._current.reset(token)
+            flight.task.add_done_callback(lambda task: self._ended(flight))
+            self._flights[owner.key] = flight
+        asked = asyncio.ensure_future(flight.asked.wait())
+        try:
+            await asyncio.wait({flight.task, asked}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            self._flights.pop(owner.key, None)  # the run was cancelled: so is the call
+            flight.task.cancel()
+            raise
+        finally:
+            asked.cancel()
+        if flight.waiting and not flight.task.done():
+            return None
+        self._flights.pop(owner.key, None)
+        result: _T = flight.task.result()
+        return result
+
+    def _ended(self, flight: _Flight) -> None:
+        """A held call ended: drop it unless a resumed run is about to collect its result (a
+        call that failed while the user was asked, e.g. its connection died, is dropped)."""
+        task = flight.task
+        if task is not None and not task.cancelled():
+            task.exception()  # retrieved: a dropped call may fail unobserved
+        if not flight.collecting and self._flights.get(flight.owner.key) is flight:
+            del self._flights[flight.owner.key]
+
+
+ELICITATIONS = ElicitationRegistry()
+"""The process-wide registry of calls waiting for the user's input."""

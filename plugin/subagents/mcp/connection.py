@@ -37,7 +37,7 @@ from ..exceptions import (
 )
 from ..types import AgentToolResult
 from .auth import HeaderBuilder, oauth_provider
-from .callbacks import SamplingHandler, roots_callback
+from .callbacks import ElicitationHandler, SamplingHandler, roots_callback
 from .content import contents_text, convert_result
 from .login import LoginHandlers, LoginRequiredError
 
@@ -95,6 +95,7 @@ class MCPServerConnection:
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
         self._sampling = SamplingHandler(config, endpoints) if config.sampling else None
+        self._elicitation = ElicitationHandler(config.name)
         self._oauth: Any = None
         self._login = login
         self._client: Any = None
@@ -209,6 +210,7 @@ class MCPServerConnection:
                               logging_callback=self._on_log, cache=None,
                               list_roots_callback=roots_callback(self.config, self.root),
                               sampling_callback=self._sampling,
+                              elicitation_callback=self._elicitation,
                               client_info=Implementation(name="subagents", version=__version__)
                               ) as client:
                 self._client = client
@@ -246,6 +248,7 @@ class MCPServerConnection:
                 await task
 
     async def close(self) -> None:
+        """Close the session and the sampling handler."""
         await self._shutdown_task()
         if self._sampling is not None:
             await self._sampling.close()
@@ -365,10 +368,15 @@ class MCPServerConnection:
             raise _ConnectionLostError("the server rejected a new session as well") from exc
 
     async def _await_call(self, call: asyncio.Future[Any], progressed: asyncio.Event,
-                          timeout: float) -> bool:
-        """Wait for ``call``; each progress report restarts the timeout. False if it expired."""
+                          timeout: float, flight: Any = None) -> bool:
+        """Wait for ``call``; each progress report restarts the timeout. False if it expired.
+        While the server waits for the user's answer (``flight``) the timeout stands still."""
         limit = time.monotonic() + timeout * PROGRESS_MAX_FACTOR
         while True:
+            if flight is not None and flight.waiting:
+                paused = time.monotonic()
+                await self._await_answer(call, flight)
+                limit += time.monotonic() - paused
             progressed.clear()
             window = min(timeout, max(limit - time.monotonic(), 0.0))
             dead = asyncio.ensure_future(self._dead.wait())
@@ -383,8 +391,20 @@ class MCPServerConnection:
                 return True
             if dead in done:
                 raise _ConnectionLostError("the server went away")
+            if flight is not None and flight.waiting:
+                continue
             if progress not in done or time.monotonic() >= limit:
                 return False
+
+    async def _await_answer(self, call: asyncio.Future[Any], flight: Any) -> None:
+        """Wait while the user is asked (the registry's deadline bounds this)."""
+        answered = asyncio.ensure_future(flight.settled.wait())
+        dead = asyncio.ensure_future(self._dead.wait())
+        try:
+            await asyncio.wait({call, answered, dead}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            answered.cancel()
+            dead.cancel()
 
     async def _call_once(self, name: str, arguments: dict[str, Any], timeout: float,
                          meta: dict[str, Any] | None) -> AgentToolResult:
@@ -400,16 +420,19 @@ class MCPServerConnection:
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
             progressed.set()
 
-        call = asyncio.ensure_future(client.call_tool(
-            name, arguments, read_timeout_seconds=timeout * PROGRESS_MAX_FACTOR,
-            progress_callback=on_progress, meta=meta or None))
-        try:
-            finished = await self._await_call(call, progressed, timeout)
-        finally:
-            if not call.done():
-                call.cancel()
-                with contextlib.suppress(BaseException):
-                    await call
+        with self._elicitation.track() as flight:
+            # a call that may ask the user is timed by _await_call alone
+            call = asyncio.ensure_future(client.call_tool(
+                name, arguments, read_timeout_seconds=None if flight is not None
+                else timeout * PROGRESS_MAX_FACTOR, progress_callback=on_progress,
+                meta=meta or None))
+            try:
+                finished = await self._await_call(call, progressed, timeout, flight)
+            finally:
+                if not call.done():
+                    call.cancel()
+                    with contextlib.suppress(BaseException):
+                        await call
         if not finished:
             raise ToolTimeoutError(self._timeout_text(name, timeout))
         try:

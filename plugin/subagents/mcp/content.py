@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..types import AgentToolResult
+from ..types import AgentToolResult, ToolResultImage
 
 
 def _decoded_size(data: str) -> int:
@@ -67,8 +67,11 @@ def contents_text(contents: list[Any]) -> str:
 
 
 def convert_result(tool_name: str, result: Any) -> AgentToolResult:
-    """MCP ``CallToolResult`` -> AgentToolResult: text joined as text, structured as JSON."""
+    """MCP ``CallToolResult`` -> AgentToolResult: text joined as text, structured as JSON;
+    image blocks are kept aside (``images``) for agents that show them to the model."""
     joined = "\n".join(block_text(item) for item in result.content or [])
+    images = [ToolResultImage(mime_type=str(item.mime_type), data=str(item.data))
+              for item in result.content or [] if getattr(item, "type", None) == "image"]
     if result.is_error:
         return AgentToolResult(tool_name=tool_name, is_error=True,
                                error_message=joined or f"tool {tool_name!r} reported an error")
@@ -77,5 +80,5 @@ def convert_result(tool_name: str, result: Any) -> AgentToolResult:
         value = structured.get("result", structured) if isinstance(structured, dict) \
             and set(structured) == {"result"} else structured
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        return AgentToolResult(tool_name=tool_name, result=text)
-    return AgentToolResult(tool_name=tool_name, result=joined)
+        return AgentToolResult(tool_name=tool_name, result=text, images=images)
+    return AgentToolResult(tool_name=tool_name, result=joined, images=images)

@@ -11,12 +11,10 @@ never opens a browser: without a usable login, connecting fails with the command
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
-import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +27,7 @@ from ..config.endpoints import McpServerConfig
 from ..exceptions import MCPConnectionError
 
 if TYPE_CHECKING:
-    from .connection import MCPServerConnection
+    pass
 
 log = structlog.get_logger("subagents.mcp")
 
@@ -75,12 +73,14 @@ class FileTokenStorage:
         tmp.replace(self.path)
 
     async def get_tokens(self) -> Any:
+        """The stored OAuth tokens, or None."""
         from mcp.shared.auth import OAuthToken
 
         raw = self._read().get("tokens")
         return OAuthToken.model_validate(raw) if raw else None
 
     async def set_tokens(self, tokens: Any) -> None:
+        """Store OAuth tokens and when they expire."""
         self._write("tokens", tokens)
         self._write_value("expires_at", time.time() + float(tokens.expires_in)
                           if tokens.expires_in else None)
@@ -107,12 +107,14 @@ class FileTokenStorage:
         return float(value) if isinstance(value, int | float) else None
 
     async def get_client_info(self) -> Any:
+        """The stored OAuth client registration, or None."""
         from mcp.shared.auth import OAuthClientInformationFull
 
         raw = self._read().get("client_info")
         return OAuthClientInformationFull.model_validate(raw) if raw else None
 
     async def set_client_info(self, client_info: Any) -> None:
+        """Store the OAuth client registration."""
         self._write("client_info", client_info)
 
 
@@ -233,62 +235,3 @@ class _CallbackServer:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
-
-
-async def _open_in_browser(url: str) -> None:
-    import webbrowser
-
-    print(f"Open this address to sign in:\n  {url}", file=sys.stderr)
-    await asyncio.to_thread(webbrowser.open, url)
-
-
-@contextlib.asynccontextmanager
-async def interactive_connection(config: McpServerConfig, root: Path,
-                                 open_url: Callable[[str], Awaitable[None]] | None = None
-                                 ) -> AsyncIterator[MCPServerConnection]:
-    """A connection that may send a person to sign in whenever the server asks (the first
-    login, or a step-up to more scopes); its login is stored like ``login``'s."""
-    from .connection import MCPServerConnection
-
-    if config.oauth is None or config.oauth.grant != "authorization_code":
-        raise MCPConnectionError(f"MCP server {config.name!r} has no oauth with "
-                                 "grant: authorization_code", code="mcp.login_not_configured")
-    callback = _CallbackServer(config.oauth.redirect_port)
-    redirect_uri = await callback.start()
-    handlers = LoginHandlers(open_url=open_url or _open_in_browser, redirect_uri=redirect_uri,
-                             wait_for_callback=callback.wait)
-    conn = MCPServerConnection(config, root=root, login=handlers)
-    try:
-        await conn.start(attempts=1)
-        yield conn
-    finally:
-        await conn.close()
-        await callback.close()
-
-
-async def login(config: McpServerConfig, root: Path,
-                open_url: Callable[[str], Awaitable[None]] | None = None) -> list[str]:
-    """Run the sign-in for ``config`` and store the result; return the server's tool names."""
-    async with interactive_connection(config, root, open_url) as conn:
-        names = [tool.name for tool in await conn.tools()]
-    log.info("mcp.login.done", server=config.name, tools=len(names))
-    return names
-
-
-def cmd_login(project_dir: Path, server: str) -> int:
-    """``subagents mcp login <server>``: exit status 0 when signed in."""
-    from ..config.project import load_project
-
-    project = load_project(project_dir)
-    config = project.endpoints.mcp_server(server)
-    if config is None:
-        print(f"MCP server {server!r} is not defined in endpoints.yml", file=sys.stderr)
-        return 2
-    try:
-        names = asyncio.run(login(config, project.root))
-    except MCPConnectionError as exc:
-        print(f"login failed [{exc.code}]: {exc}", file=sys.stderr)
-        return 1
-    print(f"Signed in to {server!r}; {len(names)} tool(s) available. Stored in "
-          f"{token_file(project.root, server)}")
-    return 0

@@ -11,6 +11,8 @@ from .connection import MCPServerConnection
 
 
 class MCPPool:
+    """One shared connection per MCP server defined in endpoints.yml."""
+
     def __init__(self, endpoints: EndpointsConfig, *, root: Path | None = None) -> None:
         self.endpoints = endpoints
         self.root = root
@@ -18,6 +20,11 @@ class MCPPool:
         self._starting: dict[str, asyncio.Task[None]] = {}
 
     def connection(self, name: str) -> MCPServerConnection:
+        """The connection to server ``name``, created (not yet opened) on first use.
+
+        Raises:
+            MCPConnectionError: ``mcp.unknown_server`` when endpoints.yml does not define it.
+        """
         conn = self._connections.get(name)
         if conn is None:
             config = self.endpoints.mcp_server(name)
@@ -40,6 +47,7 @@ class MCPPool:
         await asyncio.shield(task)
 
     async def close(self) -> None:
+        """Close every connection."""
         await asyncio.gather(*(c.close() for c in self._connections.values()),
                              return_exceptions=True)
         self._connections.clear()

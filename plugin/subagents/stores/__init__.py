@@ -9,12 +9,14 @@ __all__ = ["ConversationRecord", "InMemoryTrackerStore", "InProcessLockStore", "
 
 
 def create_tracker_store(config: object | None, root: object) -> TrackerStore:
+    """The tracker store ``config`` (endpoints.yml ``tracker_store``) describes."""
     from .factory import tracker_store_from_config
 
     return tracker_store_from_config(config, root)
 
 
 def create_lock_store(config: object | None) -> LockStore:
+    """The lock store ``config`` (endpoints.yml ``lock_store``) describes."""
     from .factory import lock_store_from_config
 
     return lock_store_from_config(config)

@@ -16,6 +16,8 @@ class StoreError(SubagentsError):
 
 @dataclass
 class ConversationRecord:
+    """A conversation's stored events and dialogue stack."""
+
     sender_id: str
     events: list[dict[str, Any]] = field(default_factory=list)
     stack: list[dict[str, Any]] = field(default_factory=list)
@@ -26,14 +28,24 @@ class TrackerStore:
     conversation is exactly as it was after the last completed turn."""
 
     async def load(self, sender_id: str) -> ConversationRecord:
+        """The conversation of ``sender_id``; empty when there is none."""
         raise NotImplementedError
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
                         stack: list[dict[str, Any]], previous_count: int) -> None:
+        """Append a turn's new events and replace the stack atomically.
+
+        Args:
+            sender_id: The conversation.
+            new_events: Events the turn added.
+            stack: The dialogue stack after the turn.
+            previous_count: How many events the conversation had when the turn loaded it.
+        """
         raise NotImplementedError
 
     async def senders(self) -> list[str]:
+        """The ids of all stored conversations."""
         raise NotImplementedError
 
     async def close(self) -> None:
-        return None
+        """Release the store's resources."""

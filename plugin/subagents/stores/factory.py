@@ -15,6 +15,7 @@ DEFAULT_DB = ".subagents/tracker.db"
 
 
 def tracker_store_from_config(config: Any, root: Any) -> TrackerStore:
+    """Build the tracker store an endpoints.yml ``tracker_store`` section describes."""
     root = Path(root)
     data = config.model_dump() if config is not None else {"type": "sql"}
     kind = str(data.get("type") or "sql").lower()
@@ -46,6 +47,7 @@ def tracker_store_from_config(config: Any, root: Any) -> TrackerStore:
 
 
 def lock_store_from_config(config: Any) -> LockStore:
+    """Build the lock store an endpoints.yml ``lock_store`` section describes."""
     data = config.model_dump() if config is not None else {}
     kind = str(data.get("type") or "in_memory").lower()
     if kind == "redis":

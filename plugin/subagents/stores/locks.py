@@ -16,11 +16,14 @@ class LockTimeoutError(StoreError):
 
 
 class LockStore:
+    """Serializes the turns of one conversation."""
+
     def lock(self, sender_id: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A context manager that holds the lock of ``sender_id``."""
         raise NotImplementedError
 
     async def close(self) -> None:
-        return None
+        """Release the store's resources."""
 
 
 class InProcessLockStore(LockStore):
@@ -33,6 +36,11 @@ class InProcessLockStore(LockStore):
 
     @contextlib.asynccontextmanager
     async def lock(self, sender_id: str) -> AsyncIterator[None]:
+        """Hold the lock of ``sender_id``.
+
+        Raises:
+            LockTimeoutError: The lock was not free within ``wait_timeout`` seconds.
+        """
         lock = self._locks.setdefault(sender_id, asyncio.Lock())
         self._users[sender_id] = self._users.get(sender_id, 0) + 1
         try:

@@ -36,6 +36,11 @@ class RedisLockStore(LockStore):
 
     @contextlib.asynccontextmanager
     async def lock(self, sender_id: str) -> AsyncIterator[None]:
+        """Hold the Redis lock of ``sender_id``, extending it while the turn runs.
+
+        Raises:
+            LockTimeoutError: The lock was not free within ``wait_timeout`` seconds.
+        """
         lock = self.client.lock(f"subagents:lock:{sender_id}", timeout=self.lock_timeout,
                                 blocking_timeout=self.wait_timeout)
         acquired = await lock.acquire()
@@ -67,4 +72,5 @@ class RedisLockStore(LockStore):
                 self.on_extend(sender_id)
 
     async def close(self) -> None:
+        """Close the Redis client."""
         await self.client.aclose()

@@ -173,6 +173,7 @@ class SQLTrackerStore(TrackerStore):
                 self._ready = True
 
     async def load(self, sender_id: str) -> ConversationRecord:
+        """The conversation of ``sender_id``; empty when there is none."""
         await self._init()
         return await self._run(functools.partial(self._load_rows, sender_id))
 
@@ -190,6 +191,8 @@ class SQLTrackerStore(TrackerStore):
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
                         stack: list[dict[str, Any]], previous_count: int) -> None:
+        """Append the turn's events and replace the stack atomically (concurrent turns share
+        one commit)."""
         await self._init()
         item = _PendingTurn(sender_id, new_events, stack, previous_count,
                             asyncio.get_running_loop().create_future())
@@ -271,6 +274,7 @@ class SQLTrackerStore(TrackerStore):
         return refused
 
     async def senders(self) -> list[str]:
+        """The ids of all stored conversations."""
         from sqlalchemy import select
 
         await self._init()
@@ -278,6 +282,7 @@ class SQLTrackerStore(TrackerStore):
         return await self._run(lambda conn: [r[0] for r in conn.execute(select(column))])
 
     async def close(self) -> None:
+        """Dispose of the database engine (the store may be used again afterwards)."""
         self._ready = False  # a store used again re-checks its tables (in-memory: new ones)
         if self.engine is not None:
             await self.engine.dispose()

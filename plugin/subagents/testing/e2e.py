@@ -29,6 +29,7 @@ import structlog
 
 from .. import events as ev
 from ..channels.base import CollectingOutputChannel
+from ..config.project import ProjectPaths
 from ..exceptions import ConfigError
 from ..stores import InMemoryTrackerStore
 from .assertions import (
@@ -145,7 +146,7 @@ def _capture_errors() -> Iterator[list[dict[str, Any]]]:
 class Runner:
     """Runs test cases against one project. ``async with Runner(dir) as runner:``."""
 
-    def __init__(self, project_dir: Path, *, strict: bool = False) -> None:
+    def __init__(self, project_dir: Path | ProjectPaths, *, strict: bool = False) -> None:
         self.project_dir = project_dir
         self.strict = strict
         """Strict matching for cases whose file does not say (``--strict``)."""

@@ -29,6 +29,8 @@ __all__ = ["FakeModelServer", "RecordedRequest", "Reply", "normalize_reply"]
 
 @dataclass
 class Reply:
+    """One scripted model reply."""
+
     text: str | None = None
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     error: dict[str, Any] | None = None
@@ -40,6 +42,8 @@ class Reply:
 
 @dataclass
 class RecordedRequest:
+    """A request the fake server received."""
+
     caller: str
     index: int
     """1-based number of this request among the caller's requests."""
@@ -52,14 +56,17 @@ class RecordedRequest:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
+        """The request's chat messages."""
         return list(self.body.get("messages") or [])
 
     @property
     def tool_names(self) -> list[str]:
+        """Names of the tools offered in the request."""
         return [t.get("function", {}).get("name", "") for t in self.body.get("tools") or []]
 
     @property
     def system_text(self) -> str:
+        """The request's system messages, joined by newlines."""
         return "\n".join(str(m.get("content") or "") for m in self.messages
                          if m.get("role") == "system")
 
@@ -228,6 +235,7 @@ class FakeModelServer:
         self._counter[0] = 0
 
     def base_url(self, caller: str = "default") -> str:
+        """The OpenAI-compatible base URL for ``caller``'s scripted replies."""
         prefix = "" if caller == "default" else f"/{caller}"
         return f"http://{self.host}:{self.port}{prefix}/v1"
 
@@ -250,17 +258,21 @@ class FakeModelServer:
         return factory
 
     def requests_of(self, caller: str) -> list[RecordedRequest]:
+        """The received requests of ``caller``."""
         return [r for r in self.requests if r.caller == caller]
 
     def unconsumed(self) -> dict[str, int]:
+        """Scripted replies not yet requested, counted per caller."""
         return {c: len(q) for c, q in self._queues.items() if q}
 
     def problems(self) -> list[str]:
+        """Problems seen so far, including scripted replies never requested."""
         left = [f"{n} scripted repl{'y' if n == 1 else 'ies'} for {c} never requested"
                 for c, n in self.unconsumed().items()]
         return [*self._problems, *left]
 
     def assert_done(self) -> None:
+        """Raise AssertionError listing the problems, if there are any."""
         problems = self.problems()
         if problems:
             raise AssertionError("fake model server: " + "; ".join(problems))

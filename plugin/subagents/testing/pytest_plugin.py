@@ -30,6 +30,7 @@ PLUGIN_NAMES = ("subagents", "subagents.testing.pytest_plugin")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """Add the ``--subagents-project``/``--subagents-strict`` options, ``subagents_e2e`` ini key."""
     group = parser.getgroup("subagents")
     group.addoption("--subagents-project", default=None,
                     help="assistant project for tests/e2e/*.yml (default: the folder "
@@ -83,12 +84,14 @@ def _session(config: pytest.Config) -> _Session:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """Close the conversation test session, if one was started."""
     session = config.stash.get(_KEY, None)
     if session is not None:
         session.close()
 
 
 def pytest_collect_file(parent: pytest.Collector, file_path: Path) -> pytest.Collector | None:
+    """Collect ``tests/e2e/*.yml`` files as conversation tests when the plugin is enabled."""
     if file_path.suffix in (".yml", ".yaml") and file_path.parent.name == "e2e" and \
             file_path.parent.parent.name == "tests" and enabled(parent.config):
         return E2EFile.from_parent(parent, path=file_path)
@@ -107,6 +110,7 @@ class E2EFile(pytest.File):
     """A conversation test file: one item per test case."""
 
     def collect(self) -> Iterator[pytest.Item]:
+        """Load the file and yield one item per test case; a load issue fails collection."""
         project = self.project()
         try:
             shown = str(self.path.relative_to(project))
@@ -121,6 +125,7 @@ class E2EFile(pytest.File):
             yield E2EItem.from_parent(self, name=case.name, case=case, project=project)
 
     def project(self) -> Path:
+        """The assistant project: ``--subagents-project``, else the folder holding ``tests/``."""
         option = self.config.getoption("--subagents-project")
         return Path(option).resolve() if option else self.path.parent.parent.parent.resolve()
 
@@ -134,6 +139,7 @@ class E2EItem(pytest.Item):
         self.project = project
 
     def runtest(self) -> None:
+        """Run the case; raise E2EFailedError when it fails."""
         session = _session(self.config)
         runner = session.runner(self.project)
         result = session.run(runner.run_case(self.case))
@@ -142,9 +148,11 @@ class E2EItem(pytest.Item):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException],
                      style: Any = None) -> str:
+        """The conversation test's failure report, or pytest's default for other errors."""
         if isinstance(excinfo.value, E2EFailedError):
             return failure_text(excinfo.value.result)
         return str(super().repr_failure(excinfo))
 
     def reportinfo(self) -> tuple[Path, int | None, str]:
+        """The file, line and name pytest shows for the case."""
         return self.path, (self.case.line or 1) - 1, f"e2e: {self.case.name}"

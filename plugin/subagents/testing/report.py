@@ -57,6 +57,7 @@ class Progress:
         self.enabled = stream.isatty() and total > 5
 
     def tick(self) -> None:
+        """Count one finished case and redraw the bar when it is shown."""
         self.done += 1
         if self.enabled:
             width = 30
@@ -66,6 +67,7 @@ class Progress:
             self.stream.flush()
 
     def close(self) -> None:
+        """Erase the bar."""
         if self.enabled:
             self.stream.write("\r" + " " * 50 + "\r")
             self.stream.flush()

@@ -121,6 +121,8 @@ class Deferral(StrEnum):
     """The client executes the tool and sends the result back."""
     APPROVAL = "approval"
     """The user must approve the call first."""
+    ELICITATION = "elicitation"
+    """The MCP server asked the user for input in the middle of the call."""
 
 
 @dataclass

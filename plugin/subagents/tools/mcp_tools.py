@@ -9,6 +9,7 @@ import structlog
 
 from ..config.sub_agent import McpServerRef, ToolSettings
 from ..exceptions import ToolNotAvailableError
+from ..mcp.callbacks import ELICITATIONS
 from ..mcp.connection import MCPTool
 from ..mcp.pool import MCPPool
 from ..types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
@@ -125,5 +126,8 @@ class MCPToolset:
             except Exception as exc:
                 raise ToolNotAvailableError(f"the pre-call hook of MCP server {ref.name!r} "
                                             f"failed for {name!r}: {exc}") from exc
-        return await self.pool.connection(ref.name).call_tool(
-            name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta)
+        connection = self.pool.connection(ref.name)
+        result = await ELICITATIONS.call(lambda: connection.call_tool(
+            name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta))
+        # None: the server asked the user for input; the call goes on in the background
+        return result if result is not None else AgentToolResult(tool_name=name)
