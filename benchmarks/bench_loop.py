@@ -1,8 +1,14 @@
-"""ReAct loop overhead: a 5-step run, model at zero latency, trivial in-process tool."""
+"""ReAct loop overhead: a 5-step run, model at zero latency, trivial in-process tool.
+
+The floor is a raw client: the same request bodies posted as plain JSON over one keep-alive
+aiohttp session, replies decoded with ``json.loads``, no SDK and no agent. Logging is set up
+as ``subagents serve`` sets it (WARNING), so filtered-out log calls cost what they cost there.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import time
 import tracemalloc
@@ -14,6 +20,7 @@ from subagents.agents.schemas import AgentInput, AgentToolContext, AgentToolResu
 from subagents.channels import CollectingOutputChannel
 from subagents.config.sub_agent import AgentConfiguration
 from subagents.llm import LLMClient, ModelSettings
+from subagents.logs import configure_logging
 from subagents.testing import FakeModelServer
 
 RUNS = 40
@@ -54,7 +61,32 @@ async def _runs(agent: Bench, fake: FakeModelServer, count: int) -> list[float]:
     return per_step
 
 
+async def _raw_floor(fake: FakeModelServer, bodies: list[dict[str, Any]], count: int
+                     ) -> list[float]:
+    """Per call: wall minus fake-server time of posting ``bodies`` with a bare JSON client."""
+    import aiohttp
+
+    url = fake.base_url("bench") + "/chat/completions"
+    headers = {"Authorization": "Bearer x", "Content-Type": "application/json"}
+    per_call = []
+    async with aiohttp.ClientSession() as session:
+        for _ in range(count):
+            fake.add("bench", script())
+            before = len(fake.requests)
+            start = time.perf_counter()
+            for body in bodies:
+                async with session.post(url, data=json.dumps(body).encode(),
+                                        headers=headers) as response:
+                    reply = json.loads(await response.read())
+                assert reply["choices"][0]["message"]["tool_calls"]
+            wall = (time.perf_counter() - start) * 1000
+            server = sum(r.handled_ms for r in fake.requests[before:])
+            per_call.append((wall - server) / len(bodies))
+    return per_call
+
+
 async def main() -> None:
+    configure_logging("WARNING")
     print("== ReAct loop overhead (5 steps, zero-latency model, in-process tool) ==")
     async with FakeModelServer() as fake:
         llm = LLMClient(ModelSettings(model="m", api_base=fake.base_url("bench"), max_retries=0))
@@ -67,9 +99,15 @@ async def main() -> None:
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         await agent.disconnect()
+        bodies = [r.body for r in fake.requests[-STEPS:]]
+        await _raw_floor(fake, bodies, 3)
+        floor = await _raw_floor(fake, bodies, RUNS)
         fake.assert_done()
     print(f"per step (wall minus fake-server time): median {statistics.median(per_step):.2f} ms"
           f", min {min(per_step):.2f} ms, max {max(per_step):.2f} ms  (n={len(per_step)} runs)")
+    print(f"raw JSON client floor per call: median {statistics.median(floor):.2f} ms, "
+          f"min {min(floor):.2f} ms  -> agent step / floor = "
+          f"{statistics.median(per_step) / statistics.median(floor):.2f}x")
     print(f"peak traced Python memory over 5 runs: {peak / 1024 / 1024:.2f} MB")
 
 

@@ -1,8 +1,10 @@
 """Load: N concurrent conversations against `subagents serve` (a subprocess on 127.0.0.1).
 
-Each conversation sends one turn ("/help_flow") whose open agent answers in one model call;
-the fake model answers after a fixed 200 ms. Reported: turns/s, p50/p99 turn latency minus the
-model latency, and the server's RSS. The tracker store is the default SQLite file.
+Each of N concurrent clients sends ``--turns`` turns one after the other, each turn "/help_flow"
+in a new conversation whose open agent answers in one model call; the fake model answers after
+a fixed 200 ms. Reported: sustained turns/s, p50/p99 turn latency minus the model
+latency, the server's CPU per turn (from /proc) and its RSS. The tracker store is the default
+SQLite file.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import httpx2
 from subagents.testing import FakeModelServer
 
 MODEL_MS = 200
-LEVELS = (100, 500, 1000)
+LEVELS = (100, 300, 1000)
 
 
 def free_port() -> int:
@@ -82,21 +84,25 @@ async def wait_healthy(base: str) -> None:
     raise RuntimeError("the server did not start")
 
 
-async def level(client: httpx2.AsyncClient, fake: FakeModelServer, n: int, tag: str
-                ) -> tuple[float, list[float]]:
-    fake.add("helper", [{"text": "How can I help?", "delay_ms": MODEL_MS}] * n)
+async def level(client: httpx2.AsyncClient, fake: FakeModelServer, n: int, tag: str,
+                turns: int = 1) -> tuple[float, list[float]]:
+    """n clients, each sending ``turns`` turns in sequence; wall seconds and latencies."""
+    fake.add("helper", [{"text": "How can I help?", "delay_ms": MODEL_MS}] * (n * turns))
 
-    async def one(i: int) -> float:
-        start = time.perf_counter()
-        response = await client.post("/webhooks/rest/webhook",
-                                     json={"sender": f"{tag}-{i}", "message": "/help_flow"})
-        response.raise_for_status()
-        assert response.json()[0]["text"] == "How can I help?"
-        return (time.perf_counter() - start) * 1000 - MODEL_MS
+    async def one(i: int) -> list[float]:
+        latencies = []
+        for turn in range(turns):
+            start = time.perf_counter()
+            response = await client.post("/webhooks/rest/webhook", json={
+                "sender": f"{tag}-{i}-{turn}", "message": "/help_flow"})
+            response.raise_for_status()
+            assert response.json()[0]["text"] == "How can I help?", response.json()
+            latencies.append((time.perf_counter() - start) * 1000 - MODEL_MS)
+        return latencies
 
     start = time.perf_counter()
-    latencies = await asyncio.gather(*(one(i) for i in range(n)))
-    return time.perf_counter() - start, list(latencies)
+    per_conversation = await asyncio.gather(*(one(i) for i in range(n)))
+    return time.perf_counter() - start, [ms for lat in per_conversation for ms in lat]
 
 
 def raise_fd_limit() -> int:
@@ -109,7 +115,7 @@ def raise_fd_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-async def run_level(root: Path, fake: FakeModelServer, n: int) -> str:
+async def run_level(root: Path, fake: FakeModelServer, n: int, turns: int = 1) -> str:
     """Start a fresh server, warm it up, run n concurrent conversations, stop it."""
     port = free_port()
     log_file = (root / f"server-{n}.log").open("wb")
@@ -124,16 +130,18 @@ async def run_level(root: Path, fake: FakeModelServer, n: int) -> str:
         async with httpx2.AsyncClient(base_url=base, timeout=300, limits=limits) as client:
             await level(client, fake, 20, f"warmup{n}")
             server_cpu, own_cpu = cpu_seconds(proc.pid), time.process_time()
-            wall, lat = await level(client, fake, n, f"n{n}")
+            wall, lat = await level(client, fake, n, f"n{n}", turns)
             server_cpu = cpu_seconds(proc.pid) - server_cpu
             own_cpu = time.process_time() - own_cpu
         lat.sort()
         rss, hwm = rss_mb(proc.pid)
-        return (f"N={n:5d}: {n / wall:7.1f} turns/s   latency minus model: "
+        total = n * turns
+        return (f"N={n:5d}: {total / wall:7.1f} turns/s   latency minus model: "
                 f"p50 {statistics.median(lat):8.1f} ms  "
                 f"p99 {lat[min(len(lat) - 1, int(len(lat) * 0.99))]:8.1f} ms   "
                 f"server RSS {rss:6.1f} MB (peak {hwm:6.1f})   CPU ms/turn: server "
-                f"{server_cpu / n * 1000:.1f}, client+fake model {own_cpu / n * 1000:.1f}")
+                f"{server_cpu / total * 1000:.2f}, client+fake model "
+                f"{own_cpu / total * 1000:.2f}")
     finally:
         proc.terminate()
         await proc.wait()
@@ -149,10 +157,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--levels", type=lambda text: tuple(int(n) for n in text.split(",")),
                         default=LEVELS, metavar="N,N,...",
                         help="concurrent conversations per level (default: %(default)s)")
+    parser.add_argument("--turns", type=int, default=5,
+                        help="turns each conversation sends in sequence (default: %(default)s)")
     return parser.parse_args(argv)
 
 
-async def main(levels: tuple[int, ...] = LEVELS) -> None:
+async def main(levels: tuple[int, ...] = LEVELS, turns: int = 5) -> None:
     raise_fd_limit()
     print(f"== serve under load (fake model {MODEL_MS} ms per call, SQLite tracker; "
           "the client and the fake model share the machine's 2 cores with the server) ==")
@@ -161,9 +171,10 @@ async def main(levels: tuple[int, ...] = LEVELS) -> None:
             root = Path(tmp)
             write_project(root, fake)
             for n in levels:
-                print(await run_level(root, fake, n), flush=True)
+                print(await run_level(root, fake, n, turns), flush=True)
             fake.assert_done()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(parse_args().levels))
+    args = parse_args()
+    asyncio.run(main(args.levels, args.turns))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+import bench_example
 import bench_import
 import bench_loop
 import bench_mcp
@@ -29,6 +30,8 @@ def main() -> None:
     asyncio.run(bench_loop.main())
     print()
     asyncio.run(bench_serve.main())
+    print()
+    asyncio.run(bench_example.main())
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """The one LLM client: any OpenAI-compatible chat completions endpoint, streaming or not.
 
-Retries (429, 5xx, connection errors, with backoff) are the openai SDK's; a stream that already
-started is never retried. Every failure becomes :class:`~subagents.exceptions.LLMError` with a
+A non-streamed call posts plain JSON through one keep-alive aiohttp session per client and
+parses the reply itself (no SDK models on the hot path); a streamed call goes through the
+openai SDK. Both retry alike: 408, 409, 429, 5xx and connection errors, with exponential
+backoff or the endpoint's ``Retry-After`` (up to two minutes); a stream that already started
+is never retried. Every failure becomes :class:`~subagents.exceptions.LLMError` with a
 stable code (``llm.timeout``, ``llm.connection``, ``llm.http_<status>``, ``llm.auth``,
 ``llm.bad_response``, ``llm.deadline``).
 
@@ -15,8 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import email.utils
 import json
+import math
 import os
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +35,7 @@ from .exceptions import ConfigError, ConfigIssue, LLMError
 from .observability import traced_model_call
 
 if TYPE_CHECKING:
+    import aiohttp
     from openai import AsyncOpenAI
 
     from .config.endpoints import EndpointsConfig
@@ -166,6 +173,7 @@ class LLMClient:
         self.settings = settings
         self.name = name
         self._client: AsyncOpenAI | None = None
+        self._json: _JsonTransport | None = None
 
     def _api_key(self) -> str:
         key = self.settings.api_key
@@ -195,11 +203,22 @@ class LLMClient:
                                        max_retries=self.settings.max_retries, http_client=http)
         return self._client
 
+    def _transport(self) -> _JsonTransport:
+        if self._json is None or not self._json.usable():
+            base = (self.settings.api_base or os.environ.get("OPENAI_BASE_URL")
+                    or "https://api.openai.com/v1")
+            self._json = _JsonTransport(base, self._api_key(), self.settings.timeout,
+                                        self.settings.max_retries)
+        return self._json
+
     async def close(self) -> None:
         """Close the underlying client if one was created."""
         if self._client is not None:
             await self._client.close()
             self._client = None
+        if self._json is not None:
+            await self._json.close()
+            self._json = None
 
     @traced_model_call
     async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
@@ -236,7 +255,17 @@ class LLMClient:
         try:
             if stream:
                 return await self._stream(body, on_text, started, left)
-            return self._parse(await self._post(body, stream=False, left=left))
+            return _parse_completion(await self._transport().post(body, left))
+        except _HTTPStatusError as exc:
+            raise LLMError(f"the model endpoint answered HTTP {exc.status}: {exc.detail}",
+                           code="llm.auth" if exc.status == 401 else f"llm.http_{exc.status}"
+                           ) from exc
+        except _TimedOutError as exc:
+            raise LLMError(f"the model {self.settings.model!r} did not answer within "
+                           f"{self.settings.timeout:g}s", code="llm.timeout") from exc
+        except _ConnectionFailedError as exc:
+            raise LLMError(f"connection to the model endpoint failed: {exc}",
+                           code="llm.connection") from exc
         except openai.APITimeoutError as exc:
             raise LLMError(f"the model {self.settings.model!r} did not answer within "
                            f"{self.settings.timeout:g}s", code="llm.timeout") from exc
@@ -274,15 +303,6 @@ class LLMClient:
         return await self.client.post("/chat/completions", body=body, cast_to=ChatCompletion,
                                       options=options, stream=stream,
                                       stream_cls=AsyncStream[ChatCompletionChunk])
-
-    def _parse(self, completion: Any) -> LLMResponse:
-        if not completion.choices:
-            return LLMResponse(text=None, usage=_usage(completion.usage))
-        choice = completion.choices[0]
-        calls = [_tool_call(tc.id, tc.function.name, tc.function.arguments, i)
-                 for i, tc in enumerate(choice.message.tool_calls or [])]
-        return LLMResponse(text=choice.message.content, tool_calls=calls,
-                           usage=_usage(completion.usage), finish_reason=choice.finish_reason)
 
     async def _stream(self, body: dict[str, Any], on_text: TextCallback | None,
                       started: float, left: float | None) -> LLMResponse:
@@ -335,3 +355,214 @@ def _tool_call(call_id: str | None, name: str | None, raw: str | None, index: in
         return ToolCall(call_id or f"call_{index}", name or "", raw, None,
                         "the arguments must be a JSON object")
     return ToolCall(call_id or f"call_{index}", name or "", raw, parsed)
+
+
+_RETRY_STATUSES = frozenset({408, 409, 429})
+_MAX_RETRY_AFTER = 120.0
+
+
+class _HTTPStatusError(Exception):
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"HTTP {status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+class _ConnectionFailedError(Exception):
+    pass
+
+
+class _TimedOutError(Exception):
+    pass
+
+
+class _JsonTransport:
+    """POSTs chat-completion bodies as plain JSON over one keep-alive aiohttp session.
+
+    aiohttp's pool hands out an idle connection without probing every pooled socket, and the
+    reply is parsed straight from JSON; both matter once hundreds of conversations share one
+    process.
+    """
+
+    def __init__(self, base_url: str, api_key: str, timeout: float, max_retries: int) -> None:
+        self.url = base_url.rstrip("/") + "/chat/completions"
+        self.headers = {"Authorization": f"Bearer {api_key}",
+                        "Content-Type": "application/json", "Accept": "application/json"}
+        for variable, header in (("OPENAI_ORG_ID", "OpenAI-Organization"),
+                                 ("OPENAI_PROJECT_ID", "OpenAI-Project")):
+            if os.environ.get(variable):
+                self.headers[header] = os.environ[variable]
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.proxy = _env_proxy(self.url)
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def usable(self) -> bool:
+        """False once the session belongs to another (or a closed) event loop."""
+        return self._loop is None or self._loop is _running_loop()
+
+    def _open(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            import ssl
+
+            import aiohttp
+
+            context = ssl.create_default_context()
+            with contextlib.suppress(ImportError):
+                import certifi
+
+                context.load_verify_locations(certifi.where())
+            self._loop = asyncio.get_running_loop()
+            # one idle connection kept per concurrent call: no connection churn under load
+            connector = aiohttp.TCPConnector(limit=1000, keepalive_timeout=30, ssl=context)
+            # the proxy comes from the environment once (trust_env would re-read it and
+            # ~/.netrc in a worker thread on every request)
+            self._session = aiohttp.ClientSession(connector=connector, json_serialize=json.dumps)
+        return self._session
+
+    async def post(self, body: dict[str, Any], left: float | None) -> Any:
+        """The decoded JSON reply; retries like the openai SDK; raises the errors above."""
+        data = json.dumps(body).encode()
+        attempt = 0
+        while True:
+            try:
+                return await self._attempt(data, left)
+            except (_HTTPStatusError, _ConnectionFailedError, _TimedOutError) as exc:
+                retry_after = (exc.retry_after if isinstance(exc, _RetryableStatusError)
+                               else None)
+                if attempt >= self.max_retries or (
+                        isinstance(exc, _HTTPStatusError)
+                        and not isinstance(exc, _RetryableStatusError)):
+                    raise
+            await asyncio.sleep(_retry_delay(retry_after, attempt))
+            attempt += 1
+            left = _time_left()
+
+    async def _attempt(self, data: bytes, left: float | None) -> Any:
+        import aiohttp
+
+        seconds = self.timeout if left is None else max(0.01, min(self.timeout, left))
+        timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
+        try:
+            async with self._open().post(self.url, data=data, headers=self.headers,
+                                         timeout=timeout, proxy=self.proxy) as response:
+                raw = await response.read()
+                if response.status >= 400:
+                    raise _status_error(response.status, response.headers, raw)
+        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+            raise _TimedOutError(str(exc) or "timed out") from exc
+        except aiohttp.ClientError as exc:
+            raise _ConnectionFailedError(str(exc) or type(exc).__name__) from exc
+        return json.loads(raw)
+
+    async def close(self) -> None:
+        if self._session is not None and self.usable():
+            await self._session.close()
+        self._session = None
+
+
+class _RetryableStatusError(_HTTPStatusError):
+    def __init__(self, status: int, detail: str, retry_after: float | None) -> None:
+        super().__init__(status, detail)
+        self.retry_after = retry_after
+
+
+def _env_proxy(url: str) -> str | None:
+    """The proxy for ``url`` from HTTP(S)_PROXY / NO_PROXY, as the openai SDK would use."""
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    if urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return urllib.request.getproxies().get(parts.scheme)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _status_error(status: int, headers: Any, raw: bytes) -> _HTTPStatusError:
+    """The error for an HTTP error reply, retryable as the openai SDK decides."""
+    detail = raw.decode("utf-8", "replace").strip()[:500]
+    with contextlib.suppress(ValueError, AttributeError, TypeError):
+        error = json.loads(raw).get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+        if isinstance(message, str) and message:
+            detail = message
+    retry_after = _retry_after(headers)
+    should = headers.get("x-should-retry")
+    if retry_after is not None and retry_after > _MAX_RETRY_AFTER:
+        retryable = False
+    elif should in ("true", "false"):
+        retryable = should == "true"
+    else:
+        retryable = status in _RETRY_STATUSES or status >= 500
+    if retryable:
+        return _RetryableStatusError(status, detail, retry_after)
+    return _HTTPStatusError(status, detail)
+
+
+def _retry_after(headers: Any) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``retry-after`` (a number or an HTTP date)."""
+    for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            delay = float(value)
+        except ValueError:
+            continue
+        return delay / divisor if math.isfinite(delay) else _MAX_RETRY_AFTER + 1
+    with contextlib.suppress(TypeError, ValueError, OverflowError):
+        parsed = email.utils.parsedate_tz(headers.get("retry-after"))
+        if parsed is not None:
+            return float(email.utils.mktime_tz(parsed) - time.time())
+    return None
+
+
+def _retry_delay(retry_after: float | None, attempt: int) -> float:
+    if retry_after is not None and 0 < retry_after <= _MAX_RETRY_AFTER:
+        return retry_after
+    return min(0.5 * 2.0 ** min(attempt, 1000), 8.0) * (1 - 0.25 * random.random())
+
+
+def _parse_completion(data: Any) -> LLMResponse:
+    """An LLMResponse from a decoded chat completion; a wrong shape raises TypeError."""
+    if not isinstance(data, dict):
+        raise TypeError("the completion is not a JSON object")
+    choices = data.get("choices")
+    usage = _usage_json(data.get("usage"))
+    if not choices:
+        return LLMResponse(text=None, usage=usage)
+    if not isinstance(choices, list) or not isinstance(choices[0], dict):
+        raise TypeError("choices is not a list of objects")
+    message = choices[0].get("message")
+    if not isinstance(message, dict):
+        raise TypeError("the message is not an object")
+    text = message.get("content")
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(text, str | None) or not isinstance(raw_calls, list):
+        raise TypeError("the message has a content or tool_calls of the wrong type")
+    calls = []
+    for index, raw in enumerate(raw_calls):
+        function = raw.get("function") if isinstance(raw, dict) else None
+        if not isinstance(function, dict):
+            raise TypeError("a tool call has no function object")
+        calls.append(_tool_call(raw.get("id"), function.get("name"), function.get("arguments"),
+                                index))
+    finish = choices[0].get("finish_reason")
+    return LLMResponse(text=text, tool_calls=calls, usage=usage,
+                       finish_reason=finish if isinstance(finish, str) else None)
+
+
+def _usage_json(raw: Any) -> Usage:
+    if not isinstance(raw, dict):
+        return Usage()
+    prompt, completion = raw.get("prompt_tokens"), raw.get("completion_tokens")
+    return Usage(prompt_tokens=prompt if isinstance(prompt, int) else 0,
+                 completion_tokens=completion if isinstance(completion, int) else 0)

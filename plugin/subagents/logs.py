@@ -25,12 +25,16 @@ def configure_logging(level: str = "WARNING", *, json_logs: bool | None = None) 
          structlog.processors.JSONRenderer()]
         if json_logs else [structlog.dev.ConsoleRenderer(
             colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback)])
+    # calls below the level return at once, before any event dict is built; filter_by_level
+    # still honours stdlib loggers set to a higher level than the root
     structlog.configure(
         processors=[structlog.stdlib.filter_by_level, *shared,
                     structlog.stdlib.PositionalArgumentsFormatter(),
                     structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger, cache_logger_on_first_use=True)
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]),
+        cache_logger_on_first_use=True)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=shared,

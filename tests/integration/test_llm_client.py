@@ -169,3 +169,28 @@ async def test_the_api_key_from_the_environment_is_sent(monkeypatch):
         await llm.complete(USER, None)
         await llm.close()
     assert fake.requests[0].headers["authorization"] == "Bearer sk-test-123"
+
+
+@pytest.mark.parametrize("headers", [{"x-should-retry": "false"}, {"retry-after": "500"}],
+                         ids=["should-retry-false", "retry-after-too-long"])
+async def test_an_error_the_endpoint_says_not_to_retry_is_not_retried(headers):
+    from starlette.applications import Starlette
+    from starlette.responses import JSONResponse
+    from starlette.routing import Route
+    from subagents.testing.mcp_http import serve_app
+
+    calls = []
+
+    async def completions(request):
+        calls.append(request.headers.get("authorization"))
+        return JSONResponse({"error": {"message": "busy"}}, status_code=503, headers=headers)
+
+    app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    async with serve_app(app) as base:
+        llm = LLMClient(ModelSettings(model="m", api_base=f"{base}/v1", api_key="sk-test",
+                                      max_retries=3))
+        with anyio.fail_after(10), pytest.raises(LLMError) as info:
+            await llm.complete(USER, None)
+        await llm.close()
+    assert info.value.code == "llm.http_503"
+    assert calls == ["Bearer sk-test"]

@@ -118,16 +118,17 @@ class Assistant:
         """Connect every agent's MCP servers (retries with backoff, then a clear error)."""
         if self._started:
             return
-        for agent in self.agents.values():
-            try:
-                await agent.connect()
-            except MCPConnectionError as exc:
+        # all at once: start-up waits for the slowest server, not for their sum
+        results = await asyncio.gather(*(agent.connect() for agent in self.agents.values()),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, MCPConnectionError):
                 await self.close()
-                raise AgentInitializationError(str(exc), code="agent.mcp_connection_failed") \
-                    from exc
-            except AgentInitializationError:  # e.g. an A2A agent's card or health check
+                raise AgentInitializationError(str(result), code="agent.mcp_connection_failed") \
+                    from result
+            if isinstance(result, BaseException):  # e.g. an A2A agent's card or health check
                 await self.close()
-                raise
+                raise result
         self._started = True
 
     async def close(self) -> None:

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
 from .base import ConversationRecord, StoreError, TrackerStore
 
+if TYPE_CHECKING:
+    from sqlalchemy import Connection, Engine
+
 log = structlog.get_logger("subagents.stores")
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -72,6 +79,9 @@ class SQLTrackerStore(TrackerStore):
 
     A turn is one transaction: its events are inserted and the conversation row updated
     together, so a crash mid-turn leaves the previous turn's state.
+
+    SQLite runs on the stdlib driver in one dedicated thread (a load or a batch of writes is
+    one hop to that thread, not one per cursor call); PostgreSQL runs on asyncpg.
     """
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0,
@@ -91,23 +101,30 @@ class SQLTrackerStore(TrackerStore):
             Table,
             Text,
             UniqueConstraint,
+            create_engine,
             event,
         )
-        from sqlalchemy.ext.asyncio import create_async_engine
+        from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+        from sqlalchemy.pool import StaticPool
 
         self.url = url
         self.sqlite = url.startswith("sqlite")
+        _quiet_driver_logs()
+        self.engine: AsyncEngine | None = None
+        self._sync_engine: Engine | None = None
+        self._thread: ThreadPoolExecutor | None = None
         if self.sqlite:
             path = url.split(":///", 1)[-1]
             if path and path != ":memory:":
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
-            _quiet_driver_logs()
-            self.engine = create_async_engine(
-                url, connect_args={"timeout": busy_timeout, **(connect_args or {})},
-                pool_size=20, max_overflow=20, hide_parameters=True)
-            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+            # one connection used by one thread: SQLite has a single writer anyway, and
+            # an in-memory database lives exactly as long as its connection
+            self._sync_engine = create_engine(
+                url.replace("+aiosqlite", "", 1), poolclass=StaticPool, hide_parameters=True,
+                connect_args={"timeout": busy_timeout, "check_same_thread": False,
+                              **(connect_args or {})})
+            event.listen(self._sync_engine, "connect", _sqlite_pragmas)
         else:
-            _quiet_driver_logs()
             self.engine = create_async_engine(url, pool_size=10, max_overflow=20,
                                               connect_args=dict(connect_args or {}),
                                               hide_parameters=True)
@@ -130,45 +147,61 @@ class SQLTrackerStore(TrackerStore):
         self._pending: list[_PendingTurn] = []
         self._writer: asyncio.Future[None] | None = None
 
+    async def _run(self, function: Callable[[Connection], _T], *, write: bool = False) -> _T:
+        """``function`` on a connection (in a transaction when ``write``), on this store's
+        database thread (SQLite) or through the async driver (PostgreSQL)."""
+        if self._sync_engine is not None:
+            engine = self._sync_engine
+
+            def call() -> _T:
+                with engine.begin() if write else engine.connect() as conn:
+                    return function(conn)
+
+            if self._thread is None:  # (again) after close(), like the async engine
+                self._thread = ThreadPoolExecutor(1, thread_name_prefix="subagents-sqlite")
+            return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+        assert self.engine is not None
+        async with self.engine.begin() if write else self.engine.connect() as conn:
+            return await conn.run_sync(function)
+
     async def _init(self) -> None:
         if self._ready:
             return
         async with self._init_lock:
             if not self._ready:
-                async with self.engine.begin() as conn:
-                    await conn.run_sync(self.meta.create_all)
+                await self._run(self.meta.create_all, write=True)
                 self._ready = True
 
     async def load(self, sender_id: str) -> ConversationRecord:
         """The conversation of ``sender_id``; empty when there is none."""
+        await self._init()
+        return await self._run(functools.partial(self._load_rows, sender_id))
+
+    def _load_rows(self, sender_id: str, conn: Connection) -> ConversationRecord:
         from sqlalchemy import select
 
-        await self._init()
-        async with self.engine.connect() as conn:
-            row = (await conn.execute(select(self.conversations.c.stack).where(
-                self.conversations.c.sender_id == sender_id))).first()
-            if row is None:
-                return ConversationRecord(sender_id)
-            rows = await conn.execute(select(self.events.c.data).where(
-                self.events.c.sender_id == sender_id).order_by(self.events.c.seq))
-            events = [json.loads(r[0]) for r in rows]
-        return ConversationRecord(sender_id, events, json.loads(row[0]))
+        row = conn.execute(select(self.conversations.c.stack).where(
+            self.conversations.c.sender_id == sender_id)).first()
+        if row is None:
+            return ConversationRecord(sender_id)
+        rows = conn.execute(select(self.events.c.data).where(
+            self.events.c.sender_id == sender_id).order_by(self.events.c.seq))
+        return ConversationRecord(sender_id, [json.loads(r[0]) for r in rows],
+                                  json.loads(row[0]))
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
                         stack: list[dict[str, Any]], previous_count: int) -> None:
-        """Append the turn's events and replace the stack atomically (on SQLite, concurrent
-        turns share one commit).
-        """
+        """Append the turn's events and replace the stack atomically (concurrent turns share
+        one commit)."""
         await self._init()
         item = _PendingTurn(sender_id, new_events, stack, previous_count,
                             asyncio.get_running_loop().create_future())
-        if not self.sqlite:
-            await self._write([item])
-        else:
-            # group commit: SQLite has one writer, so concurrent turns share a transaction
-            self._pending.append(item)
-            if self._writer is None or self._writer.done():
-                self._writer = asyncio.ensure_future(self._write_pending())
+        # group commit: concurrent turns share one transaction (SQLite has a single writer;
+        # on PostgreSQL it saves a round trip per turn). Turns of one sender never meet in a
+        # batch: the lock store serialises them.
+        self._pending.append(item)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write_pending())
         await item.done
 
     async def _write_pending(self) -> None:
@@ -185,42 +218,8 @@ class SQLTrackerStore(TrackerStore):
 
     async def _write(self, batch: list[_PendingTurn]) -> None:
         """One transaction for the batch; a turn whose conversation changed is refused alone."""
-        from sqlalchemy import insert, select, update
-
-        accepted: list[_PendingTurn] = []
         try:
-            async with self.engine.begin() as conn:
-                senders = [item.sender_id for item in batch]
-                rows = await conn.execute(select(
-                    self.conversations.c.sender_id, self.conversations.c.event_count).where(
-                    self.conversations.c.sender_id.in_(senders)))
-                stored = {row[0]: row[1] for row in rows}
-                existing = set(stored)
-                events: list[dict[str, Any]] = []
-                for item in batch:
-                    count = stored.get(item.sender_id, 0)
-                    if count != item.previous_count:
-                        item.done.set_exception(RuntimeError(
-                            f"conversation {item.sender_id!r} changed while a turn ran "
-                            f"({count} events stored, {item.previous_count} expected)"))
-                        continue
-                    accepted.append(item)
-                    stored[item.sender_id] = count + len(item.events)
-                    events += [{"sender_id": item.sender_id, "seq": count + i,
-                                "data": json.dumps(e, default=str)}
-                               for i, e in enumerate(item.events)]
-                    values = {"stack": json.dumps(item.stack, default=str),
-                              "event_count": count + len(item.events),
-                              "updated_at": time.time()}
-                    if item.sender_id in existing:
-                        await conn.execute(update(self.conversations).where(
-                            self.conversations.c.sender_id == item.sender_id).values(**values))
-                    else:
-                        existing.add(item.sender_id)
-                        await conn.execute(insert(self.conversations).values(
-                            sender_id=item.sender_id, **values))
-                if events:
-                    await conn.execute(insert(self.events), events)
+            refused = await self._run(functools.partial(self._write_rows, batch), write=True)
         except BaseException as exc:  # every waiting turn gets the error, refused or not
             for item in batch:
                 if not item.done.done():
@@ -231,19 +230,63 @@ class SQLTrackerStore(TrackerStore):
             if not isinstance(exc, Exception):
                 raise
             return
-        for item in accepted:
-            if not item.done.done():
+        for index, item in enumerate(batch):
+            if item.done.done():
+                continue
+            if index in refused:
+                item.done.set_exception(RuntimeError(refused[index]))
+            else:
                 item.done.set_result(None)
+
+    def _write_rows(self, batch: list[_PendingTurn], conn: Connection) -> dict[int, str]:
+        """Writes the batch's accepted turns; the refused ones by index, with the reason."""
+        from sqlalchemy import insert, select, update
+
+        senders = [item.sender_id for item in batch]
+        rows = conn.execute(select(
+            self.conversations.c.sender_id, self.conversations.c.event_count).where(
+            self.conversations.c.sender_id.in_(senders)))
+        stored = {row[0]: row[1] for row in rows}
+        existing = set(stored)
+        refused: dict[int, str] = {}
+        events: list[dict[str, Any]] = []
+        for index, item in enumerate(batch):
+            count = stored.get(item.sender_id, 0)
+            if count != item.previous_count:
+                refused[index] = (f"conversation {item.sender_id!r} changed while a turn ran "
+                                  f"({count} events stored, {item.previous_count} expected)")
+                continue
+            stored[item.sender_id] = count + len(item.events)
+            events += [{"sender_id": item.sender_id, "seq": count + i,
+                        "data": json.dumps(e, default=str)}
+                       for i, e in enumerate(item.events)]
+            values = {"stack": json.dumps(item.stack, default=str),
+                      "event_count": count + len(item.events), "updated_at": time.time()}
+            if item.sender_id in existing:
+                conn.execute(update(self.conversations).where(
+                    self.conversations.c.sender_id == item.sender_id).values(**values))
+            else:
+                existing.add(item.sender_id)
+                conn.execute(insert(self.conversations).values(sender_id=item.sender_id,
+                                                               **values))
+        if events:
+            conn.execute(insert(self.events), events)
+        return refused
 
     async def senders(self) -> list[str]:
         """The ids of all stored conversations."""
         from sqlalchemy import select
 
         await self._init()
-        async with self.engine.connect() as conn:
-            rows = await conn.execute(select(self.conversations.c.sender_id))
-            return [r[0] for r in rows]
+        column = self.conversations.c.sender_id
+        return await self._run(lambda conn: [r[0] for r in conn.execute(select(column))])
 
     async def close(self) -> None:
-        """Dispose of the database engine."""
-        await self.engine.dispose()
+        """Dispose of the database engine (the store may be used again afterwards)."""
+        self._ready = False  # a store used again re-checks its tables (in-memory: new ones)
+        if self.engine is not None:
+            await self.engine.dispose()
+        if self._thread is not None and self._sync_engine is not None:
+            thread, self._thread = self._thread, None
+            await asyncio.get_running_loop().run_in_executor(thread, self._sync_engine.dispose)
+            thread.shutdown(wait=False)

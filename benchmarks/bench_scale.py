@@ -1,0 +1,120 @@
+"""Scale-out: 2 `subagents serve` workers on PostgreSQL + Redis against 1 worker on SQLite.
+
+The same load as bench_serve (N clients, each sending turns one after the other, one model call
+per turn, fake model 200 ms); with 2 workers a client's turns alternate between them. Server CPU
+is the sum over the workers. PostgreSQL and Redis come from SUBAGENTS_TEST_POSTGRES_URL and
+SUBAGENTS_TEST_REDIS_URL (``eval "$(bash .ci/services.sh)"`` starts both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx2
+from bench_serve import (
+    MODEL_MS,
+    cpu_seconds,
+    free_port,
+    raise_fd_limit,
+    wait_healthy,
+    write_project,
+)
+from subagents.testing import FakeModelServer
+
+
+async def _turns(clients: list[httpx2.AsyncClient], fake: FakeModelServer, n: int, turns: int,
+                 tag: str) -> tuple[float, list[float]]:
+    fake.add("helper", [{"text": "How can I help?", "delay_ms": MODEL_MS}] * (n * turns))
+
+    async def one(i: int) -> list[float]:
+        latencies = []
+        for turn in range(turns):
+            client = clients[(i + turn) % len(clients)]
+            start = time.perf_counter()
+            response = await client.post("/webhooks/rest/webhook", json={
+                "sender": f"{tag}-{i}-{turn}", "message": "/help_flow"})
+            response.raise_for_status()
+            assert response.json()[0]["text"] == "How can I help?", response.json()
+            latencies.append((time.perf_counter() - start) * 1000 - MODEL_MS)
+        return latencies
+
+    start = time.perf_counter()
+    results = await asyncio.gather(*(one(i) for i in range(n)))
+    return time.perf_counter() - start, [ms for lat in results for ms in lat]
+
+
+async def run(root: Path, fake: FakeModelServer, workers: int, n: int, turns: int,
+              label: str) -> str:
+    procs, bases = [], []
+    for index in range(workers):
+        port = free_port()
+        log = (root / f"server-{label}-{index}.log").open("wb")
+        procs.append(await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
+            "--port", str(port), stdout=asyncio.subprocess.DEVNULL, stderr=log,
+            env={**os.environ}))
+        bases.append(f"http://127.0.0.1:{port}")
+    try:
+        for base in bases:
+            await wait_healthy(base)
+        limits = httpx2.Limits(max_connections=n + 100, max_keepalive_connections=n + 100)
+        clients = [httpx2.AsyncClient(base_url=base, timeout=300, limits=limits)
+                   for base in bases]
+        try:
+            tag = uuid.uuid4().hex[:8]
+            await _turns(clients, fake, 20, 1, f"warmup-{tag}")
+            before = sum(cpu_seconds(p.pid) for p in procs)
+            wall, lat = await _turns(clients, fake, n, turns, f"run-{tag}")
+            cpu = sum(cpu_seconds(p.pid) for p in procs) - before
+        finally:
+            for client in clients:
+                await client.aclose()
+    finally:
+        for proc in procs:
+            proc.terminate()
+            await proc.wait()
+    lat.sort()
+    total = n * turns
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    return (f"{label:28s} N={n}: {total / wall:6.1f} turns/s  latency minus model p50 "
+            f"{statistics.median(lat):7.1f} ms p99 {p99:7.1f} ms  server CPU "
+            f"{cpu / total * 1000:.2f} ms/turn")
+
+
+async def main(n: int, turns: int, postgres: str, redis: str) -> None:
+    raise_fd_limit()
+    print(f"== scale-out (fake model {MODEL_MS} ms, {n} clients x {turns} turns) ==")
+    async with FakeModelServer() as fake:
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            write_project(root, fake)
+            print(await run(root, fake, 1, n, turns, "1 worker, SQLite"), flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            root = Path(tmp)
+            write_project(root, fake)
+            with (root / "endpoints.yml").open("a") as endpoints:
+                endpoints.write(f'tracker_store: {{type: sql, url: "{postgres}"}}\n'
+                                f'lock_store: {{type: redis, url: "{redis}"}}\n')
+            print(await run(root, fake, 1, n, turns, "1 worker, PostgreSQL+Redis"), flush=True)
+            print(await run(root, fake, 2, n, turns, "2 workers, PostgreSQL+Redis"), flush=True)
+        fake.assert_done()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--clients", type=int, default=100)
+    parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--postgres", default=os.environ.get("SUBAGENTS_TEST_POSTGRES_URL"))
+    parser.add_argument("--redis", default=os.environ.get("SUBAGENTS_TEST_REDIS_URL"))
+    args = parser.parse_args()
+    if not args.postgres or not args.redis:
+        parser.error("needs PostgreSQL and Redis: eval \"$(bash .ci/services.sh)\" first")
+    asyncio.run(main(args.clients, args.turns, args.postgres, args.redis))
