@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
-import httpx
 import structlog
 
 from ..config._base import resolve_env
@@ -52,6 +51,8 @@ from .base import MCPBaseAgent
 from .schemas import AgentInput, AgentOutput, AgentStatus
 
 if TYPE_CHECKING:
+    import httpx
+
     from ..config.endpoints import EndpointsConfig
     from ..llm import LLMClient
     from ..mcp.pool import MCPPool
@@ -151,7 +152,8 @@ class A2AAgent(MCPBaseAgent):
 
     async def connect(self) -> None:
         """Resolve the card, create the client, run the health check."""
-        try:
+        try:  # httpx comes with the a2a extra, as a2a-sdk does
+            import httpx
             from a2a.client import ClientConfig, ClientFactory
             from a2a.utils.constants import TransportProtocol
         except ImportError as exc:
@@ -210,6 +212,8 @@ class A2AAgent(MCPBaseAgent):
                                    "agent.a2a.card_invalid") from exc
 
     async def _fetch_card(self, url: str) -> Any:
+        import httpx
+
         assert self._http is not None
         attempts = self.configuration.max_retries or 5
         error = ""
@@ -230,6 +234,7 @@ class A2AAgent(MCPBaseAgent):
                                f"attempt(s): {error}", "agent.a2a.card_unreachable")
 
     async def _health_check(self) -> None:
+        import httpx
         from a2a.utils.errors import A2AError
 
         request = self._request(HEALTH_CHECK_TEXT, None, None, {})
