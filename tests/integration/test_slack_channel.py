@@ -3,6 +3,7 @@ local stand-in of Slack's API)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -14,12 +15,8 @@ import httpx2
 import pytest
 from slack_sdk.signature import SignatureVerifier
 from subagents.channels.slack import TEXT_LIMIT, SlackInput
-from subagents.server import create_app
-from subagents.testing import FakeModelServer
-from subagents.testing.mcp_http import serve_app
 
-from tests.dialogue_harness import assistant_for, write_project
-from tests.servers.platforms import PlatformStandIn, slack_api
+from tests.servers.platforms import PlatformStandIn, channel_under_test, slack_api
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 LONG = " ".join(f"Sentence number {i} of the long forecast." for i in range(120))
@@ -27,33 +24,16 @@ LONG = " ".join(f"Sentence number {i} of the long forecast." for i in range(120)
 
 @pytest.fixture
 async def slack(tmp_path, tools_url) -> AsyncIterator[Any]:
-    started: list[Any] = []
+    async with contextlib.AsyncExitStack() as stack:
+        async def start(script: dict[str, Any]) -> tuple[Any, PlatformStandIn,
+                                                         httpx2.AsyncClient, SlackInput]:
+            return await stack.enter_async_context(channel_under_test(
+                tmp_path, tools_url, slack_api, script,
+                lambda api_url: SlackInput.from_credentials({
+                    "slack_token": "xoxb-test-token", "slack_signing_secret": SECRET,
+                    "api_url": f"{api_url}/api"})))
 
-    async def start(script: dict[str, Any]) -> tuple[Any, PlatformStandIn, httpx2.AsyncClient,
-                                                     SlackInput]:
-        api = PlatformStandIn(slack_api)
-        api_ctx = serve_app(api.app())
-        api_url = await api_ctx.__aenter__()
-        started.append(api_ctx)
-        fake = FakeModelServer(script)
-        await fake.__aenter__()
-        started.append(fake)
-        ctx = assistant_for(write_project(tmp_path / "assistant", tools_url), fake)
-        assistant = await ctx.__aenter__()
-        started.append(ctx)
-        channel = SlackInput.from_credentials({
-            "slack_token": "xoxb-test-token", "slack_signing_secret": SECRET,
-            "api_url": f"{api_url}/api"})
-        app_ctx = serve_app(create_app(assistant, channels=[channel]))
-        base = await app_ctx.__aenter__()
-        started.append(app_ctx)
-        client = httpx2.AsyncClient(base_url=base, timeout=30)
-        started.append(client)
-        return assistant, api, client, channel
-
-    yield start
-    for ctx in reversed(started):
-        await ctx.__aexit__(None, None, None)
+        yield start
 
 
 def signed(body: bytes, *, age: float = 0.0, secret: str = SECRET,

@@ -3,6 +3,7 @@ header, and the recorded Bot API calls (to a local stand-in of Telegram's API)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -12,12 +13,8 @@ import anyio
 import httpx2
 import pytest
 from subagents.channels.telegram import TEXT_LIMIT, TelegramInput
-from subagents.server import create_app
-from subagents.testing import FakeModelServer
-from subagents.testing.mcp_http import serve_app
 
-from tests.dialogue_harness import assistant_for, write_project
-from tests.servers.platforms import PlatformStandIn, telegram_api
+from tests.servers.platforms import PlatformStandIn, channel_under_test, telegram_api
 
 BOT_TOKEN = "110201543:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"
 WEBHOOK = "https://bot.example.org/webhooks/telegram/webhook"
@@ -27,33 +24,16 @@ LONG = " ".join(f"Sentence number {i} of the long forecast." for i in range(150)
 
 @pytest.fixture
 async def telegram(tmp_path, tools_url) -> AsyncIterator[Any]:
-    started: list[Any] = []
+    async with contextlib.AsyncExitStack() as stack:
+        async def start(script: dict[str, Any]) -> tuple[Any, PlatformStandIn,
+                                                         httpx2.AsyncClient, TelegramInput]:
+            return await stack.enter_async_context(channel_under_test(
+                tmp_path, tools_url, telegram_api, script,
+                lambda api_url: TelegramInput.from_credentials({
+                    "access_token": BOT_TOKEN, "verify": "test_bot", "webhook_url": WEBHOOK,
+                    "api_url": api_url})))
 
-    async def start(script: dict[str, Any]) -> tuple[Any, PlatformStandIn,
-                                                     httpx2.AsyncClient, TelegramInput]:
-        api = PlatformStandIn(telegram_api)
-        api_ctx = serve_app(api.app())
-        api_url = await api_ctx.__aenter__()
-        started.append(api_ctx)
-        fake = FakeModelServer(script)
-        await fake.__aenter__()
-        started.append(fake)
-        ctx = assistant_for(write_project(tmp_path / "assistant", tools_url), fake)
-        assistant = await ctx.__aenter__()
-        started.append(ctx)
-        channel = TelegramInput.from_credentials({
-            "access_token": BOT_TOKEN, "verify": "test_bot", "webhook_url": WEBHOOK,
-            "api_url": api_url})
-        app_ctx = serve_app(create_app(assistant, channels=[channel]))
-        base = await app_ctx.__aenter__()
-        started.append(app_ctx)
-        client = httpx2.AsyncClient(base_url=base, timeout=30)
-        started.append(client)
-        return assistant, api, client, channel
-
-    yield start
-    for ctx in reversed(started):
-        await ctx.__aexit__(None, None, None)
+        yield start
 
 
 def update(update_id: int, text: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,13 +12,9 @@ import httpx2
 import pytest
 from starlette.responses import JSONResponse
 from subagents.channels.twilio import TEXT_LIMIT, TwilioInput
-from subagents.server import create_app
-from subagents.testing import FakeModelServer
-from subagents.testing.mcp_http import serve_app
 from twilio.request_validator import RequestValidator
 
-from tests.dialogue_harness import assistant_for, write_project
-from tests.servers.platforms import PlatformStandIn, twilio_api
+from tests.servers.platforms import PlatformStandIn, channel_under_test, twilio_api
 
 SID = "AC" + "1" * 32
 AUTH = "12345678901234567890123456789012"
@@ -29,33 +26,16 @@ LONG = " ".join(f"Sentence number {i} of the long forecast." for i in range(60))
 
 @pytest.fixture
 async def twilio(tmp_path, tools_url) -> AsyncIterator[Any]:
-    started: list[Any] = []
+    async with contextlib.AsyncExitStack() as stack:
+        async def start(script: dict[str, Any], answer: Any = twilio_api
+                        ) -> tuple[Any, PlatformStandIn, httpx2.AsyncClient, TwilioInput]:
+            return await stack.enter_async_context(channel_under_test(
+                tmp_path, tools_url, answer, script,
+                lambda api_url: TwilioInput.from_credentials({
+                    "account_sid": SID, "auth_token": AUTH, "twilio_number": NUMBER,
+                    "webhook_url": PUBLIC_URL, "api_url": api_url})))
 
-    async def start(script: dict[str, Any], answer: Any = twilio_api
-                    ) -> tuple[Any, PlatformStandIn, httpx2.AsyncClient, TwilioInput]:
-        api = PlatformStandIn(answer)
-        api_ctx = serve_app(api.app())
-        api_url = await api_ctx.__aenter__()
-        started.append(api_ctx)
-        fake = FakeModelServer(script)
-        await fake.__aenter__()
-        started.append(fake)
-        ctx = assistant_for(write_project(tmp_path / "assistant", tools_url), fake)
-        assistant = await ctx.__aenter__()
-        started.append(ctx)
-        channel = TwilioInput.from_credentials({
-            "account_sid": SID, "auth_token": AUTH, "twilio_number": NUMBER,
-            "webhook_url": PUBLIC_URL, "api_url": api_url})
-        app_ctx = serve_app(create_app(assistant, channels=[channel]))
-        base = await app_ctx.__aenter__()
-        started.append(app_ctx)
-        client = httpx2.AsyncClient(base_url=base, timeout=30)
-        started.append(client)
-        return assistant, api, client, channel
-
-    yield start
-    for ctx in reversed(started):
-        await ctx.__aexit__(None, None, None)
+        yield start
 
 
 def form(body: str, sid: str, sender: str = USER) -> dict[str, str]:

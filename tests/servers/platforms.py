@@ -4,10 +4,12 @@ as the platform documents it (served on 127.0.0.1 by the tests)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -95,3 +97,32 @@ def twilio_api(call: Call) -> Response:
         "body": call.fields.get("Body"), "status": "queued", "num_segments": "1",
         "direction": "outbound-api", "api_version": "2010-04-01", "uri": call.path},
         status_code=201)
+
+
+@contextlib.asynccontextmanager
+async def channel_under_test(root: Path, tools_url: str, answer: Any, script: dict[str, Any],
+                             make_channel: Callable[[str], Any]) -> AsyncIterator[Any]:
+    """The platform stand-in (answering with ``answer``), the fake model playing ``script``, an
+    assistant, and ``make_channel(api_url)`` mounted on a served app.
+
+    Yields:
+        ``(assistant, stand_in, client, channel)``, ``client`` talking to the served app.
+    """
+    import httpx2
+    from subagents.server import create_app
+    from subagents.testing import FakeModelServer
+    from subagents.testing.mcp_http import serve_app
+
+    from tests.dialogue_harness import assistant_for, write_project
+
+    api = PlatformStandIn(answer)
+    async with contextlib.AsyncExitStack() as stack:
+        api_url = await stack.enter_async_context(serve_app(api.app()))
+        fake = await stack.enter_async_context(FakeModelServer(script))
+        assistant = await stack.enter_async_context(
+            assistant_for(write_project(root / "assistant", tools_url), fake))
+        channel = make_channel(api_url)
+        base = await stack.enter_async_context(
+            serve_app(create_app(assistant, channels=[channel])))
+        client = await stack.enter_async_context(httpx2.AsyncClient(base_url=base, timeout=30))
+        yield assistant, api, client, channel
