@@ -37,22 +37,11 @@ FLOWS = """
     """
 DOMAIN = """
     slots:
-      city: {type: text}
-      name: {type: text}
-      lookup_result: {type: text}
       car_model: {type: text}
     responses:
       utter_dealer_done: [{text: "Anything else about cars?"}]
-      utter_after_weather: [{text: "Anything else about the weather?"}]
-      utter_booked: [{text: "Booked in {city}."}]
-      utter_hours: [{text: "We are open 9 to 5."}]
-      utter_starting: [{text: "Starting."}]
-      utter_ask_name: [{text: "What is your name?"}]
-      utter_name_not_a_number: [{text: "A name is not a number."}]
-      utter_greet: [{text: "Hello {name}!"}]
-      utter_looked_up: [{text: "Found {lookup_result}."}]
-    actions: [action_lookup]
     """
+"""Beside the dialogue harness's own domain file (domain files are merged)."""
 
 
 def dealer_config(card: str, extra: str = "") -> str:
@@ -68,7 +57,7 @@ def dealer_config(card: str, extra: str = "") -> str:
 
 def project_with(root: Path, tools_url: str, card: str, extra: str = "") -> Path:
     return write_project(root, tools_url, {
-        "data/flows.yml": FLOWS, "data/domain.yml": DOMAIN,
+        "data/flows.yml": FLOWS, "data/a2a_domain.yml": DOMAIN,
         "sub_agents/car_dealer/config.yml": dealer_config(card, extra)})
 
 
@@ -279,7 +268,7 @@ async def test_with_exit_if_the_agent_runs_as_a_task_agent_without_the_remote(tm
           - action: utter_dealer_done
 """, "")
     project = write_project(tmp_path / "a", tools_url, {
-        "data/flows.yml": flows, "data/domain.yml": DOMAIN,
+        "data/flows.yml": flows, "data/a2a_domain.yml": DOMAIN,
         # unreachable: an A2A connection would stop the start
         "sub_agents/car_dealer/config.yml": dealer_config("http://127.0.0.1:9/card.json")})
     script = {"command_generator": ["start flow buy_with_exit"],
@@ -326,7 +315,7 @@ async def test_after_a_digression_the_remote_task_resumes_with_the_transcript(tm
           - action: utter_hours
     """
     project = write_project(tmp_path / "a", tools_url, {
-        "data/flows.yml": flows, "data/domain.yml": DOMAIN,
+        "data/flows.yml": flows, "data/a2a_domain.yml": DOMAIN,
         "sub_agents/car_dealer/config.yml": dealer_config(
             f"{dealer}/.well-known/agent-card.json")})
     script = {"command_generator": ["start flow buy_car", "start flow opening_hours", ""]}
