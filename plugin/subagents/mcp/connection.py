@@ -39,9 +39,10 @@ from ..exceptions import (
 )
 from ..types import AgentToolResult
 from .auth import HeaderBuilder, oauth_provider
-from .callbacks import ElicitationHandler, SamplingHandler, roots_callback
+from .callbacks import ELICITATIONS, ElicitationHandler, SamplingHandler, roots_callback
 from .content import contents_text, convert_result
 from .login import LoginHandlers, LoginRequiredError
+from .token_store import TokenStore
 
 log = structlog.get_logger("subagents.mcp")
 
@@ -92,9 +93,13 @@ class MCPServerConnection:
     def __init__(self, config: McpServerConfig, *, root: Path | None = None,
                  endpoints: EndpointsConfig | None = None,
                  login: LoginHandlers | None = None,
-                 template_values: Mapping[str, str] | None = None) -> None:
+                 template_values: Mapping[str, str] | None = None,
+                 oauth_user: str | None = None, tokens: TokenStore | None = None) -> None:
         self.config = config
         self._template_values = template_values
+        self._oauth_user = oauth_user
+        """The user whose own authorization this session uses (``oauth.per_user``)."""
+        self._tokens = tokens
         self.name = config.name
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
@@ -133,7 +138,7 @@ class MCPServerConnection:
         headers = _fill_templates(await self._headers.headers(), self._template_values)
         if self._oauth is None:
             # once: its tokens outlive reconnects
-            self._oauth = oauth_provider(cfg, self.root, self._login)
+            self._oauth = self._auth()
         if cfg.type == "sse":
             from mcp.client.sse import sse_client
 
@@ -148,6 +153,24 @@ class MCPServerConnection:
                                   event_hooks={"response": [self._on_http_response]})
         self._http = http
         return streamable_http_client(str(cfg.url), http_client=http)
+
+    def _auth(self) -> Any:
+        oauth = self.config.oauth
+        if oauth is None or not oauth.per_user or not self.config.url \
+                or self._login is not None:  # `subagents mcp login`: an operator signs in
+            return oauth_provider(self.config, self.root, self._login)
+        from .consent import listing_provider, user_provider
+
+        if self._oauth_user is None or self._tokens is None:
+            return listing_provider(self.config, self.root)
+        return user_provider(self.config, user=self._oauth_user, store=self._tokens,
+                             flights=self._asking_flight)
+
+    def _asking_flight(self) -> Any:
+        """The call that may ask the user to sign in: the one call in flight on this session,
+        else the call this session is being opened for."""
+        flight = self._elicitation.sole_flight() or ELICITATIONS.current()
+        return flight if flight is not None and ELICITATIONS.active(flight) else None
 
     async def _on_http_response(self, response: Any) -> None:
         status = response.status_code
@@ -175,7 +198,7 @@ class MCPServerConnection:
                 last = exc
                 log.warning("mcp.connect.failed", server=self.name, attempt=attempt,
                             attempts=attempts, error=str(exc))
-                if exc.code in ("mcp.unauthorized", "mcp.login_required"):
+                if exc.code == "mcp.unauthorized" or isinstance(exc, LoginRequiredError):
                     break  # the same credentials will be refused again
                 if attempt < attempts:
                     await asyncio.sleep(min(base_delay * 2 ** (attempt - 1), 5.0))
@@ -194,15 +217,25 @@ class MCPServerConnection:
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(ready), name=f"mcp:{self.name}")
         try:
-            await asyncio.wait_for(asyncio.shield(ready), self.config.timeout)
+            await self._wait_ready(ready)
         except TimeoutError as exc:
             await self._shutdown_task()
             raise MCPConnectionError(f"no answer within {self.config.timeout:g}s") from exc
         except MCPConnectionError as exc:
-            if self._last_status == 401 and exc.code != "mcp.login_required":
+            if self._last_status == 401 and not isinstance(exc, LoginRequiredError):
                 raise MCPConnectionError(f"unauthorized (HTTP 401): {exc}",
                                          code="mcp.unauthorized") from exc
             raise
+
+    async def _wait_ready(self, ready: asyncio.Future[None]) -> None:
+        """Wait for the session; the time a user spends signing in does not count."""
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(ready), self.config.timeout)
+                return
+            except TimeoutError:
+                if not getattr(self._oauth, "waiting_for_user", False):
+                    raise
 
     async def _run(self, ready: asyncio.Future[None]) -> None:
         from mcp import Client

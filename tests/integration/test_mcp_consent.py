@@ -1,0 +1,206 @@
+"""User-level OAuth consent, driven through ``subagents serve`` over HTTP.
+
+A calendar MCP server behind a local OAuth stand-in knows its users by their tokens. Each end
+user of the assistant authorizes it themselves: the first call gets a sign-in link in the reply,
+the test follows it like a browser (authorize, then the redirect to our callback), and the next
+message gets the call's result. Tokens are stored per user, encrypted, refreshed after a 401,
+and never reach the model, the tracker or the logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+import textwrap
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from structlog.testing import capture_logs
+from subagents.mcp.signin import login
+from subagents.server import create_app
+from subagents.stores.sql import SQLTrackerStore
+from subagents.testing import FakeModelServer
+from subagents.testing.mcp_http import serve_app
+
+from tests.dialogue_harness import assistant_for
+from tests.servers.consent_standin import CALLS, UserAuthServer, consent_standin, with_account
+
+pytest.importorskip("cryptography")
+
+TOKEN = "api-t0ken"
+LINK = re.compile(r"https?://\S+")
+
+FILES = {
+    "config.yml": """
+        assistant_id: consent_test
+        pipeline:
+          - name: CompactLLMCommandGenerator
+            llm: {model_group: llm}
+        """,
+    "data/flows.yml": """
+        flows:
+          calendar_flow:
+            description: look at the user's calendar
+            steps:
+              - call: calendar_agent
+        """,
+    "data/domain.yml": """
+        responses:
+          utter_placeholder: [{text: "ok"}]
+        """,
+    "sub_agents/calendar/config.yml": """
+        agent: {name: calendar_agent, description: Reads the user's calendar.}
+        configuration: {include_date_time: false}
+        connections:
+          mcp_servers: [{name: calendar}]
+        """,
+}
+
+
+def write_project(root: Path, mcp_url: str) -> Path:
+    files = dict(FILES)
+    files["endpoints.yml"] = f"""
+        model_groups:
+          - id: llm
+            models: [{{provider: openai, model: gpt-test}}]
+        mcp_servers:
+          - name: calendar
+            type: http
+            url: {mcp_url}
+            session: {{per_user: metadata.user_id}}
+            oauth:
+              grant: authorization_code
+              per_user: true
+              public_url: ${{CONSENT_PUBLIC_URL}}
+        """
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return root
+
+
+def calendar_turns(*users: str) -> list[Any]:
+    """The agent's script for one consent round trip per user: call, then answer."""
+    script: list[Any] = []
+    for user in users:
+        script += [{"tool_calls": [{"my_events": {}}]},
+                   {"text": f"{user}, you see the dentist on Monday.",
+                    "tool_calls": [{"task_completed": {}}],
+                    "expect": {"messages_contain": [f"events of {user}: dentist on Monday"]}}]
+    return script
+
+
+class Browser:
+    """Follows links the way the user's browser would (no API token)."""
+
+    def __init__(self) -> None:
+        self.http = httpx2.AsyncClient(follow_redirects=True, timeout=30)
+
+    async def open(self, link: str, account: str, **extra: str) -> httpx2.Response:
+        return await self.http.get(with_account(link, account, **extra))
+
+
+@contextlib.asynccontextmanager
+async def served(tmp_path: Path, script: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
+                 ) -> AsyncIterator[tuple[Any, ...]]:
+    """The stand-in, an operator login for listing tools, and the assistant behind serve."""
+    from cryptography.fernet import Fernet
+
+    monkeypatch.setenv("SUBAGENTS_OAUTH_TOKEN_KEY", Fernet.generate_key().decode())
+    monkeypatch.setenv("CONSENT_PUBLIC_URL", "http://127.0.0.1:9")  # set below, once known
+    browser = Browser()
+    async with consent_standin() as (auth, _, mcp_url):
+        root = write_project(tmp_path / "assistant", mcp_url)
+        # the operator signs in once so that the server's tools can be listed at start-up
+        from subagents.config.project import load_project
+
+        config = load_project(root).endpoints.mcp_server("calendar")
+        assert config is not None
+
+        async def operator(url: str) -> None:
+            await browser.open(url, "operator")
+
+        await login(config, root, open_url=operator)
+        db = tmp_path / "tracker.db"
+        store = SQLTrackerStore(f"sqlite+aiosqlite:///{db}")
+        async with FakeModelServer(script) as fake, \
+                assistant_for(root, fake, tracker_store=store) as assistant, \
+                serve_app(create_app(assistant, token=TOKEN)) as base:
+            monkeypatch.setenv("CONSENT_PUBLIC_URL", base)
+            api = httpx2.AsyncClient(base_url=base, timeout=60,
+                                     headers={"Authorization": f"Bearer {TOKEN}"})
+            try:
+                yield auth, fake, api, browser, db
+            finally:
+                await api.aclose()
+                await browser.http.aclose()
+
+
+async def say(api: httpx2.AsyncClient, sender: str, user: str, text: str) -> list[str]:
+    response = await api.post("/webhooks/rest/webhook", json={
+        "sender": sender, "message": text, "metadata": {"user_id": user}})
+    assert response.status_code == 200, response.text
+    return [m.get("text", "") for m in response.json()]
+
+
+def consent_link(texts: list[str], auth: UserAuthServer) -> str:
+    links = [m for text in texts for m in LINK.findall(text)]
+    assert len(links) == 1, texts
+    assert links[0].startswith(f"{auth.base}/authorize?")
+    return links[0]
+
+
+def stored_rows(db: Path) -> list[tuple[str, str, str, str]]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return list(conn.execute("SELECT user_key, server, kind, data FROM subagents_mcp_oauth"))
+
+
+async def test_each_user_authorizes_in_the_chat_and_the_parked_call_runs_after_it(
+        tmp_path, monkeypatch):
+    script = {"command_generator": ["start flow calendar_flow", "",
+                                    "start flow calendar_flow", ""],
+              "calendar_agent": calendar_turns("alice", "bob")}
+    with capture_logs() as logs:
+        async with served(tmp_path, script, monkeypatch) as (auth, fake, api, browser, db):
+            with anyio.fail_after(60):
+                first = await say(api, "alice-chat", "alice", "what is on my calendar?")
+                link = consent_link(first, auth)
+                page = await browser.open(link, "alice")
+                second = await say(api, "alice-chat", "alice", "done")
+                # a second user gets their own consent, and never alice's token
+                bob_first = await say(api, "bob-chat", "bob", "and my calendar?")
+                bob_link = consent_link(bob_first, auth)
+                await browser.open(bob_link, "bob")
+                bob_second = await say(api, "bob-chat", "bob", "ok, signed in")
+                # a used link is refused
+                replayed = await browser.open(link, "mallory")
+                tracker = (await api.get("/conversations/alice-chat/tracker")).text
+            fake.assert_done()
+    assert page.status_code == 200
+    assert str(page.url).startswith(str(api.base_url).rstrip("/") + "/oauth/callback?")
+    assert "You are signed in" in page.text
+    assert second[0] == "alice, you see the dentist on Monday."
+    assert bob_link != link
+    assert bob_second[0] == "bob, you see the dentist on Monday."
+    assert replayed.status_code == 400
+    assert CALLS == ["alice", "bob"]  # each call made with its own user's token
+    # stored per user, encrypted: no token in the clear
+    rows = stored_rows(db)
+    assert {(user, kind) for user, server, kind, _ in rows} == {
+        ("alice", "tokens"), ("bob", "tokens"), ("", "client")}
+    secrets = [*auth.access, *auth.refresh]
+    assert len(secrets) == 6  # the operator's, alice's and bob's
+    for _, _, _, data in rows:
+        assert not any(secret in data for secret in secrets)
+        assert "access_token" not in data
+    # never shown to the model, recorded in the tracker or logged
+    for secret in secrets:
+        assert secret not in str([r.body for r in fake.requests])
+        assert secret not in tracker
+        assert secret not in str(logs)
