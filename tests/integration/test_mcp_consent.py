@@ -204,3 +204,75 @@ async def test_each_user_authorizes_in_the_chat_and_the_parked_call_runs_after_i
         assert secret not in str([r.body for r in fake.requests])
         assert secret not in tracker
         assert secret not in str(logs)
+
+
+def tool_errors(logs: list[dict[str, Any]]) -> list[str]:
+    return [e["code"] for e in logs if e["event"] == "agent.tool.error"]
+
+
+async def test_a_refused_token_is_refreshed_and_a_failed_refresh_asks_for_consent_again(
+        tmp_path, monkeypatch):
+    again = [{"tool_calls": [{"my_events": {}}]},
+             {"text": "Still the dentist.", "tool_calls": [{"task_completed": {}}],
+              "expect": {"messages_contain": ["events of alice: dentist on Monday"]}}]
+    script = {"command_generator": ["start flow calendar_flow", "", "start flow calendar_flow",
+                                    "start flow calendar_flow", ""],
+              "calendar_agent": [*calendar_turns("alice"), *again,
+                                 again[0], {**again[1], "text": "Signed in again."}]}
+    async with served(tmp_path, script, monkeypatch) as (auth, fake, api, browser, _):
+        with anyio.fail_after(60):
+            await browser.open(consent_link(
+                await say(api, "chat", "alice", "my calendar?"), auth), "alice")
+            await say(api, "chat", "alice", "done")
+            # the server stops accepting the access token before it expires: refreshed
+            auth.revoke_access()
+            grants = len(auth.grants)
+            refreshed = await say(api, "chat", "alice", "my calendar again?")
+            refresh_grants = auth.grants[grants:]
+            # the refresh token is revoked as well: the user is asked again
+            auth.revoke_access()
+            auth.revoke_refresh()
+            asked = await say(api, "chat", "alice", "and now?")
+            link = consent_link(asked, auth)
+            await browser.open(link, "alice")
+            resumed = await say(api, "chat", "alice", "signed in")
+        fake.assert_done()
+    assert refreshed[0] == "Still the dentist."
+    assert refresh_grants == ["refresh_token"]
+    assert auth.grants[-2:] == ["refresh_token", "authorization_code"]
+    assert resumed[0] == "Signed in again."
+    assert CALLS == ["alice", "alice", "alice"]
+
+
+async def test_a_denied_consent_reaches_the_agent_as_a_tool_error(tmp_path, monkeypatch):
+    script = {"command_generator": ["start flow calendar_flow", ""],
+              "calendar_agent": [
+                  {"tool_calls": [{"my_events": {}}]},
+                  {"text": "Without your permission I cannot read your calendar.",
+                   "tool_calls": [{"task_completed": {}}],
+                   "expect": {"messages_contain": ["did not authorize MCP server 'calendar'"]}}]}
+    with capture_logs() as logs:
+        async with served(tmp_path, script, monkeypatch) as (auth, fake, api, browser, db):
+            with anyio.fail_after(60):
+                link = consent_link(await say(api, "chat", "alice", "my calendar?"), auth)
+                page = await browser.open(link, "alice", deny="1")
+                after = await say(api, "chat", "alice", "I said no")
+            fake.assert_done()
+    assert page.status_code == 200
+    assert "Access not granted" in page.text
+    assert after[0] == "Without your permission I cannot read your calendar."
+    assert tool_errors(logs) == ["mcp.consent_denied"]
+    assert CALLS == []
+    assert [(user, kind) for user, _, kind, _ in stored_rows(db)] == [("", "client")]
+
+
+async def test_the_callback_refuses_an_unknown_state_without_needing_the_api_token(
+        tmp_path, monkeypatch):
+    async with served(tmp_path, {}, monkeypatch) as (_, _, api, browser, _):
+        response = await browser.http.get(f"{str(api.base_url).rstrip('/')}/oauth/callback",
+                                          params={"state": "forged", "code": "stolen"})
+        without_state = await browser.http.get(f"{str(api.base_url).rstrip('/')}/oauth/callback")
+    assert response.status_code == 400
+    assert without_state.status_code == 400
+    assert response.headers["cache-control"] == "no-store"
+    assert "stolen" not in response.text
