@@ -136,6 +136,7 @@ async def served(tmp_path: Path, script: dict[str, list[Any]], monkeypatch: pyte
             api = httpx2.AsyncClient(base_url=base, timeout=60,
                                      headers={"Authorization": f"Bearer {TOKEN}"})
             try:
+                api.assistant = assistant  # type: ignore[attr-defined]
                 yield auth, fake, api, browser, db
             finally:
                 await api.aclose()
@@ -276,3 +277,41 @@ async def test_the_callback_refuses_an_unknown_state_without_needing_the_api_tok
     assert without_state.status_code == 400
     assert response.headers["cache-control"] == "no-store"
     assert "stolen" not in response.text
+
+
+async def test_the_shared_session_only_lists_tools_and_never_calls_for_a_user(
+        tmp_path, monkeypatch):
+    async with served(tmp_path, {}, monkeypatch) as (auth, _, api, _, _):
+        from subagents.exceptions import ToolInvocationError
+
+        pool = api.assistant.pool  # type: ignore[attr-defined]
+        shared = pool.connection("calendar")
+        with pytest.raises(ToolInvocationError) as call:
+            await shared.call_tool("my_events", {}, timeout=5)
+        with pytest.raises(ToolInvocationError) as step:
+            await shared.call_tool_result("my_events", {}, timeout=5)
+    assert call.value.code == step.value.code == "mcp.user_session_required"
+    assert CALLS == []
+    assert auth.grants == ["authorization_code"]  # the operator's sign-in only
+
+
+async def test_a_server_that_lists_only_for_signed_in_accounts_needs_an_operator_login(
+        tmp_path, monkeypatch):
+    from subagents.config.project import load_project
+    from subagents.exceptions import MCPConnectionError
+    from subagents.mcp.connection import MCPServerConnection
+
+    from cryptography.fernet import Fernet
+
+    monkeypatch.setenv("SUBAGENTS_OAUTH_TOKEN_KEY", Fernet.generate_key().decode())
+    monkeypatch.setenv("CONSENT_PUBLIC_URL", "http://127.0.0.1:9")
+    async with consent_standin() as (_, _, mcp_url):
+        root = write_project(tmp_path / "assistant", mcp_url)
+        config = load_project(root).endpoints.mcp_server("calendar")
+        assert config is not None
+        conn = MCPServerConnection(config, root=root)
+        with anyio.fail_after(30), pytest.raises(MCPConnectionError) as failed:
+            await conn.start(attempts=1)
+        await conn.close()
+    assert failed.value.code == "mcp.login_required"
+    assert "subagents mcp login calendar" in str(failed.value)

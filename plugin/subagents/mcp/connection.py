@@ -166,6 +166,21 @@ class MCPServerConnection:
         return user_provider(self.config, user=self._oauth_user, store=self._tokens,
                              flights=self._asking_flight)
 
+    @property
+    def lists_only(self) -> bool:
+        """True for the shared session of a server each user authorizes: it lists the tools
+        (with an operator's login, if any) and never calls one for a user."""
+        oauth = self.config.oauth
+        return bool(oauth is not None and oauth.per_user and self._oauth_user is None
+                    and self._login is None)
+
+    def _refuse_user_call(self, what: str) -> None:
+        if self.lists_only:
+            raise ToolInvocationError(
+                f"MCP server {self.name!r} acts for each user with their own authorization; "
+                f"{what} needs a user's session (an agent's call with the user known)",
+                code="mcp.user_session_required")
+
     def _asking_flight(self) -> Any:
         """The call that may ask the user to sign in: the one call in flight on this session,
         else the call this session is being opened for."""
@@ -222,6 +237,11 @@ class MCPServerConnection:
             await self._shutdown_task()
             raise MCPConnectionError(f"no answer within {self.config.timeout:g}s") from exc
         except MCPConnectionError as exc:
+            if self._last_status == 401 and self.lists_only:
+                raise LoginRequiredError(
+                    f"MCP server {self.name!r} lists its tools only for a signed-in account: "
+                    f"run `subagents mcp login {self.name}` once (an operator account lists "
+                    "the tools; each user still authorizes their own calls)") from exc
             if self._last_status == 401 and not isinstance(exc, LoginRequiredError):
                 raise MCPConnectionError(f"unauthorized (HTTP 401): {exc}",
                                          code="mcp.unauthorized") from exc
@@ -374,6 +394,7 @@ class MCPServerConnection:
                                timeout: float) -> Any:
         """Call a tool and return the SDK's ``CallToolResult`` as it is (flow tool steps read
         its fields); any failure, a timeout included, raises."""
+        self._refuse_user_call(f"calling {name!r}")
         client = await self._ensure()
         return await asyncio.wait_for(
             client.call_tool(name, arguments, read_timeout_seconds=timeout), timeout + 1)
@@ -385,6 +406,7 @@ class MCPServerConnection:
 
         ``on_progress(progress, total, message)`` hears the progress the server reports.
         """
+        self._refuse_user_call(f"calling {name!r}")
         try:
             return await self._call_fresh_session(name, arguments, timeout, meta, on_progress)
         except _ConnectionLostError as exc:
@@ -556,6 +578,7 @@ class MCPServerConnection:
         """``resources/read`` as a tool result: text as text, blobs as placeholders."""
         from mcp import MCPError
 
+        self._refuse_user_call(f"reading {uri!r}")
         try:
             client = await self._ensure()
             with anyio.fail_after(timeout):
