@@ -297,11 +297,10 @@ async def test_the_shared_session_only_lists_tools_and_never_calls_for_a_user(
 
 async def test_a_server_that_lists_only_for_signed_in_accounts_needs_an_operator_login(
         tmp_path, monkeypatch):
+    from cryptography.fernet import Fernet
     from subagents.config.project import load_project
     from subagents.exceptions import MCPConnectionError
     from subagents.mcp.connection import MCPServerConnection
-
-    from cryptography.fernet import Fernet
 
     monkeypatch.setenv("SUBAGENTS_OAUTH_TOKEN_KEY", Fernet.generate_key().decode())
     monkeypatch.setenv("CONSENT_PUBLIC_URL", "http://127.0.0.1:9")
