@@ -314,3 +314,27 @@ async def test_a_server_that_lists_only_for_signed_in_accounts_needs_an_operator
         await conn.close()
     assert failed.value.code == "mcp.login_required"
     assert "subagents mcp login calendar" in str(failed.value)
+
+
+async def test_a_message_before_the_sign_in_keeps_the_link_open(tmp_path, monkeypatch):
+    script = {"command_generator": ["start flow calendar_flow", "", ""],
+              "calendar_agent": [
+                  {"tool_calls": [{"my_events": {}}]},
+                  {"tool_calls": [{"answer_server_request": {"action": "accept"}}],
+                   "expect": {"tools_include": ["answer_server_request"]}},
+                  {"text": "Please open the link first, then tell me.",
+                   "expect": {"messages_contain": ["has not finished signing in"]}},
+                  *calendar_turns("alice")[1:]]}
+    with capture_logs() as logs:
+        async with served(tmp_path, script, monkeypatch) as (auth, fake, api, browser, _):
+            with anyio.fail_after(60):
+                link = consent_link(await say(api, "chat", "alice", "my calendar?"), auth)
+                early = await say(api, "chat", "alice", "done!")
+                page = await browser.open(link, "alice")
+                late = await say(api, "chat", "alice", "now really done")
+            fake.assert_done()
+    assert early == ["Please open the link first, then tell me."]
+    assert "You are signed in" in page.text
+    assert late[0] == "alice, you see the dentist on Monday."
+    assert tool_errors(logs) == ["mcp.consent_pending"]
+    assert CALLS == ["alice"]

@@ -47,6 +47,7 @@ from .token_store import TokenStore
 log = structlog.get_logger("subagents.mcp")
 
 REQUEST_TIMEOUT = -32001
+URL_ELICITATION_REQUIRED = -32042
 CONNECTION_CLOSED = -32000
 PROGRESS_MAX_FACTOR = 10
 """A call that keeps reporting progress may run at most this many times its timeout."""
@@ -87,6 +88,14 @@ class _SessionExpiredError(Exception):
     """The server no longer knows our session id: it never handled the request."""
 
 
+class _UrlElicitationRequiredError(Exception):
+    """The server refused the call until the user completes its URL-mode elicitations."""
+
+    def __init__(self, elicitations: list[Any]) -> None:
+        super().__init__("URL elicitation required")
+        self.elicitations = elicitations
+
+
 class MCPServerConnection:
     """See the module docstring: :meth:`start`, :meth:`call_tool`, :meth:`tools`, :meth:`close`."""
 
@@ -120,6 +129,8 @@ class MCPServerConnection:
         self._session_lost = False
         self._last_status: int | None = None
         self._resources: tuple[Any, list[str], list[str]] | None = None
+        self._url_waits: dict[str, Any] = {}
+        """Elicitation id -> the call (flight) waiting for the server to say it completed."""
         self.connects = 0
         """How many times a session was opened (1 + reconnects)."""
 
@@ -351,6 +362,8 @@ class MCPServerConnection:
 
     # ------------------------------------------------------------------ tools
     async def _on_message(self, message: Any) -> None:
+        if type(message).__name__ == "ElicitCompleteNotification":
+            self._url_completed(str(message.params.elicitation_id))
         if type(message).__name__ == "ResourceListChangedNotification":
             self._resources = None
         if type(message).__name__ == "ToolListChangedNotification":
@@ -408,7 +421,7 @@ class MCPServerConnection:
         """
         self._refuse_user_call(f"calling {name!r}")
         try:
-            return await self._call_fresh_session(name, arguments, timeout, meta, on_progress)
+            return await self._call_answering_urls(name, arguments, timeout, meta, on_progress)
         except _ConnectionLostError as exc:
             self._stop.set()
             if not read_only:
@@ -418,12 +431,61 @@ class MCPServerConnection:
                     code="tool.connection_lost") from exc
             log.info("mcp.call.retry_after_reconnect", server=self.name, tool=name)
             try:
-                return await self._call_fresh_session(name, arguments, timeout, meta,
-                                                      on_progress)
+                return await self._call_answering_urls(name, arguments, timeout, meta,
+                                                       on_progress)
             except _ConnectionLostError as again:
                 self._stop.set()
                 raise ToolInvocationError(f"MCP server {self.name!r} is unreachable: {again}",
                                           code="tool.connection_lost") from again
+
+    async def _call_answering_urls(self, name: str, arguments: dict[str, Any], timeout: float,
+                                   meta: dict[str, Any] | None,
+                                   on_progress: ProgressCallback | None = None
+                                   ) -> AgentToolResult:
+        """One call; when the server first needs the user to open a link (URL elicitation
+        required), the user is asked through the call's agent and the call is made again once
+        the server says the step is complete or the user says they did it."""
+        try:
+            return await self._call_fresh_session(name, arguments, timeout, meta, on_progress)
+        except _UrlElicitationRequiredError as needed:
+            await self._complete_urls(name, needed.elicitations)
+        try:
+            return await self._call_fresh_session(name, arguments, timeout, meta, on_progress)
+        except _UrlElicitationRequiredError as again:
+            raise ToolInvocationError(
+                f"MCP server {self.name!r} still needs the user to complete a step in the "
+                f"browser before {name!r} can run", code="mcp.url_elicitation_required"
+            ) from again
+
+    async def _complete_urls(self, name: str, elicitations: list[Any]) -> None:
+        from mcp.types import ElicitRequestURLParams
+
+        flight = ELICITATIONS.current()
+        assert flight is not None  # checked before the error was raised
+        for params in elicitations:
+            question = ElicitRequestURLParams(message=params.message, url=params.url,
+                                              elicitation_id=params.elicitation_id)
+            wait_id = str(question.elicitation_id or f"unnamed-{id(question)}")
+            self._url_waits[wait_id] = flight
+            log.info("mcp.elicitation.url_required", server=self.name, tool=name,
+                     key=flight.owner.key)
+            try:
+                result = await flight.ask(question)
+            finally:
+                self._url_waits.pop(wait_id, None)
+            if result.action != "accept":
+                raise ToolInvocationError(
+                    f"the user did not complete the step MCP server {self.name!r} needs before "
+                    f"{name!r} ({result.action})", code="mcp.url_elicitation_declined")
+
+    def _url_completed(self, elicitation_id: str) -> None:
+        """The server says the user completed a URL elicitation: the waiting call goes on."""
+        from mcp.types import ElicitResult
+
+        flight = self._url_waits.get(elicitation_id)
+        if flight is not None and ELICITATIONS.answer(flight.owner.key,
+                                                      ElicitResult(action="accept")):
+            log.info("mcp.elicitation.url_completed", server=self.name, key=flight.owner.key)
 
     async def _call_fresh_session(self, name: str, arguments: dict[str, Any], timeout: float,
                                   meta: dict[str, Any] | None,
@@ -525,6 +587,11 @@ class MCPServerConnection:
         except MCPError as exc:
             if self._session_lost:
                 raise _SessionExpiredError(exc.message) from exc
+            if exc.code == URL_ELICITATION_REQUIRED and ELICITATIONS.current() is not None:
+                from mcp import UrlElicitationRequiredError
+
+                raise _UrlElicitationRequiredError(
+                    UrlElicitationRequiredError.from_error(exc.error).elicitations) from exc
             if self._last_status == 401:
                 raise ToolInvocationError(
                     f"MCP server {self.name!r} refused the call to {name!r}: unauthorized "
