@@ -338,3 +338,33 @@ async def test_a_message_before_the_sign_in_keeps_the_link_open(tmp_path, monkey
     assert late[0] == "alice, you see the dentist on Monday."
     assert tool_errors(logs) == ["mcp.consent_pending"]
     assert CALLS == ["alice"]
+
+
+async def test_an_expired_token_is_refreshed_before_it_is_sent_by_a_later_session(
+        tmp_path, monkeypatch):
+    from subagents.mcp.token_store import SQLTokenStore
+
+    script = {"command_generator": ["start flow calendar_flow", "", "start flow calendar_flow"],
+              "calendar_agent": [*calendar_turns("alice"),
+                                 {"tool_calls": [{"my_events": {}}]},
+                                 {"text": "Refreshed.", "tool_calls": [{"task_completed": {}}],
+                                  "expect": {"messages_contain": ["events of alice"]}}]}
+    async with served(tmp_path, script, monkeypatch) as (auth, fake, api, browser, db):
+        with anyio.fail_after(60):
+            link = consent_link(await say(api, "chat", "alice", "my calendar?"), auth)
+            await browser.open(link, "alice")
+            await say(api, "chat", "alice", "done")
+            # her session is closed (as after an idle timeout or a restart) and the access
+            # token's lifetime is over
+            await api.assistant.pool.close()  # type: ignore[attr-defined]
+            store = SQLTokenStore(f"sqlite+aiosqlite:///{db}")
+            saved = await store.get("alice", "calendar", "tokens")
+            assert saved is not None
+            await store.put("alice", "calendar", "tokens", {**saved, "expires_at": 1.0})
+            await store.close()
+            grants = len(auth.grants)
+            later = await say(api, "chat", "alice", "my calendar again?")
+        fake.assert_done()
+    assert later[0] == "Refreshed."
+    assert auth.grants[grants:] == ["refresh_token"]
+    assert CALLS == ["alice", "alice"]

@@ -140,11 +140,16 @@ class UserTokenStorage:
         self._configured = _configured_client(config, redirect_uri)
 
     async def get_tokens(self) -> Any:
-        """The user's tokens, or None."""
+        """The user's tokens, or None (also when the stored value does not parse)."""
         from mcp.shared.auth import OAuthToken
+        from pydantic import ValidationError
 
         saved = await self.store.get(self.user, self.server, "tokens")
-        return OAuthToken.model_validate(saved["tokens"]) if saved else None
+        try:
+            return OAuthToken.model_validate(saved["tokens"]) if saved else None
+        except (KeyError, TypeError, ValidationError):
+            log.warning("mcp.oauth.tokens_unusable", server=self.server)
+            return None
 
     async def set_tokens(self, tokens: Any) -> None:
         """Store the user's tokens and when the access token expires."""
@@ -157,6 +162,31 @@ class UserTokenStorage:
         saved = await self.store.get(self.user, self.server, "tokens")
         value = saved.get("expires_at") if saved else None
         return float(value) if isinstance(value, int | float) else None
+
+    async def save_metadata(self, oauth_metadata: Any, resource_metadata: Any) -> None:
+        """Remember the authorization server of the server (shared), so that a session opened
+        later refreshes a token without discovering it again."""
+        if oauth_metadata is None:
+            return
+        await self.store.put(SHARED, self.server, "metadata", {
+            "oauth": oauth_metadata.model_dump(mode="json", exclude_none=True),
+            "resource": resource_metadata.model_dump(mode="json", exclude_none=True)
+            if resource_metadata is not None else None})
+
+    async def load_metadata(self) -> tuple[Any, Any]:
+        """The authorization-server and protected-resource metadata saved earlier."""
+        from mcp.shared.auth import OAuthMetadata, ProtectedResourceMetadata
+        from pydantic import ValidationError
+
+        saved = await self.store.get(SHARED, self.server, "metadata")
+        if not saved:
+            return None, None
+        try:
+            return (OAuthMetadata.model_validate(saved["oauth"]),
+                    ProtectedResourceMetadata.model_validate(saved["resource"])
+                    if saved.get("resource") else None)
+        except (KeyError, TypeError, ValidationError):
+            return None, None
 
     async def get_client_info(self) -> Any:
         """The configured client, or the registration stored for the server."""
@@ -238,9 +268,21 @@ def user_provider(config: McpServerConfig, *, user: str, store: TokenStore,
 
         async def _initialize(self) -> None:
             await super()._initialize()
-            # the SDK does not keep the expiry of stored tokens: restore it, so an expired
-            # token is refreshed before it is sent
+            # the SDK does not keep the expiry of stored tokens, nor where it found the
+            # authorization server: restore both, so that an expired token is refreshed (at the
+            # right token endpoint) before it is sent
             self.context.token_expiry_time = await storage.expires_at()
+            if self.context.oauth_metadata is None:
+                asm, prm = await storage.load_metadata()
+                self.context.oauth_metadata = asm
+                self.context.protected_resource_metadata = prm
+                if asm is not None:
+                    self.context.auth_server_url = str(asm.issuer)
+
+        async def _handle_token_response(self, response: httpx2.Response) -> None:
+            await super()._handle_token_response(response)
+            await storage.save_metadata(self.context.oauth_metadata,
+                                        self.context.protected_resource_metadata)
 
         async def _auth_flow(self, request: httpx2.Request
                              ) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
