@@ -16,6 +16,7 @@ import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import anyio
 import httpx2
@@ -194,13 +195,19 @@ async def test_each_user_authorizes_in_the_chat_and_the_parked_call_runs_after_i
     # stored per user, encrypted: no token in the clear
     rows = stored_rows(db)
     assert {(user, kind) for user, server, kind, _ in rows} == {
-        ("alice", "tokens"), ("bob", "tokens"), ("", "client")}
+        ("alice", "tokens"), ("bob", "tokens"), ("", "client"), ("", "metadata")}
     secrets = [*auth.access, *auth.refresh]
     assert len(secrets) == 6  # the operator's, alice's and bob's
     for _, _, _, data in rows:
         assert not any(secret in data for secret in secrets)
         assert "access_token" not in data
-    # never shown to the model, recorded in the tracker or logged
+    # the link is not logged, and the agent's model reads it as "[sign-in link]"
+    state = parse_qs(urlparse(link).query)["state"][0]
+    assert state not in str(logs)
+    agent_requests = [r for r in fake.requests if r.caller == "calendar_agent"]
+    assert state not in str([r.body for r in agent_requests])
+    assert "[sign-in link]" in str(agent_requests[1].body)
+    # tokens are never shown to a model, recorded in the tracker or logged
     for secret in secrets:
         assert secret not in str([r.body for r in fake.requests])
         assert secret not in tracker
