@@ -75,6 +75,8 @@ class PendingConsent:
     """The call it belongs to (``<conversation>:<tool call id>``)."""
     result: asyncio.Future[Any] = field(repr=False)
     """The SDK's ``AuthorizationCodeResult``, or the reason it failed."""
+    asking: asyncio.Future[Any] | None = field(default=None, repr=False)
+    """The question put to the user in the conversation (settled by the chat or the browser)."""
 
 
 class ConsentRegistry:
@@ -321,7 +323,7 @@ def user_provider(config: McpServerConfig, *, user: str, store: TokenStore,
             self.waiting_for_user = True
             params = ElicitRequestURLParams(message=CONSENT_MESSAGE.format(server=server),
                                             url=url, elicitation_id=state)
-            asking = asyncio.ensure_future(flight.ask(params))
+            consent.asking = asking = asyncio.ensure_future(flight.ask(params))
             asking.add_done_callback(lambda task: _answered_in_chat(consent, task))
             log.info("mcp.oauth.consent_asked", server=server, key=flight.owner.key)
 
