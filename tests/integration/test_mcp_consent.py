@@ -9,6 +9,7 @@ and never reach the model, the tracker or the logs.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 import sqlite3
@@ -56,15 +57,18 @@ FILES = {
         """,
     "sub_agents/calendar/config.yml": """
         agent: {name: calendar_agent, description: Reads the user's calendar.}
-        configuration: {include_date_time: false}
+        configuration: {CONFIGURATION}
         connections:
           mcp_servers: [{name: calendar}]
         """,
 }
 
 
-def write_project(root: Path, mcp_url: str) -> Path:
+def write_project(root: Path, mcp_url: str,
+                  configuration: str = "{include_date_time: false}") -> Path:
     files = dict(FILES)
+    files["sub_agents/calendar/config.yml"] = files["sub_agents/calendar/config.yml"].replace(
+        "{CONFIGURATION}", configuration)
     files["endpoints.yml"] = f"""
         model_groups:
           - id: llm
@@ -108,8 +112,8 @@ class Browser:
 
 
 @contextlib.asynccontextmanager
-async def served(tmp_path: Path, script: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch
-                 ) -> AsyncIterator[tuple[Any, ...]]:
+async def served(tmp_path: Path, script: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch,
+                 **project: str) -> AsyncIterator[tuple[Any, ...]]:
     """The stand-in, an operator login for listing tools, and the assistant behind serve."""
     from cryptography.fernet import Fernet
 
@@ -117,7 +121,7 @@ async def served(tmp_path: Path, script: dict[str, list[Any]], monkeypatch: pyte
     monkeypatch.setenv("CONSENT_PUBLIC_URL", "http://127.0.0.1:9")  # set below, once known
     browser = Browser()
     async with consent_standin() as (auth, _, mcp_url):
-        root = write_project(tmp_path / "assistant", mcp_url)
+        root = write_project(tmp_path / "assistant", mcp_url, **project)
         # the operator signs in once so that the server's tools can be listed at start-up
         from subagents.config.project import load_project
 
@@ -375,3 +379,27 @@ async def test_an_expired_token_is_refreshed_before_it_is_sent_by_a_later_sessio
     assert later[0] == "Refreshed."
     assert auth.grants[grants:] == ["refresh_token"]
     assert CALLS == ["alice", "alice"]
+
+
+async def test_an_expired_sign_in_link_reaches_the_agent_as_a_tool_error(tmp_path, monkeypatch):
+    from subagents.mcp.callbacks import ELICITATIONS
+
+    script = {"command_generator": ["start flow calendar_flow", ""],
+              "calendar_agent": [
+                  {"tool_calls": [{"id": "c1", "name": "my_events", "arguments": {}}]},
+                  {"text": "The link expired; shall I send a new one?",
+                   "expect": {"messages_contain": ["expired before the user signed in"]}}]}
+    config = "{include_date_time: false, elicitation_timeout: 2}"
+    async with served(tmp_path, script, monkeypatch, configuration=config) as (
+            auth, fake, api, browser, _):
+        with anyio.fail_after(60):
+            link = consent_link(await say(api, "chat", "alice", "my calendar?"), auth)
+            held = ELICITATIONS.held_call("chat:c1")
+            assert held is not None
+            await asyncio.wait({held})  # the link's time runs out (elicitation_timeout)
+            page = await browser.open(link, "alice")
+            after = await say(api, "chat", "alice", "done")
+        fake.assert_done()
+    assert page.status_code == 400
+    assert after[0] == "The link expired; shall I send a new one?"
+    assert CALLS == []

@@ -72,3 +72,12 @@ def test_per_user_consent_is_an_authorization_code_grant():
         McpServerConfig.model_validate({
             "name": "s", "url": "http://127.0.0.1:1/mcp",
             "oauth": {"client_id": "a", "client_secret": "${S}", "per_user": True}})
+
+
+def test_without_the_oauth_extra_validate_says_what_to_install(make_project, token_key,
+                                                                monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "cryptography.fernet", None)  # not installed
+    assert issues_of(make_project, "session: {per_user: metadata.user_id}") == [
+        ("mcp.oauth.extra_missing", "endpoints.yml", 9)]

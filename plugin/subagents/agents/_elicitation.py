@@ -52,6 +52,9 @@ CONSENT_ASKED = ("MCP server {server!r} needs the user's own authorization befor
                  "signed in; if they refuse, call answer_server_request with decline.")
 CONSENT_PENDING = ("The user has not finished signing in to {server!r} yet. Ask them to open the "
                    "link they were sent and to tell you when they are done.")
+CONSENT_EXPIRED = ("the sign-in link for MCP server {server!r} expired before the user signed "
+                   "in (mcp.consent_expired); nothing was run. Call the tool again to send the "
+                   "user a new link if they still want this.")
 LOST = ("the MCP server's request for input in the call to {tool!r} can no longer be answered: "
         "it expired or the assistant restarted while it waited. Start the request again.")
 
@@ -67,6 +70,8 @@ class PendingElicitation(BaseModel):
     requested_schema: JsonObject = Field(default_factory=dict)
     messages: list[ChatMessage] = Field(default_factory=list)
     """The exchange of the run so far (restored when the run resumes)."""
+    consent: bool = False
+    """The question is our own request for the user's OAuth consent (see mcp/consent.py)."""
 
     @classmethod
     def of(cls, call: PlannedCall, params: Any) -> PendingElicitation:
@@ -139,6 +144,7 @@ async def park_on_elicitation(run: AgentRun, executed: Executed,
     pending = PendingElicitation.of(first, params)
     question = pending.question()
     consent = CONSENTS.for_owner(elicitation_key(run.input, first.id))
+    pending.consent = consent is not None
     # a sign-in link is for the user's eyes: the model only learns that it was sent
     run.tool_messages.append(tool_message(first.id, CONSENT_ASKED.format(server=consent.server)
                                           if consent is not None
@@ -180,6 +186,14 @@ async def resume(run: AgentRun, ctx: CallContext, *, agent_id: str,
         run.tool_messages = list(pending.messages)
         await _collect(run, pending, ctx, agent_id=agent_id, agent_name=agent_name)
         return None
+    if ELICITATIONS.question(key) is None and pending.consent:
+        # the sign-in link expired (or the assistant restarted): the model reads a tool error
+        # and can call the tool again for a new link
+        run.tool_messages = _answer_call(pending.messages, pending.call.id, "Error: " +
+                                         CONSENT_EXPIRED.format(server=pending.server))
+        log.info("agent.elicitation.consent_expired", agent=agent_name, tool=pending.call.name,
+                 server=pending.server)
+        return None
     if ELICITATIONS.question(key) is None:
         log.warning("agent.elicitation.lost", agent=agent_name, tool=pending.call.name,
                     server=pending.server)
@@ -193,12 +207,16 @@ async def _collect(run: AgentRun, pending: PendingElicitation, ctx: CallContext,
                    agent_id: str, agent_name: str) -> None:
     result = await _finish_call(run, pending, ctx, agent_id=agent_id, agent_name=agent_name)
     text = f"Error: {result.error_message}" if result.is_error else str(result.result or "")
-    call_id = pending.call.id
-    run.tool_messages = [tool_message(call_id, text)
-                         if m.get("role") == "tool" and m.get("tool_call_id") == call_id else m
-                         for m in run.tool_messages]
+    run.tool_messages = _answer_call(run.tool_messages, pending.call.id, text)
     log.info("agent.elicitation.collected", agent=agent_name, tool=pending.call.name,
              is_error=result.is_error)
+
+
+def _answer_call(messages: list[ChatMessage], call_id: str, text: str) -> list[ChatMessage]:
+    """``messages`` with the placeholder answer to ``call_id`` replaced by ``text``."""
+    return [tool_message(call_id, text)
+            if m.get("role") == "tool" and m.get("tool_call_id") == call_id else m
+            for m in messages]
 
 
 def _offer(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
