@@ -65,7 +65,7 @@ FILES = {
 
 
 def write_project(root: Path, mcp_url: str,
-                  configuration: str = "{include_date_time: false}") -> Path:
+                  configuration: str = "{include_date_time: false}", oauth: str = "") -> Path:
     files = dict(FILES)
     files["sub_agents/calendar/config.yml"] = files["sub_agents/calendar/config.yml"].replace(
         "{CONFIGURATION}", configuration)
@@ -82,6 +82,7 @@ def write_project(root: Path, mcp_url: str,
               grant: authorization_code
               per_user: true
               public_url: ${{CONSENT_PUBLIC_URL}}
+              {oauth}
         """
     for rel, text in files.items():
         path = root / rel
@@ -403,3 +404,22 @@ async def test_an_expired_sign_in_link_reaches_the_agent_as_a_tool_error(tmp_pat
     assert page.status_code == 400
     assert after[0] == "The link expired; shall I send a new one?"
     assert CALLS == []
+
+
+async def test_a_configured_client_id_is_used_instead_of_registering(tmp_path, monkeypatch):
+    script = {"command_generator": ["start flow calendar_flow", ""],
+              "calendar_agent": calendar_turns("alice")}
+    async with served(tmp_path, script, monkeypatch, oauth="client_id: assistant-app") as (
+            auth, fake, api, browser, db):
+        base = str(api.base_url).rstrip("/")
+        auth.clients["assistant-app"] = [f"{base}/oauth/callback"]  # registered by the operator
+        registered = len(auth.clients)
+        with anyio.fail_after(60):
+            link = consent_link(await say(api, "chat", "alice", "my calendar?"), auth)
+            await browser.open(link, "alice")
+            done = await say(api, "chat", "alice", "done")
+        fake.assert_done()
+    assert parse_qs(urlparse(link).query)["client_id"] == ["assistant-app"]
+    assert len(auth.clients) == registered  # no registration for the users
+    assert done[0] == "alice, you see the dentist on Monday."
+    assert ("", "client") not in {(user, kind) for user, _, kind, _ in stored_rows(db)}
