@@ -423,3 +423,29 @@ async def test_a_configured_client_id_is_used_instead_of_registering(tmp_path, m
     assert len(auth.clients) == registered  # no registration for the users
     assert done[0] == "alice, you see the dentist on Monday."
     assert ("", "client") not in {(user, kind) for user, _, kind, _ in stored_rows(db)}
+
+
+async def test_a_users_consent_serves_them_on_another_worker_sharing_the_database(
+        tmp_path, monkeypatch):
+    from tests.dialogue_harness import Conversation
+
+    script = {"command_generator": ["start flow calendar_flow", "", "start flow calendar_flow"],
+              "calendar_agent": [*calendar_turns("alice"),
+                                 {"tool_calls": [{"my_events": {}}]},
+                                 {"text": "Worker two read it.",
+                                  "tool_calls": [{"task_completed": {}}],
+                                  "expect": {"messages_contain": ["events of alice"]}}]}
+    async with served(tmp_path, script, monkeypatch) as (auth, fake, api, browser, db):
+        with anyio.fail_after(60):
+            link = consent_link(await say(api, "chat", "alice", "my calendar?"), auth)
+            await browser.open(link, "alice")
+            await say(api, "chat", "alice", "done")
+            grants = len(auth.grants)
+            other = SQLTrackerStore(f"sqlite+aiosqlite:///{db}")
+            async with assistant_for(tmp_path / "assistant", fake, tracker_store=other) as two:
+                texts, _ = await Conversation(two, "chat-2").say("my calendar?",
+                                                                 user_id="alice")
+        fake.assert_done()
+    assert texts[0] == "Worker two read it."
+    assert auth.grants[grants:] == []  # neither a new consent nor a refresh
+    assert CALLS == ["alice", "alice"]
