@@ -180,15 +180,17 @@ class TemplateChecker:
             return
         text = path.read_text(encoding="utf-8")
         env = SandboxedEnvironment()
+        env.filters["to_json_escaped_string"] = str  # registered for prompt templates at run time
         try:
             ast = env.parse(text)
+            names = meta.find_undeclared_variables(ast)  # also fails on an unknown filter
         except TemplateSyntaxError as exc:
             self.issues.append(ConfigIssue(
                 f"{code_prefix}.prompt_template_syntax_error",
                 f"template syntax error: {exc.message}", file=self.rel(path), line=exc.lineno,
                 key=_dotted_key(loc), hint="fix the Jinja2 syntax"))
             return
-        unknown = sorted(meta.find_undeclared_variables(ast) - variables - set(env.globals))
+        unknown = sorted(names - variables - set(env.globals))
         if unknown:
             self.issues.append(ConfigIssue(
                 f"{code_prefix}.prompt_template_unknown_variable",

@@ -20,6 +20,7 @@ from .commands import (
     Command,
     ContinueAgent,
     Intent,
+    InternalError,
     RepeatBotMessages,
     Restart,
     RestartAgent,
@@ -136,7 +137,8 @@ class CommandEffects:
         """Intents become what they trigger; clarification stands only on its own."""
         resolved: list[Command] = []
         for command in commands:
-            resolved += self._intent(command.name) if isinstance(command, Intent) else [command]
+            resolved += self._intent(command.name, command.confidence) \
+                if isinstance(command, Intent) else [command]
         clarify = [c for c in resolved if isinstance(c, Clarify)]
         if not clarify:
             return resolved
@@ -148,9 +150,9 @@ class CommandEffects:
             return [StartFlow(options[0])]
         return [Clarify(tuple(options))] if options else []
 
-    def _intent(self, name: str) -> list[Command]:
+    def _intent(self, name: str, confidence: float = 1.0) -> list[Command]:
         # a payload intent has confidence 1.0, so every confidence threshold is met
-        flow_id = self.project.flow_for_intent(name)
+        flow_id = self.project.flow_for_intent(name, confidence)
         if flow_id is None:
             fixed = BUILTIN_INTENTS.get(name)
             return [fixed] if fixed is not None else [CannotHandle(INVALID_INTENT)]
@@ -213,6 +215,11 @@ class CommandEffects:
                 self.restart_agent(turn, command.agent)
             case ContinueAgent() | Intent():
                 pass  # the waiting agent runs when reached; intents were resolved in clean
+            case InternalError():
+                # the message was not understood, so a waiting agent must not receive it
+                turn.agent_ran = True
+                self.patterns.internal_error(turn, error_type=command.error_type,
+                                             info=dict(command.info))
             case (ChitChat() | CannotHandle() | Clarify() | RepeatBotMessages()
                   | SkipQuestion() | SessionStart() | SessionEnd() | Restart()):
                 self._pattern_command(turn, command)
