@@ -5,8 +5,11 @@ metadata for ``nlu_trigger``."""
 from __future__ import annotations
 
 import anyio
+import httpx2
 import pytest
+from subagents.server import create_app
 from subagents.testing import FakeModelServer
+from subagents.testing.mcp_http import serve_app
 
 from tests.dialogue_harness import Conversation, assistant_for, names, write_project
 
@@ -192,3 +195,17 @@ async def test_an_intent_that_triggers_nothing_leaves_the_message_to_the_model(
             texts, _ = await Conversation(assistant).say("when are you open", intent=intent)
         fake.assert_done()
     assert texts[0] == "We are open 9 to 5."
+
+
+async def test_a_rest_client_sends_an_intent_in_the_message_metadata(tmp_path, tools_url):
+    root = project_with(tmp_path, tools_url)
+    async with FakeModelServer({}) as fake, assistant_for(root, fake) as assistant, \
+            serve_app(create_app(assistant)) as base, \
+            httpx2.AsyncClient(base_url=base, timeout=30) as client:
+        with anyio.fail_after(30):
+            response = await client.post("/webhooks/rest/webhook", json={
+                "sender": "rest-user", "message": "balance?",
+                "metadata": {"intent": {"name": "check_balance", "confidence": 0.95}}})
+        fake.assert_done()
+    assert response.status_code == 200
+    assert response.json()[0]["text"] == "Your balance is 10."
