@@ -335,11 +335,7 @@ class FlowChecker:
         elif str(m.collect) not in self.domain.slots:
             pass  # the unknown slot is the error; no follow-on warning
         elif f"action_ask_{m.collect}" in self.domain.actions:
-            self.issues.append(doc.issue(
-                "flow.collect.ask_action_not_run", f"'action_ask_{m.collect}' is not run to ask "
-                f"for slot {m.collect!r} yet: a question built from the slot's description is "
-                "asked instead", (*step.loc, "collect"), hint=f"add {ask} under responses:",
-                severity="warning"))
+            pass  # the custom action asks
         elif not self.broken.unreadable_data and ask not in self.broken.responses:
             self.issues.append(doc.issue(
                 "flow.collect.no_question", f"no response {ask!r} asks for slot {m.collect!r}: "

@@ -187,15 +187,27 @@ class FlowExecutor:
         if slot in turn.rejected_values:
             await self._type_rejection(turn, slot, turn.rejected_values.pop(slot))
         frame.awaiting = slot
+        return await self._ask(turn, frame, step, slot)
+
+    async def _ask(self, turn: Turn, frame: FlowFrame, step: Step, slot: str) -> StepResult:
+        """Ask for ``slot`` as Rasa does: its ``utter``/``utter_ask_<slot>`` response, then a
+        custom ``action_ask_<slot>`` when the domain lists one; with neither, a question built
+        from the slot's definition."""
         name = step.model.utter or f"utter_ask_{slot}"
+        action = f"action_ask_{slot}"
+        has_action = action in self.project.domain.actions
         if name in self.project.domain.responses:
             await self.responder.utter(turn, name)
-        else:
+            turn.add(ev.action_executed(name))
+        elif not has_action:
             definition = self.project.domain.slots.get(slot)
             text = (definition.prompt or definition.description) if definition else None
             await self.responder.say(turn, text or f"Please tell me your {slot.replace('_', ' ')}.",
                                      {"utter_action": name})
-        turn.add(ev.action_executed(name))
+            turn.add(ev.action_executed(name))
+        if has_action and await self.action_steps.run(turn, frame, action) != StepResult.NEXT:
+            frame.awaiting = None
+            return StepResult.CHANGED  # it failed: the flow was cancelled, the error pattern runs
         return StepResult.WAIT
 
     async def _type_rejection(self, turn: Turn, slot: str, value: Any) -> None:
