@@ -19,6 +19,7 @@ from .commands import (
     Clarify,
     Command,
     ContinueAgent,
+    HandleCodeChange,
     Intent,
     InternalError,
     RepeatBotMessages,
@@ -35,6 +36,7 @@ from .navigation import Navigator
 from .patterns import (
     CHITCHAT,
     CLARIFICATION,
+    CODE_CHANGE,
     CONTINUE_INTERRUPTED,
     CONTINUE_SLOT,
     REPEAT_BOT_MESSAGES,
@@ -215,6 +217,8 @@ class CommandEffects:
                 self.restart_agent(turn, command.agent)
             case ContinueAgent() | Intent():
                 pass  # the waiting agent runs when reached; intents were resolved in clean
+            case HandleCodeChange():
+                self.code_change(turn, command.flows)
             case InternalError():
                 # the message was not understood, so a waiting agent must not receive it
                 turn.agent_ran = True
@@ -247,6 +251,14 @@ class CommandEffects:
                 self.end(turn, command)
             case _:
                 assert_never(command)
+
+    def code_change(self, turn: Turn, flows: tuple[str, ...]) -> None:
+        """Run ``pattern_code_change``; the frames on the stack take the flows as they are now
+        (so a change is reported once)."""
+        for frame in turn.stack.flow_frames():
+            frame.flow_hash = None
+        if not self.patterns.push(turn, CODE_CHANGE, {"changed_flows": list(flows)}):
+            turn.stack.frames = []
 
     def clarify(self, turn: Turn, flow_ids: tuple[str, ...]) -> None:
         """Ask which of several flows the user meant (``pattern_clarification``)."""

@@ -117,9 +117,16 @@ class InternalError:
     info: dict[str, Any] = field(default_factory=dict, hash=False)
 
 
+@dataclass(frozen=True)
+class HandleCodeChange:
+    """Flows on the stack changed since they started; runs ``pattern_code_change``."""
+
+    flows: tuple[str, ...] = ()
+
+
 Command = (StartFlow | SetSlot | CancelFlow | ContinueAgent | RestartAgent | ChitChat
            | CannotHandle | Clarify | RepeatBotMessages | SkipQuestion | SessionStart | SessionEnd
-           | Restart | Intent | InternalError)
+           | Restart | Intent | InternalError | HandleCodeChange)
 
 _LINE_FORMS: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"^start flow ([\w\-]+)$", re.I), lambda m: StartFlow(m.group(1))),
