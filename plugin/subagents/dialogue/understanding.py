@@ -223,7 +223,6 @@ def completed_agents(events: list[dict[str, Any]]) -> list[str]:
     return [name for name, kind in last.items() if kind == "agent_completed"]
 
 
-
 def _max_characters(settings: dict[str, Any]) -> int:
     user_input = settings.get("user_input")
     value = user_input.get("max_characters") if isinstance(user_input, dict) else None
