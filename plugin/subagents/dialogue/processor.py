@@ -44,7 +44,7 @@ from .client_input import (
     replay_answer,
     split_client_metadata,
 )
-from .commands import CannotHandle, Command, ContinueAgent, parse_deterministic
+from .commands import CannotHandle, Command, ContinueAgent
 from .flow_executor import FlowExecutor
 from .stack import Stack
 from .turn import Turn
@@ -278,10 +278,7 @@ class Assistant:
             LLMError: the command generator's model failed (unreachable, malformed reply,
                 out of time).
         """
-        fixed = parse_deterministic(text, set(self.project.flows))
-        if fixed is not None:
-            return fixed
-        return await self.understanding.predict(text, turn.stack, turn.slots, turn.events[:-1])
+        return await self.understanding.understand(turn, text)
 
     async def tracker(self, sender_id: str) -> list[dict[str, Any]]:
         """The stored events of a conversation."""
