@@ -1,6 +1,7 @@
 """``subagents inspect --replay FILE::CASE``: serve the inspector over an assistant whose models
-answer from a conversation test's ``llm_script``, so the case can be stepped through message by
-message in the page.
+answer from a conversation test's ``llm_script`` (and whose MCP servers answer from its
+``tool_script``, when it has one), so the case can be stepped through message by message in the
+page.
 
 The page reads the case from ``GET /inspect/replay`` and sends each user message through the
 stream route, like any message typed in it: the same code path as a live conversation.
@@ -75,25 +76,50 @@ def replay_plan(case: Any) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
+async def _replay_project(case: Any, project: Path) -> AsyncIterator[Any]:
+    """The loaded project; with a ``tool_script``, its MCP servers are replay stand-ins that
+    answer with the recorded results (the real servers are not started)."""
+    from .config.project import load_project
+    from .testing.tool_replay import replay_servers
+
+    loaded = load_project(project)
+    if case.tool_script is None:
+        yield loaded
+        return
+    names = [server.name for server in loaded.endpoints.mcp_servers or []]
+    async with replay_servers(case.tool_script, names) as (_, configs):
+        loaded.endpoints.mcp_servers = configs
+        yield loaded
+
+
+@contextlib.asynccontextmanager
 async def replay_app(case: Any, project: Path, *, token: str | None = None,
                      allowed_hosts: list[str] | None = None) -> AsyncIterator[Any]:
     """The API app (with the inspector) over an assistant whose models answer from the case's
-    ``llm_script``; the scripted model server runs while the context is open."""
+    ``llm_script`` and whose MCP servers answer from its ``tool_script`` (when it has one); the
+    stand-ins run while the context is open. The replayed conversation is recorded, so the page
+    can save what happened as a new test."""
     from . import events as ev
+    from . import recording
     from .dialogue.processor import Assistant
     from .server import create_app
     from .stores import InMemoryTrackerStore
     from .testing import FakeModelServer
 
-    async with FakeModelServer(case.llm_script) as fake:
-        assistant = Assistant.load(project, tracker_store=InMemoryTrackerStore(),
-                                   llm_factory=fake.llm_factory(), retry_delays=(0.0,))
+    async with FakeModelServer(case.llm_script) as fake, \
+            _replay_project(case, project) as loaded:
+        assistant = Assistant(loaded, tracker_store=InMemoryTrackerStore(),
+                              llm_factory=fake.llm_factory(), retry_delays=(0.0,))
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
         if case.slot_presets:
             presets = [ev.slot_set(k, v) for k, v in case.slot_presets.items()]
             await assistant.tracker_store.save_turn(REPLAY_SENDER, presets, [], 0)
-        yield create_app(assistant, token=token, replay=replay_plan(case),
-                         allowed_hosts=allowed_hosts)
+        recording.record_conversation(REPLAY_SENDER)
+        try:
+            yield create_app(assistant, token=token, replay=replay_plan(case),
+                             allowed_hosts=allowed_hosts)
+        finally:
+            recording.record_conversation(REPLAY_SENDER, on=False)
 
 
 async def serve_replay(case: Any, project: Path, *, host: str, port: int,
