@@ -18,7 +18,9 @@ from typing import Any
 
 from .exceptions import SubagentsError
 
-REPLAY_SENDER = "replay"
+REPLAY_PREFIX = "replay-"
+"""The replayed conversation's sender id is this prefix and the case's name (so a replay saved
+as a test is named after its case)."""
 
 
 class ReplayError(SubagentsError):
@@ -58,6 +60,11 @@ def load_case(spec: str, project: Path) -> Any:
     return case
 
 
+def replay_sender(case: Any) -> str:
+    """The sender id of the replayed conversation of ``case``."""
+    return (REPLAY_PREFIX + str(case.name))[:255]
+
+
 def replay_plan(case: Any) -> dict[str, Any]:
     """What the page shows and sends: the case's user messages (with their metadata) and the
     bot messages the test expects after each."""
@@ -72,7 +79,8 @@ def replay_plan(case: Any) -> dict[str, Any]:
             steps[-1]["expect"].append(str(step["bot"]))
         elif "utter" in step and steps:
             steps[-1]["expect"].append(f"({step['utter']})")
-    return {"case": case.name, "file": case.file, "sender": REPLAY_SENDER, "steps": steps}
+    return {"case": case.name, "file": case.file, "sender": replay_sender(case),
+            "steps": steps}
 
 
 @contextlib.asynccontextmanager
@@ -113,13 +121,13 @@ async def replay_app(case: Any, project: Path, *, token: str | None = None,
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
         if case.slot_presets:
             presets = [ev.slot_set(k, v) for k, v in case.slot_presets.items()]
-            await assistant.tracker_store.save_turn(REPLAY_SENDER, presets, [], 0)
-        recording.record_conversation(REPLAY_SENDER)
+            await assistant.tracker_store.save_turn(replay_sender(case), presets, [], 0)
+        recording.record_conversation(replay_sender(case))
         try:
             yield create_app(assistant, token=token, replay=replay_plan(case),
                              allowed_hosts=allowed_hosts)
         finally:
-            recording.record_conversation(REPLAY_SENDER, on=False)
+            recording.record_conversation(replay_sender(case), on=False)
 
 
 async def serve_replay(case: Any, project: Path, *, host: str, port: int,

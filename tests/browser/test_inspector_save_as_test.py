@@ -204,11 +204,11 @@ async def test_a_replayed_case_with_recorded_tool_results_is_saved_again(tmp_pat
             call = page.locator('.call[data-tool="echo"]')
             assert "result: Riga" in await call.inner_text()
             saved = await download_test(page, root / "tests" / "saved")
-    assert not recording.is_recording("replay")
+    assert not recording.is_recording("replay-riga_weather")
     loaded = load_file(saved, root=root)
     assert not loaded.issues
     [again] = loaded.cases
-    assert again.name == "recorded_replay"
+    assert again.name == "recorded_replay_riga_weather"
     assert again.tool_script == {"tools": [
         {"tool": "echo", "arguments": {"text": "Riga"}, "result": "Riga",
          "description": "echo (recorded)", "input_schema": again.tool_script["tools"][0][

@@ -291,6 +291,7 @@
   async function send(text, payload, metadata) {
     const box = $("message");
     $("send").disabled = true;
+    $("save-test").disabled = true;  // the turn is stored when it ends: save after it
     $("status").textContent = "The assistant is answering…";
     changedThisTurn = new Set();
     addMessage("user", text);
@@ -320,6 +321,7 @@
       addMessage("system", "connection failed: " + exc.message);
     } finally {
       $("send").disabled = false;
+      $("save-test").disabled = false;
       $("status").textContent = "";
       document.body.dataset.turns = String(Number(document.body.dataset.turns || 0) + 1);
       box.focus();
@@ -474,7 +476,8 @@
     const steps = replay.steps;
     $("replay-progress").textContent = `message ${Math.min(replayAt + 1, steps.length)} of ${steps.length}`;
     if (replayAt >= steps.length) {
-      $("replay-next").textContent = "Every test message was sent.";
+      $("replay-next").textContent = "Every test message was sent. Save as test keeps " +
+        "this run as a new test.";
       $("replay-send").disabled = true;
       $("replay-expect").textContent = "";
       return;
