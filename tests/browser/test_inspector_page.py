@@ -157,6 +157,9 @@ async def test_the_page_fits_360_pixels(tmp_path, tools_url):
     async with inspector(tmp_path, tools_url, SCRIPT, width=360) as (page, _):
         with anyio.fail_after(90):
             await say(page, "A table please", 1)
+            await page.locator("#save-test").focus()  # the save panel must fit too
+            await page.keyboard.press("Enter")
+            await page.locator("#save:not([hidden])").wait_for()
             await page.screenshot(path=str(ARTIFACTS / "inspector-360px.png"), full_page=True)
             width = await page.evaluate("document.documentElement.scrollWidth")
     assert width <= 360
