@@ -116,3 +116,23 @@ def test_a_routed_group_of_several_providers_validates(make_project):
               cooldown_time: 10
         """)
     assert not [i.format() for i in issues if i.severity == "error"]
+
+
+async def test_preflight_checks_every_model_of_a_routed_group(make_project, monkeypatch):
+    from subagents.config import load_project
+    from subagents.preflight import check_models
+
+    monkeypatch.delenv("AZURE_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    project = load_project(make_project({"endpoints.yml": """
+        model_groups:
+          - id: agent_llm
+            models:
+              - {provider: openai, model: gpt-4.1-mini, api_base: "http://127.0.0.1:9/v1"}
+              - {provider: azure, deployment: eu, api_base: "https://eu.example",
+                 api_version: "2024-06-01"}
+            router: {routing_strategy: simple-shuffle}
+        """ + SERVERS}))
+    problems = await check_models(project, timeout=2)
+    missing = [p for p in problems if p.code == "preflight.api_key_missing"]
+    assert [p.model for p in missing] == ["eu"]
