@@ -39,7 +39,12 @@ import structlog
 
 from . import usage as _usage_prices
 from .config._base import resolve_env
-from .config.endpoints import CLIENT_MODEL_KEYS, ROUTING_MODEL_KEYS, normalize_model_keys
+from .config.endpoints import (
+    CLIENT_MODEL_KEYS,
+    ROUTING_MODEL_KEYS,
+    ROUTING_STRATEGIES,
+    normalize_model_keys,
+)
 from .exceptions import ConfigError, ConfigIssue, LLMError
 from .llm_routing import Deployment, Router, RouterSettings
 from .observability import traced_model_call
@@ -229,8 +234,11 @@ def _group_settings(group: ModelGroup, where: str) -> ModelSettings:
     try:
         router = RouterSettings.from_mapping(group.router)
     except (ValueError, TypeError) as exc:
+        strategy = group.router.get("routing_strategy")
+        code = "llm.router.unknown_strategy" if strategy is not None and \
+            strategy not in ROUTING_STRATEGIES else "llm.router.invalid"
         raise ConfigError(ConfigIssue(
-            "llm.router.unknown_strategy", f"model group {group.id!r}: {exc}",
+            code, f"model group {group.id!r}: {exc}",
             file=where or None, key="router.routing_strategy",
             hint="use simple-shuffle, least-busy, latency-based-routing, usage-based-routing "
                  "or cost-based-routing")) from exc

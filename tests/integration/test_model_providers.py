@@ -142,3 +142,30 @@ def test_with_a_router_every_model_is_used():
     assert [m.settings.model for m in client.members] == ["a", "b"]
     assert client.settings.model == "a"
     assert client.name == "caller"
+
+
+def test_an_unknown_strategy_fails_when_the_client_is_built():
+    with pytest.raises(ConfigError) as info:
+        settings_for({"model": "a"}, more=[{"model": "b"}],
+                     router={"routing_strategy": "round-robin"})
+    assert info.value.issue.code == "llm.router.unknown_strategy"
+
+
+async def test_options_set_on_a_routed_client_reach_every_model():
+    """MCP sampling caps the completion length by replacing the client's settings."""
+    import dataclasses
+
+    down = {"error": {"status": 500, "message": "down"}}
+    async with FakeModelServer({"a": [down], "b": ["B"]}) as fake:
+        settings = settings_for({"model": "a", "api_base": fake.base_url("a"), "weight": 1e6},
+                                more=[{"model": "b", "api_base": fake.base_url("b"),
+                                       "weight": 1}],
+                                router={"routing_strategy": "simple-shuffle"})
+        llm = make_llm_client(settings)
+        llm.settings = dataclasses.replace(llm.settings, options={
+            **llm.settings.options, "max_completion_tokens": 12})
+        await llm.complete(USER, None)  # a fails, b answers
+        await llm.close()
+        fake.assert_done()
+    assert [(r.caller, r.body["max_completion_tokens"]) for r in fake.requests] == [
+        ("a", 12), ("b", 12)]

@@ -40,6 +40,16 @@ def test_an_unknown_routing_strategy_is_an_error_with_a_suggestion(make_project)
     assert "least-busy" in (issue.hint or "")
 
 
+def test_a_negative_router_number_is_an_error(make_project):
+    issue = only(issues_of(make_project, """
+        model_groups:
+          - id: agent_llm
+            models: [{model: a}, {model: b}]
+            router: {routing_strategy: least-busy, num_retries: -1}
+        """), "llm.router.invalid")
+    assert (issue.severity, issue.line) == ("error", 4)
+
+
 def test_a_router_on_a_single_model_group_is_a_warning(make_project):
     issues = issues_of(make_project, """
         model_groups:

@@ -128,6 +128,12 @@ def router_problems(router: Any, models: int) -> list[tuple[tuple[str, ...], str
             problems.append(((str(key),), "llm.router.unknown_key", f"unknown router key {key!r}"
                              " (ignored)", f"did you mean {close[0]!r}?" if close else None,
                              "warning"))
+    for key, kind in (("num_retries", int), ("allowed_fails", int), ("cooldown_time", float)):
+        value = router.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | kind)
+                                  or value < 0):
+            problems.append(((key,), "llm.router.invalid", f"{key} must be a number >= 0",
+                             None, "error"))
     if router.get("cache_responses"):
         problems.append((("cache_responses",), "llm.router.cache_unsupported",
                          "cache_responses is not supported: every call reaches a model",
