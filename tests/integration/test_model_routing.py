@@ -76,6 +76,22 @@ async def test_a_failed_call_fails_over_to_the_next_model(failure):
     assert set(tally) == {"b"}  # usage names the model that answered
 
 
+async def test_a_stream_that_failed_before_any_text_fails_over():
+    seen: list[str] = []
+
+    async def on_text(delta: str) -> None:
+        seen.append(delta)
+
+    async with FakeModelServer({"a": [{"error": {"status": 502, "message": "bad gateway"}}],
+                                "b": ["streamed by b"]}) as fake:
+        llm = routed(fake, {}, {"model": "a", "weight": 1_000_000}, {"model": "b", "weight": 1})
+        response = await llm.complete(USER, None, stream=True, on_text=on_text)
+        await llm.close()
+        fake.assert_done()
+    assert served(fake) == ["a", "b"]
+    assert "".join(seen) == response.text == "streamed by b"
+
+
 async def test_every_model_failing_raises_the_last_error():
     down = {"error": {"status": 503, "message": "down"}}
     async with FakeModelServer({"a": [down], "b": [down]}) as fake:

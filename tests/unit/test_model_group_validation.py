@@ -90,8 +90,9 @@ def test_unknown_router_keys_and_response_caching_are_warnings(make_project):
     ("{model: gpt-4.1-mini, temprature: 0.2}", "llm.option.unknown"),
     ("{provider: self-hosted, model: m, api_base: 'http://h/v1', "
      "use_chat_completions_endpoint: false}", "llm.completions_endpoint.unsupported"),
+    ("{type: openai, model: gpt-4, openai_api_type: azure}", "llm.api_type.mismatch"),
 ], ids=["provider", "self-hosted-base", "azure-deployment", "stream", "n", "misspelled",
-        "completions-endpoint"])
+        "completions-endpoint", "api-type"])
 def test_model_problems_of_a_used_group_are_errors(make_project, model, code):
     issue = only(issues_of(make_project, f"""
         model_groups:

@@ -96,6 +96,13 @@ def model_key_problems(data: dict[str, Any]) -> list[tuple[str, str, str, str | 
         problems.append(("provider", "llm.self_hosted.api_base_missing",
                          f"a {provider} model needs 'api_base' (the server's address)",
                          "add api_base: http://<host>:<port>/v1"))
+    api_type = data.get("api_type", data.get("openai_api_type"))
+    if api_type is not None and str(provider) in ("openai", "azure") \
+            and str(api_type) != str(provider):
+        key = "api_type" if "api_type" in data else "openai_api_type"
+        problems.append((key, "llm.api_type.mismatch", f"api_type {api_type!r} does not match "
+                         f"provider {provider!r}", "for Azure OpenAI write provider: azure; "
+                         "otherwise remove api_type"))
     if data.get("use_chat_completions_endpoint") is False:
         problems.append(("use_chat_completions_endpoint", "llm.completions_endpoint.unsupported",
                          "only the chat completions endpoint is supported",
