@@ -22,7 +22,7 @@ from ..agents.registry import create_agent, protocol_type_for
 from ..channels.base import OutputChannel
 from ..config.project import Project, ProjectPaths, load_project
 from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
-from ..llm import LLMClient, ModelSettings, call_deadline, resolve_model_settings
+from ..llm import LLMClient, ModelSettings, call_deadline, make_llm_client, resolve_model_settings
 from ..mcp.pool import MCPPool
 from ..observability import traced_command_generation, traced_turn
 from ..stores import (
@@ -62,7 +62,7 @@ COMMAND_GENERATOR = "command_generator"
 
 def default_llm_factory(caller: str, settings: ModelSettings) -> LLMClient:
     """Create the model client for ``caller`` with ``settings`` (the default factory)."""
-    return LLMClient(settings, name=caller)
+    return make_llm_client(settings, name=caller)
 
 
 class Assistant:
