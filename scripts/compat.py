@@ -72,21 +72,22 @@ def _validate(project: Path) -> tuple[bool, str]:
     return _subagents("validate", "--project", str(project))
 
 
-def _scripted_tests(project: Path, template: str) -> tuple[Path | None, list[str]]:
-    """Copy the template's tests with each case's ``llm_script`` added; returns the folder and
-    a note per case that does not run."""
+def _scripted_tests(project: Path, template: str) -> tuple[Path | None, list[str], list[str]]:
+    """Copy the template's tests with each case's ``llm_script`` added; returns the folder, the
+    cases skipped on purpose (with the reason) and the cases that have no script yet."""
     from ruamel.yaml import YAML
 
     overlay_file = HERE / "compat_scripts" / f"{template}.yml"
     tests = project / "tests"
     if not tests.is_dir():
-        return None, []
+        return None, [], []
     yaml = YAML(typ="safe")
     overlay = yaml.load(overlay_file.read_text(encoding="utf-8")) if overlay_file.is_file() \
         else {}
     scripts = overlay.get("cases") or {}
     skips = overlay.get("skip") or {}
-    notes: list[str] = []
+    skipped: list[str] = []
+    missing: list[str] = []
     target = project / "compat_e2e"
     for path in sorted(tests.rglob("*.yml")):
         data = yaml.load(path.read_text(encoding="utf-8"))
@@ -96,9 +97,9 @@ def _scripted_tests(project: Path, template: str) -> tuple[Path | None, list[str
         for case in data["test_cases"] or []:
             name = case.get("test_case")
             if name in skips:
-                notes.append(f"{name}: skipped ({skips[name]})")
+                skipped.append(f"{name}: {skips[name]}")
             elif name not in scripts:
-                notes.append(f"{name}: no llm_script yet")
+                missing.append(f"{name}: no llm_script yet")
             else:
                 kept.append({**case, "llm_script": scripts[name]})
         if kept:
@@ -106,24 +107,32 @@ def _scripted_tests(project: Path, template: str) -> tuple[Path | None, list[str
             out.parent.mkdir(parents=True, exist_ok=True)
             with out.open("w", encoding="utf-8") as handle:
                 YAML(typ="safe", pure=True).dump({**data, "test_cases": kept}, handle)
-    return (target if target.is_dir() else None), notes
+    return (target if target.is_dir() else None), skipped, missing
+
+
+def _report_not_run(skipped: list[str], missing: list[str]) -> None:
+    for note in skipped:
+        print(f"   skipped: {note}")
+    for note in missing:
+        print(f"   not run: {note}")
 
 
 def _e2e(project: Path, template: str) -> bool:
-    folder, notes = _scripted_tests(project, template)
+    """Run the template's scripted conversation tests; a case without a script fails it, a
+    case skipped on purpose (listed with its reason) does not."""
+    folder, skipped, missing = _scripted_tests(project, template)
     if folder is None:
-        print(f"== {template}: no conversation tests" + (" scripted" if notes else ""))
-        for note in notes:
-            print(f"   {note}")
-        return not notes
+        print(f"== {template}: no conversation tests"
+              + (" scripted" if skipped or missing else ""))
+        _report_not_run(skipped, missing)
+        return not missing
     # from inside the project, as Rasa is run: custom actions open files by relative paths
     ok, output = _subagents("test", "--project", str(project), str(folder), timeout=900,
                             cwd=project)
     print(f"== {template}: e2e {'passed' if ok else 'FAILED'}")
     print("   " + output.replace("\n", "\n   "), flush=True)
-    for note in notes:
-        print(f"   not run: {note}")
-    return ok and not notes
+    _report_not_run(skipped, missing)
+    return ok and not missing
 
 
 def main(argv: list[str] | None = None) -> int:

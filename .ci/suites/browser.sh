@@ -42,3 +42,4 @@ SUBAGENTS_WEBCHAT_JS="$WEBCHAT" SUBAGENTS_AXE_JS="$AXE" SUBAGENTS_CHROMIUM="$(co
   timeout 300 .venv/bin/python -m pytest tests/browser -q -p no:cacheprovider
 test -s artifacts/browser/2-answer.png
 test -s artifacts/browser/inspector-2-completed.png
+test -s artifacts/browser/inspector-save-as-test.png

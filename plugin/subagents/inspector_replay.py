@@ -1,6 +1,7 @@
 """``subagents inspect --replay FILE::CASE``: serve the inspector over an assistant whose models
-answer from a conversation test's ``llm_script``, so the case can be stepped through message by
-message in the page.
+answer from a conversation test's ``llm_script`` (and whose MCP servers answer from its
+``tool_script``, when it has one), so the case can be stepped through message by message in the
+page.
 
 The page reads the case from ``GET /inspect/replay`` and sends each user message through the
 stream route, like any message typed in it: the same code path as a live conversation.
@@ -17,7 +18,9 @@ from typing import Any
 
 from .exceptions import SubagentsError
 
-REPLAY_SENDER = "replay"
+REPLAY_PREFIX = "replay-"
+"""The replayed conversation's sender id is this prefix and the case's name (so a replay saved
+as a test is named after its case)."""
 
 
 class ReplayError(SubagentsError):
@@ -57,6 +60,11 @@ def load_case(spec: str, project: Path) -> Any:
     return case
 
 
+def replay_sender(case: Any) -> str:
+    """The sender id of the replayed conversation of ``case``."""
+    return (REPLAY_PREFIX + str(case.name))[:255]
+
+
 def replay_plan(case: Any) -> dict[str, Any]:
     """What the page shows and sends: the case's user messages (with their metadata) and the
     bot messages the test expects after each."""
@@ -71,29 +79,55 @@ def replay_plan(case: Any) -> dict[str, Any]:
             steps[-1]["expect"].append(str(step["bot"]))
         elif "utter" in step and steps:
             steps[-1]["expect"].append(f"({step['utter']})")
-    return {"case": case.name, "file": case.file, "sender": REPLAY_SENDER, "steps": steps}
+    return {"case": case.name, "file": case.file, "sender": replay_sender(case),
+            "steps": steps}
+
+
+@contextlib.asynccontextmanager
+async def _replay_project(case: Any, project: Path) -> AsyncIterator[Any]:
+    """The loaded project; with a ``tool_script``, its MCP servers are replay stand-ins that
+    answer with the recorded results (the real servers are not started)."""
+    from .config.project import load_project
+    from .testing.tool_replay import replay_servers
+
+    loaded = load_project(project)
+    if case.tool_script is None:
+        yield loaded
+        return
+    names = [server.name for server in loaded.endpoints.mcp_servers or []]
+    async with replay_servers(case.tool_script, names) as (_, configs):
+        loaded.endpoints.mcp_servers = configs
+        yield loaded
 
 
 @contextlib.asynccontextmanager
 async def replay_app(case: Any, project: Path, *, token: str | None = None,
                      allowed_hosts: list[str] | None = None) -> AsyncIterator[Any]:
     """The API app (with the inspector) over an assistant whose models answer from the case's
-    ``llm_script``; the scripted model server runs while the context is open."""
+    ``llm_script`` and whose MCP servers answer from its ``tool_script`` (when it has one); the
+    stand-ins run while the context is open. The replayed conversation is recorded, so the page
+    can save what happened as a new test."""
     from . import events as ev
+    from . import recording
     from .dialogue.processor import Assistant
     from .server import create_app
     from .stores import InMemoryTrackerStore
     from .testing import FakeModelServer
 
-    async with FakeModelServer(case.llm_script) as fake:
-        assistant = Assistant.load(project, tracker_store=InMemoryTrackerStore(),
-                                   llm_factory=fake.llm_factory(), retry_delays=(0.0,))
+    async with FakeModelServer(case.llm_script) as fake, \
+            _replay_project(case, project) as loaded:
+        assistant = Assistant(loaded, tracker_store=InMemoryTrackerStore(),
+                              llm_factory=fake.llm_factory(), retry_delays=(0.0,))
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
         if case.slot_presets:
             presets = [ev.slot_set(k, v) for k, v in case.slot_presets.items()]
-            await assistant.tracker_store.save_turn(REPLAY_SENDER, presets, [], 0)
-        yield create_app(assistant, token=token, replay=replay_plan(case),
-                         allowed_hosts=allowed_hosts)
+            await assistant.tracker_store.save_turn(replay_sender(case), presets, [], 0)
+        recording.record_conversation(replay_sender(case))
+        try:
+            yield create_app(assistant, token=token, replay=replay_plan(case),
+                             allowed_hosts=allowed_hosts)
+        finally:
+            recording.record_conversation(replay_sender(case), on=False)
 
 
 async def serve_replay(case: Any, project: Path, *, host: str, port: int,

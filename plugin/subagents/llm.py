@@ -11,6 +11,12 @@ stable code (``llm.timeout``, ``llm.connection``, ``llm.http_<status>``, ``llm.a
 Inside :func:`call_deadline` every call - its retries and their waits included - ends by the
 deadline: the request timeout shrinks to the time left, and a call still running then fails
 with ``llm.deadline``.
+
+Providers: ``openai`` (and ``litellm_proxy``, ``ollama``, ``self-hosted``, ``rasa``: any
+OpenAI-compatible server at ``api_base``) post to ``{api_base}/chat/completions`` with a bearer
+key; ``azure`` posts to ``{api_base}/openai/deployments/{deployment}/chat/completions
+?api-version={api_version}`` with an ``api-key`` header. A model group with a ``router:`` is
+served by :class:`RoutedLLMClient`; build clients with :func:`make_llm_client`.
 """
 
 from __future__ import annotations
@@ -24,21 +30,30 @@ import math
 import os
 import random
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from . import usage as _usage_prices
 from .config._base import resolve_env
+from .config.endpoints import (
+    CLIENT_MODEL_KEYS,
+    ROUTING_MODEL_KEYS,
+    ROUTING_STRATEGIES,
+    normalize_model_keys,
+)
 from .exceptions import ConfigError, ConfigIssue, LLMError
+from .llm_routing import Deployment, Router, RouterSettings
 from .observability import traced_model_call
 
 if TYPE_CHECKING:
     import aiohttp
     from openai import AsyncOpenAI
 
-    from .config.endpoints import EndpointsConfig
+    from .config.endpoints import EndpointsConfig, ModelConfig, ModelGroup
 
 log = structlog.get_logger("subagents.llm")
 
@@ -116,6 +131,8 @@ class LLMResponse:
     streamed: bool = False
     time_to_first_token_ms: float | None = None
     total_time_ms: float = 0.0
+    model: str | None = None
+    """The model (for azure, the deployment) that answered."""
 
 
 @dataclass
@@ -131,19 +148,58 @@ class ModelSettings:
     max_retries: int = 2
     options: dict[str, Any] = field(default_factory=dict)
     """Request-body options: temperature, max_completion_tokens, reasoning_effort, ..."""
+    api_version: str | None = None
+    """Azure: the ``api-version`` query parameter (else ``AZURE_API_VERSION``)."""
+    deployment: str | None = None
+    """Azure: the deployment that is called (``model`` only names it)."""
+    headers: dict[str, str] = field(default_factory=dict)
+    """Extra HTTP headers (``extra_headers``, ``organization``)."""
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    """Merged into the request body as is."""
+    routing: dict[str, Any] = field(default_factory=dict)
+    """What a group's router reads: weight, rpm, tpm, input/output_cost_per_token."""
+    group: RoutedGroup | None = field(default=None, repr=False, compare=False)
+    """Set when these are the first model of a group with a router: the whole group."""
+
+    @property
+    def called_model(self) -> str:
+        """What the request names: the deployment for azure, else the model."""
+        return (self.deployment or self.model) if self.provider == "azure" else self.model
+
+    def members(self) -> list[ModelSettings]:
+        """Every model a client built from these settings may call (the group's, or these)."""
+        return list(self.group.models) if self.group is not None else [self]
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> ModelSettings:
         """Settings from a model config mapping, over the defaults for the openai provider."""
+        data = normalize_model_keys({k: v for k, v in data.items() if v is not None})
         merged = dict(DEFAULT_MODEL_SETTINGS) if data.get("provider", "openai") == "openai" else {}
-        merged.update({k: v for k, v in data.items() if v is not None})
+        merged.update(data)
         known = {"provider", "model", "api_base", "api_key", "timeout", "max_retries",
-                 "model_group", "api_type", "api_version"}
-        return cls(model=str(merged.get("model", "")), provider=str(merged.get("provider")),
+                 "model_group", "api_type", "api_version", "deployment"} | CLIENT_MODEL_KEYS
+        headers = {str(k): str(v) for k, v in (merged.get("extra_headers") or {}).items()}
+        if merged.get("organization"):
+            headers.setdefault("OpenAI-Organization", str(merged["organization"]))
+        return cls(model=str(merged.get("model") or merged.get("deployment") or ""),
+                   provider=str(merged.get("provider") or "openai"),
                    api_base=merged.get("api_base"), api_key=merged.get("api_key"),
                    timeout=float(merged.get("timeout") or 7.0),
                    max_retries=int(merged.get("max_retries", 2)),
-                   options={k: v for k, v in merged.items() if k not in known})
+                   options={k: v for k, v in merged.items()
+                            if k not in known and k not in ROUTING_MODEL_KEYS},
+                   api_version=merged.get("api_version"), deployment=merged.get("deployment"),
+                   headers=headers, extra_body=dict(merged.get("extra_body") or {}),
+                   routing={k: v for k, v in merged.items() if k in ROUTING_MODEL_KEYS})
+
+
+@dataclass
+class RoutedGroup:
+    """A model group whose calls a router spreads over its models."""
+
+    id: str
+    router: RouterSettings
+    models: list[ModelSettings]
 
 
 def resolve_model_settings(llm: dict[str, Any] | None, endpoints: EndpointsConfig | None,
@@ -157,13 +213,50 @@ def resolve_model_settings(llm: dict[str, Any] | None, endpoints: EndpointsConfi
                 "agent.validation.llm.unknown_model_group",
                 f"model group {llm['model_group']!r} cannot be resolved", file=where or None,
                 key="llm.model_group", hint="define it under model_groups in endpoints.yml"))
-        first = group.models[0]
-        data = first.model_dump(exclude_none=True)
-        data.update(first.request_options())
-        return ModelSettings.from_mapping(data)
+        return _group_settings(group, where)
     if not llm and endpoints and endpoints.model_groups:
         return resolve_model_settings({"model_group": endpoints.model_groups[0].id}, endpoints)
     return ModelSettings.from_mapping(dict(llm))
+
+
+def _model_data(model: ModelConfig) -> dict[str, Any]:
+    data = model.model_dump(exclude_none=True)
+    if model.deployment:
+        data["deployment"] = model.deployment
+    data.update(model.request_options())
+    return data
+
+
+def _group_settings(group: ModelGroup, where: str) -> ModelSettings:
+    """The first model without a router (as Rasa does); with one, every model, routed."""
+    if group.router is None or len(group.models) == 1:
+        return ModelSettings.from_mapping(_model_data(group.models[0]))
+    try:
+        router = RouterSettings.from_mapping(group.router)
+    except (ValueError, TypeError) as exc:
+        strategy = group.router.get("routing_strategy")
+        code = "llm.router.unknown_strategy" if strategy is not None and \
+            strategy not in ROUTING_STRATEGIES else "llm.router.invalid"
+        raise ConfigError(ConfigIssue(
+            code, f"model group {group.id!r}: {exc}",
+            file=where or None, key="router.routing_strategy",
+            hint="use simple-shuffle, least-busy, latency-based-routing, usage-based-routing "
+                 "or cost-based-routing")) from exc
+    models = []
+    for model in group.models:
+        data = _model_data(model)
+        data.setdefault("max_retries", 0)  # the next model is the retry
+        models.append(ModelSettings.from_mapping(data))
+    models[0].group = RoutedGroup(group.id, router, models)
+    return models[0]
+
+
+def make_llm_client(settings: ModelSettings, *, name: str = "llm") -> LLMClient:
+    """The client for ``settings``: a :class:`RoutedLLMClient` for a routed model group, else
+    an :class:`LLMClient`."""
+    if settings.group is not None and len(settings.group.models) > 1:
+        return RoutedLLMClient(settings, name=name)
+    return LLMClient(settings, name=name)
 
 
 class LLMClient:
@@ -179,13 +272,67 @@ class LLMClient:
         key = self.settings.api_key
         if key:
             return resolve_env(key, what=f"the api_key of model {self.settings.model!r}")
-        if os.environ.get("OPENAI_API_KEY"):
-            return os.environ["OPENAI_API_KEY"]
-        if self.settings.api_base:
+        variable = _KEY_VARIABLES.get(self.settings.provider)
+        if variable and os.environ.get(variable):
+            return os.environ[variable]
+        if self.settings.provider == "ollama" or (self.settings.api_base
+                                                  and self.settings.provider != "azure"):
             return "not-needed"  # local OpenAI-compatible servers often need no key
+        variable = variable or "OPENAI_API_KEY"
         raise ConfigError(ConfigIssue(
             "llm.api_key_missing", f"no API key for model {self.settings.model!r}",
-            hint="export OPENAI_API_KEY, or set api_key: ${MY_KEY} / api_base on the model"))
+            hint=f"export {variable}, or set api_key: ${{MY_KEY}} / api_base on the model"))
+
+    def _base_url(self) -> str:
+        """Where ``/chat/completions`` lives (not used for azure)."""
+        provider, base = self.settings.provider, self.settings.api_base
+        if not base and provider == "openai":
+            base = os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
+        if not base and provider == "ollama":
+            base = "http://localhost:11434"
+        if not base:
+            raise ConfigError(ConfigIssue(
+                "llm.api_base_missing", f"the {provider} model {self.settings.model!r} has no "
+                "api_base", hint="set api_base to the server's address, e.g. "
+                "http://localhost:8000/v1"))
+        base = base.rstrip("/")
+        if provider == "ollama" and not base.endswith("/v1"):
+            base += "/v1"  # Ollama's OpenAI-compatible API
+        return base
+
+    def _azure(self) -> tuple[str, str, str]:
+        """(endpoint, deployment, api version) of an azure model, with the env fallbacks."""
+        settings = self.settings
+        base = settings.api_base or os.environ.get("AZURE_API_BASE")
+        version = settings.api_version or os.environ.get("AZURE_API_VERSION")
+        for value, key, variable in ((base, "api_base", "AZURE_API_BASE"),
+                                     (version, "api_version", "AZURE_API_VERSION")):
+            if not value:
+                raise ConfigError(ConfigIssue(
+                    f"llm.azure.{key}_missing", f"the azure model {settings.called_model!r} "
+                    f"has no {key}", hint=f"set {key} on the model or export {variable}"))
+        assert base is not None
+        assert version is not None
+        return base.rstrip("/"), settings.called_model, version
+
+    def _endpoint(self) -> tuple[str, dict[str, str]]:
+        """The chat completions URL and the request headers."""
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self.settings.provider == "azure":
+            base, deployment, version = self._azure()
+            url = (f"{base}/openai/deployments/{urllib.parse.quote(deployment, safe='')}"
+                   f"/chat/completions?{urllib.parse.urlencode({'api-version': version})}")
+            headers["api-key"] = self._api_key()
+        else:
+            url = self._base_url() + "/chat/completions"
+            headers["Authorization"] = f"Bearer {self._api_key()}"
+            if self.settings.provider == "openai":
+                for variable, header in (("OPENAI_ORG_ID", "OpenAI-Organization"),
+                                         ("OPENAI_PROJECT_ID", "OpenAI-Project")):
+                    if os.environ.get(variable):
+                        headers[header] = os.environ[variable]
+        headers.update(self.settings.headers)
+        return url, headers
 
     @property
     def client(self) -> AsyncOpenAI:
@@ -198,16 +345,24 @@ class LLMClient:
             # conversations the SDK default (100) makes the pool churn connections
             http = DefaultAsyncHttpxClient(limits=httpx2.Limits(
                 max_connections=1000, max_keepalive_connections=1000, keepalive_expiry=30))
-            self._client = AsyncOpenAI(api_key=self._api_key(), base_url=self.settings.api_base,
-                                       timeout=self.settings.timeout,
-                                       max_retries=self.settings.max_retries, http_client=http)
+            common: dict[str, Any] = {
+                "api_key": self._api_key(), "timeout": self.settings.timeout,
+                "max_retries": self.settings.max_retries, "http_client": http,
+                "default_headers": self.settings.headers or None}
+            if self.settings.provider == "azure":
+                from openai import AsyncAzureOpenAI
+
+                base, deployment, version = self._azure()
+                self._client = AsyncAzureOpenAI(azure_endpoint=base, azure_deployment=deployment,
+                                                api_version=version, **common)
+            else:
+                self._client = AsyncOpenAI(base_url=self._base_url(), **common)
         return self._client
 
     def _transport(self) -> _JsonTransport:
         if self._json is None or not self._json.usable():
-            base = (self.settings.api_base or os.environ.get("OPENAI_BASE_URL")
-                    or "https://api.openai.com/v1")
-            self._json = _JsonTransport(base, self._api_key(), self.settings.timeout,
+            url, headers = self._endpoint()
+            self._json = _JsonTransport(url, headers, self.settings.timeout,
                                         self.settings.max_retries)
         return self._json
 
@@ -225,8 +380,8 @@ class LLMClient:
                        *, stream: bool = False, on_text: TextCallback | None = None
                        ) -> LLMResponse:
         """One model call. With ``stream``, ``on_text`` receives each text delta as it arrives."""
-        body: dict[str, Any] = {"model": self.settings.model, "messages": messages,
-                                **self.settings.options}
+        body: dict[str, Any] = {"model": self.settings.called_model, "messages": messages,
+                                **self.settings.options, **self.settings.extra_body}
         if tools:
             body["tools"] = tools
         started = time.perf_counter()
@@ -241,6 +396,7 @@ class LLMClient:
             raise LLMError(f"the model {self.settings.model!r} did not answer before the turn's "
                            f"deadline", code="llm.deadline") from exc
         response.total_time_ms = (time.perf_counter() - started) * 1000
+        response.model = self.settings.called_model
         log.debug("llm.call.finished", model=self.settings.model, streamed=stream,
                   tool_calls=len(response.tool_calls), duration_ms=round(response.total_time_ms, 1),
                   prompt_tokens=response.usage.prompt_tokens,
@@ -339,6 +495,131 @@ class LLMClient:
                            time_to_first_token_ms=(first - started) * 1000 if first else None)
 
 
+_NO_FAILOVER = frozenset({"llm.deadline", "llm.http_400", "llm.http_413", "llm.http_422"})
+"""Failures another model of the group would not fix: no time left, or the request is at
+fault."""
+
+
+class RoutedLLMClient(LLMClient):
+    """A client for a model group with a ``router:``: each call goes to the model the group's
+    routing strategy picks; a failed call (connection error, timeout, 429, 5xx, ...) moves on
+    to the next model within the same call, unless the streamed reply already reached the
+    user. Spans, usage and logs name the model that was actually called.
+
+    Args:
+        settings: The group's first model, with :attr:`ModelSettings.group` set.
+        name: The caller's name (spans, logs, recordings).
+        rng: Random source of the strategies (seed it for reproducible routing).
+        clock: Monotonic seconds for cool-downs and usage windows.
+    """
+
+    def __init__(self, settings: ModelSettings, *, name: str = "llm",
+                 rng: random.Random | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        group = settings.group
+        if group is None:
+            raise ValueError("RoutedLLMClient needs the settings of a routed model group")
+        self.name = name
+        self.group_id = group.id
+        self.members = [LLMClient(model, name=name) for model in group.models]
+        self.router = Router(group.router, [_deployment(m) for m in group.models], rng=rng,
+                             clock=clock)
+
+    @property
+    def settings(self) -> ModelSettings:
+        """The group's first model (carrying the group); ``model`` names that one."""
+        return self.members[0].settings
+
+    @settings.setter
+    def settings(self, value: ModelSettings) -> None:
+        """Apply the request options changed on ``value`` to every model of the group."""
+        old = self.members[0].settings.options
+        changed = {k: v for k, v in value.options.items() if k not in old or old[k] != v}
+        removed = set(old) - set(value.options)
+        for member in self.members:
+            kept = {k: v for k, v in member.settings.options.items() if k not in removed}
+            member.settings = replace(member.settings, options={**kept, **changed})
+
+    @property
+    def client(self) -> AsyncOpenAI:
+        """The SDK client of the group's first model."""
+        return self.members[0].client
+
+    async def close(self) -> None:
+        """Close every model's client."""
+        for member in self.members:
+            await member.close()
+
+    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                       *, stream: bool = False, on_text: TextCallback | None = None
+                       ) -> LLMResponse:
+        """One model call, routed; fails over to the group's next model on failure."""
+        order = self.router.order()
+        delivered = False
+
+        async def relay(delta: str) -> None:
+            nonlocal delivered
+            delivered = True
+            if on_text is not None:
+                await on_text(delta)
+
+        last: LLMError | None = None
+        for attempt in range(self.router.attempts()):
+            index = order[attempt % len(order)]
+            if attempt and attempt % len(order) == 0 and not await _pause(attempt // len(order)):
+                break
+            member = self.members[index]
+            self.router.started(index)
+            started = time.perf_counter()
+            try:
+                response = await member.complete(messages, tools, stream=stream,
+                                                 on_text=relay if stream else None)
+            except LLMError as exc:
+                code = str(getattr(exc, "code", "llm.request_failed"))
+                self.router.failed(index, code, member.settings.timeout)
+                if delivered or code in _NO_FAILOVER:
+                    raise
+                log.warning("llm.route.failover", group=self.group_id,
+                            model=member.settings.called_model, code=code, attempt=attempt + 1)
+                last = exc
+                continue
+            finally:
+                self.router.finished(index)
+            seconds = (response.time_to_first_token_ms if stream and
+                       response.time_to_first_token_ms is not None
+                       else (time.perf_counter() - started) * 1000) / 1000
+            self.router.succeeded(index, seconds, response.usage.total_tokens)
+            return response
+        assert last is not None
+        raise last
+
+
+async def _pause(round_: int) -> bool:
+    """Back off before trying the group's models again; False when the turn has no time."""
+    delay = _retry_delay(None, round_ - 1)
+    left = _time_left()
+    if left is not None and left <= delay:
+        return False
+    await asyncio.sleep(delay)
+    return True
+
+
+def _deployment(settings: ModelSettings) -> Deployment:
+    routing = settings.routing
+    cost: float | None = None
+    if "input_cost_per_token" in routing or "output_cost_per_token" in routing:
+        cost = float(routing.get("input_cost_per_token") or 0) + float(
+            routing.get("output_cost_per_token") or 0)
+    elif settings.model in (prices := _usage_prices.model_prices()):
+        cost = sum(prices[settings.model]) / 1_000_000
+
+    def number(key: str) -> Any:
+        value = routing.get(key)
+        return None if value is None else float(value) if key == "weight" else int(value)
+
+    return Deployment(model=settings.called_model, weight=number("weight"), rpm=number("rpm"),
+                      tpm=number("tpm"), cost_per_token=cost)
+
 def _usage(raw: Any) -> Usage:
     if raw is None:
         return Usage()
@@ -357,6 +638,9 @@ def _tool_call(call_id: str | None, name: str | None, raw: str | None, index: in
     return ToolCall(call_id or f"call_{index}", name or "", raw, parsed)
 
 
+_KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "azure": "AZURE_API_KEY",
+                  "litellm_proxy": "LITELLM_PROXY_API_KEY"}
+"""The environment variable a provider's key comes from when the model sets no api_key."""
 _RETRY_STATUSES = frozenset({408, 409, 429})
 _MAX_RETRY_AFTER = 120.0
 
@@ -384,14 +668,10 @@ class _JsonTransport:
     process.
     """
 
-    def __init__(self, base_url: str, api_key: str, timeout: float, max_retries: int) -> None:
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.headers = {"Authorization": f"Bearer {api_key}",
-                        "Content-Type": "application/json", "Accept": "application/json"}
-        for variable, header in (("OPENAI_ORG_ID", "OpenAI-Organization"),
-                                 ("OPENAI_PROJECT_ID", "OpenAI-Project")):
-            if os.environ.get(variable):
-                self.headers[header] = os.environ[variable]
+    def __init__(self, url: str, headers: dict[str, str], timeout: float,
+                 max_retries: int) -> None:
+        self.url = url
+        self.headers = headers
         self.timeout = timeout
         self.max_retries = max_retries
         self.proxy = _env_proxy(self.url)

@@ -39,8 +39,9 @@ def project_models(project: Project) -> dict[tuple[str, str, str | None], tuple[
     found: dict[tuple[str, str, str | None], tuple[ModelSettings, list[str]]] = {}
 
     def add(caller: str, settings: ModelSettings) -> None:
-        key = (settings.model, settings.api_base or OPENAI_BASE, settings.api_key)
-        found.setdefault(key, (settings, []))[1].append(caller)
+        for model in settings.members():  # every model of a routed group
+            key = (model.called_model, model.api_base or OPENAI_BASE, model.api_key)
+            found.setdefault(key, (model, []))[1].append(caller)
 
     add("command generator", resolve_model_settings(project.pipeline.command_generator_llm(),
                                                     project.endpoints, where="config.yml"))
@@ -61,6 +62,9 @@ def _key_problem(settings: ModelSettings) -> str | None:
         except ConfigError as exc:
             return exc.issue.message
         return None
+    if settings.provider == "azure":
+        return None if os.environ.get("AZURE_API_KEY") else \
+            "no API key: AZURE_API_KEY is not set"
     if os.environ.get("OPENAI_API_KEY") or settings.api_base:
         return None
     return "no API key: OPENAI_API_KEY is not set"
@@ -69,7 +73,8 @@ def _key_problem(settings: ModelSettings) -> str | None:
 def _api_key(settings: ModelSettings) -> str | None:
     if settings.api_key:
         return resolve_env(settings.api_key)
-    return os.environ.get("OPENAI_API_KEY")
+    # the OpenAI key goes to OpenAI's models only, never to another server
+    return os.environ.get("OPENAI_API_KEY") if settings.provider == "openai" else None
 
 
 async def _probe(settings: ModelSettings, timeout: float) -> tuple[str, str] | None:
@@ -102,7 +107,7 @@ async def check_models(project: Project, *, timeout: float = 5.0) -> list[ModelP
         if missing:
             problems.append(ModelProblem("preflight.api_key_missing", tuple(callers),
                                          settings.model, base, missing))
-        else:
+        elif settings.provider != "azure":  # azure answers on other paths; the key is checked
             to_probe.append((settings, callers))
     results = await asyncio.gather(*(_probe(s, timeout) for s, _ in to_probe))
     for (settings, callers), result in zip(to_probe, results, strict=True):

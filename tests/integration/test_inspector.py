@@ -128,6 +128,7 @@ async def test_the_page_and_the_trace_need_the_token(project):
     csp = page.headers["content-security-policy"]
     assert "default-src 'none'" in csp
     assert "connect-src 'self'" in csp
+    assert "unsafe-inline" not in csp  # only the page's own script and stylesheet run
 
 
 async def test_the_page_is_self_contained(project):

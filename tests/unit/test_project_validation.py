@@ -431,3 +431,19 @@ def test_config_models_publish_json_schemas():
     assert "tool_timeout" in schema["$defs"]["AgentConfiguration"]["properties"]
     assert "mcp_servers" in EndpointsConfig.model_json_schema()["properties"]
     assert "flows" in FlowsFile.model_json_schema()["properties"]
+
+
+@pytest.mark.parametrize(("template", "codes"), [
+    ('{{ user_message | to_json_escaped_string }}', []),
+    ('{{ user_message | no_such_filter }}',
+     ["config.command_generator.prompt_template_syntax_error"]),
+])
+def test_a_command_prompt_template_may_use_rasas_filter_and_no_unknown_one(make_project,
+                                                                          template, codes):
+    root = make_project({"config.yml": """
+        pipeline:
+          - name: CompactLLMCommandGenerator
+            prompt_template: commands.jinja2
+        """, "commands.jinja2": template})
+    _, issues = collect_issues(root)
+    assert [i.code for i in issues if i.code.startswith("config.command_generator")] == codes

@@ -37,7 +37,7 @@ import structlog
 from .. import events as ev
 from ..config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
 from ..exceptions import AgentInitializationError, LLMError
-from ..llm import LLMClient, LLMResponse, resolve_model_settings
+from ..llm import LLMClient, LLMResponse, make_llm_client, resolve_model_settings
 from ..observability import traced_agent_run
 from ..tools.approvals import ApprovalToolset
 from ..tools.base import (
@@ -139,8 +139,8 @@ class MCPBaseAgent:
         """The model text cap in effect (``configuration.max_response_chars``)."""
         self.max_tool_result_chars = conf.max_tool_result_chars or self.MAX_TOOL_RESULT_CHARS
         """The tool result cap in effect (``configuration.max_tool_result_chars``)."""
-        self.llm = llm or LLMClient(resolve_model_settings(self.configuration.llm, None),
-                                    name=name)
+        self.llm = llm or make_llm_client(resolve_model_settings(self.configuration.llm, None),
+                                          name=name)
         self.server_refs = list(server_refs or [])
         self.mcp_toolset = MCPToolset(pool, self.server_refs, agent_name=name,
                                       settings=self.configuration.tools) \
@@ -159,7 +159,7 @@ class MCPBaseAgent:
         conf = config.configuration
         if llm is None:
             settings = resolve_model_settings(conf.llm, endpoints, where=config.agent.name)
-            llm = LLMClient(settings, name=config.agent.name)
+            llm = make_llm_client(settings, name=config.agent.name)
         return cls(config.agent.name, config.agent.description, configuration=conf,
                    server_refs=list(config.connections.mcp_servers or []), llm=llm, pool=pool,
                    project_root=project_root)

@@ -128,6 +128,7 @@ class _SettingsLoader(_LoaderBase):
                                                  (section, index, key)))
                 seen.add(name)
         for index, raw in self.valid_entries(doc, "model_groups"):
+            self.check_router(doc, raw, ("model_groups", index))
             for m_index, model in enumerate(raw.get("models") or []):
                 self.check_llm(doc, model, ("model_groups", index, "models", m_index),
                                group=str(raw["id"]))

@@ -8,7 +8,7 @@ from typing import Any
 
 from .._yaml import Loc, YamlDoc, YamlSyntaxError, load_yaml
 from ..exceptions import ConfigIssue
-from .endpoints import EndpointsConfig, model_key_problems
+from .endpoints import EndpointsConfig, model_key_problems, router_problems
 from .paths import ProjectPaths
 from .validation import Broken, TemplateChecker
 
@@ -68,6 +68,17 @@ class _LoaderBase:
                 self.issues.append(issue)
             else:
                 self.group_model_issues.append((group, issue))
+
+    def check_router(self, doc: YamlDoc, group: dict[str, Any], loc: Loc) -> None:
+        """Checks of a model group's ``router:`` (reported like the group's models)."""
+        if "router" not in group or group["router"] is None:
+            return
+        models = group.get("models")
+        count = len(models) if isinstance(models, list) else 0
+        for path, code, message, hint, severity in router_problems(group["router"], count):
+            issue = doc.issue(code, message, (*loc, "router", *path), hint=hint,
+                              severity=severity)
+            self.group_model_issues.append((str(group.get("id")), issue))
 
     def report_group_models(self, endpoints: EndpointsConfig) -> None:
         """Model group problems: errors in groups that are used, warnings in the others (for

@@ -26,9 +26,23 @@ REQUEST_OPTIONS = frozenset({
     "organization", "use_chat_completions_endpoint", "drop_params", "cache"})
 """Well-known request options (any other key is passed through unless it looks misspelled)."""
 FORBIDDEN_MODEL_KEYS = frozenset({"stream", "n"})
+ROUTING_MODEL_KEYS = frozenset({"weight", "rpm", "tpm", "input_cost_per_token",
+                                "output_cost_per_token"})
+"""Per-model keys read by a group's router (never sent to the provider)."""
+CLIENT_MODEL_KEYS = frozenset({"extra_headers", "extra_body", "organization", "drop_params",
+                               "cache", "use_chat_completions_endpoint"})
+"""Keys that shape the request (headers, body) or are accepted and ignored; never sent as is."""
 MODEL_KEYS = frozenset({"provider", "model", "api_base", "api_key", "timeout", "max_retries",
                         "api_type", "api_version", "deployment", "model_group"}
-                       | set(MODEL_KEY_ALIASES) | REQUEST_OPTIONS)
+                       | set(MODEL_KEY_ALIASES) | REQUEST_OPTIONS | ROUTING_MODEL_KEYS)
+ROUTING_STRATEGIES = ("simple-shuffle", "least-busy", "latency-based-routing",
+                      "usage-based-routing", "usage-based-routing-v2", "cost-based-routing")
+"""The values of ``router.routing_strategy`` (``simple-shuffle`` is the default)."""
+ROUTER_KEYS = frozenset({"routing_strategy", "routing_strategy_args", "num_retries",
+                         "allowed_fails", "cooldown_time", "retry_after", "timeout",
+                         "redis_host", "redis_port", "redis_password", "redis_url",
+                         "cache_responses"})
+"""Keys of a model group's ``router:`` mapping."""
 
 
 def normalize_model_keys(data: dict[str, Any]) -> dict[str, Any]:
@@ -77,6 +91,64 @@ def model_key_problems(data: dict[str, Any]) -> list[tuple[str, str, str, str | 
                                          or data.get("engine")):
         problems.append(("provider", "llm.azure.deployment_missing",
                          "an azure model needs 'deployment'", "add deployment: <name>"))
+    if str(provider) in ("self-hosted", "rasa") and not (data.get("api_base")
+                                                        or data.get("openai_api_base")):
+        problems.append(("provider", "llm.self_hosted.api_base_missing",
+                         f"a {provider} model needs 'api_base' (the server's address)",
+                         "add api_base: http://<host>:<port>/v1"))
+    api_type = data.get("api_type", data.get("openai_api_type"))
+    if api_type is not None and str(provider) in ("openai", "azure") \
+            and str(api_type) != str(provider):
+        key = "api_type" if "api_type" in data else "openai_api_type"
+        problems.append((key, "llm.api_type.mismatch", f"api_type {api_type!r} does not match "
+                         f"provider {provider!r}", "for Azure OpenAI write provider: azure; "
+                         "otherwise remove api_type"))
+    if data.get("use_chat_completions_endpoint") is False:
+        problems.append(("use_chat_completions_endpoint", "llm.completions_endpoint.unsupported",
+                         "only the chat completions endpoint is supported",
+                         "remove use_chat_completions_endpoint: false"))
+    return problems
+
+
+def router_problems(router: Any, models: int) -> list[tuple[tuple[str, ...], str, str,
+                                                           str | None, str]]:
+    """Problems of a model group's ``router:`` mapping: ``(key path, code, message, hint,
+    severity)`` each.
+
+    An unknown routing strategy is an error (with a "did you mean"); an unknown router key, a
+    router on a group of one model and ``cache_responses`` (not supported) are warnings.
+    """
+    if not isinstance(router, dict):
+        return [((), "llm.router.invalid", "router must be a mapping of router settings",
+                 "for example router: {routing_strategy: simple-shuffle}", "error")]
+    problems: list[tuple[tuple[str, ...], str, str, str | None, str]] = []
+    strategy = router.get("routing_strategy", ROUTING_STRATEGIES[0])
+    if strategy not in ROUTING_STRATEGIES:
+        close = difflib.get_close_matches(str(strategy), ROUTING_STRATEGIES, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"use one of: " \
+            f"{', '.join(ROUTING_STRATEGIES)}"
+        problems.append((("routing_strategy",), "llm.router.unknown_strategy",
+                         f"unknown routing strategy {strategy!r}", hint, "error"))
+    for key in router:
+        if key not in ROUTER_KEYS:
+            close = difflib.get_close_matches(str(key), sorted(ROUTER_KEYS), n=1, cutoff=0.75)
+            problems.append(((str(key),), "llm.router.unknown_key", f"unknown router key {key!r}"
+                             " (ignored)", f"did you mean {close[0]!r}?" if close else None,
+                             "warning"))
+    for key, kind in (("num_retries", int), ("allowed_fails", int), ("cooldown_time", float)):
+        value = router.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | kind)
+                                  or value < 0):
+            problems.append(((key,), "llm.router.invalid", f"{key} must be a number >= 0",
+                             None, "error"))
+    if router.get("cache_responses"):
+        problems.append((("cache_responses",), "llm.router.cache_unsupported",
+                         "cache_responses is not supported: every call reaches a model",
+                         "remove cache_responses", "warning"))
+    if models < 2:
+        problems.append(((), "llm.router.single_model", "the router has one model to route to: "
+                         "calls go to it and nothing fails over", "add models to the group, "
+                         "or remove router", "warning"))
     return problems
 
 
@@ -132,7 +204,8 @@ class ModelGroup(StrictModel):
     id: str
     models: list[ModelConfig] = Field(min_length=1)
     router: dict[str, Any] | None = None
-    """Accepted for compatibility with Rasa; not used here."""
+    """With a router, calls are spread over the models by ``routing_strategy`` and fail over to
+    the next model; without one, only the first model is called (as in Rasa)."""
 
 
 class MetaFromSlot(StrictModel):

@@ -19,7 +19,9 @@ from .commands import (
     Clarify,
     Command,
     ContinueAgent,
+    HandleCodeChange,
     Intent,
+    InternalError,
     RepeatBotMessages,
     Restart,
     RestartAgent,
@@ -34,6 +36,7 @@ from .navigation import Navigator
 from .patterns import (
     CHITCHAT,
     CLARIFICATION,
+    CODE_CHANGE,
     CONTINUE_INTERRUPTED,
     CONTINUE_SLOT,
     REPEAT_BOT_MESSAGES,
@@ -136,7 +139,8 @@ class CommandEffects:
         """Intents become what they trigger; clarification stands only on its own."""
         resolved: list[Command] = []
         for command in commands:
-            resolved += self._intent(command.name) if isinstance(command, Intent) else [command]
+            resolved += self._intent(command.name, command.confidence) \
+                if isinstance(command, Intent) else [command]
         clarify = [c for c in resolved if isinstance(c, Clarify)]
         if not clarify:
             return resolved
@@ -148,9 +152,9 @@ class CommandEffects:
             return [StartFlow(options[0])]
         return [Clarify(tuple(options))] if options else []
 
-    def _intent(self, name: str) -> list[Command]:
+    def _intent(self, name: str, confidence: float = 1.0) -> list[Command]:
         # a payload intent has confidence 1.0, so every confidence threshold is met
-        flow_id = self.project.flow_for_intent(name)
+        flow_id = self.project.flow_for_intent(name, confidence)
         if flow_id is None:
             fixed = BUILTIN_INTENTS.get(name)
             return [fixed] if fixed is not None else [CannotHandle(INVALID_INTENT)]
@@ -213,6 +217,13 @@ class CommandEffects:
                 self.restart_agent(turn, command.agent)
             case ContinueAgent() | Intent():
                 pass  # the waiting agent runs when reached; intents were resolved in clean
+            case HandleCodeChange():
+                self.code_change(turn, command.flows)
+            case InternalError():
+                # the message was not understood, so a waiting agent must not receive it
+                turn.agent_ran = True
+                self.patterns.internal_error(turn, error_type=command.error_type,
+                                             info=dict(command.info))
             case (ChitChat() | CannotHandle() | Clarify() | RepeatBotMessages()
                   | SkipQuestion() | SessionStart() | SessionEnd() | Restart()):
                 self._pattern_command(turn, command)
@@ -240,6 +251,14 @@ class CommandEffects:
                 self.end(turn, command)
             case _:
                 assert_never(command)
+
+    def code_change(self, turn: Turn, flows: tuple[str, ...]) -> None:
+        """Run ``pattern_code_change``; the frames on the stack take the flows as they are now
+        (so a change is reported once)."""
+        for frame in turn.stack.flow_frames():
+            frame.flow_hash = None
+        if not self.patterns.push(turn, CODE_CHANGE, {"changed_flows": list(flows)}):
+            turn.stack.frames = []
 
     def clarify(self, turn: Turn, flow_ids: tuple[str, ...]) -> None:
         """Ask which of several flows the user meant (``pattern_clarification``)."""

@@ -14,7 +14,7 @@ Button payloads need no model: ``/SetSlots(a=1, b=x)`` sets slots and ``/name`` 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -96,14 +96,37 @@ class Restart:
 
 @dataclass(frozen=True)
 class Intent:
-    """An intent sent as a ``/name`` payload; resolved against the flows' ``nlu_trigger``."""
+    """An intent (a ``/name`` payload, or one a client sent in the message metadata), resolved
+    against the flows' ``nlu_trigger`` with its ``confidence``."""
 
     name: str
+    confidence: float = 1.0
+
+
+@dataclass(frozen=True)
+class InternalError:
+    """Something prevents understanding the message; runs ``pattern_internal_error``.
+
+    Attributes:
+        error_type: The pattern's ``context.error_type`` (Rasa's names, e.g.
+            ``rasa_internal_error_user_input_too_long``).
+        info: The pattern's ``context.info`` (e.g. ``{"max_characters": 420}``).
+    """
+
+    error_type: str = "rasa_internal_error_default"
+    info: dict[str, Any] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True)
+class HandleCodeChange:
+    """Flows on the stack changed since they started; runs ``pattern_code_change``."""
+
+    flows: tuple[str, ...] = ()
 
 
 Command = (StartFlow | SetSlot | CancelFlow | ContinueAgent | RestartAgent | ChitChat
            | CannotHandle | Clarify | RepeatBotMessages | SkipQuestion | SessionStart | SessionEnd
-           | Restart | Intent)
+           | Restart | Intent | InternalError | HandleCodeChange)
 
 _LINE_FORMS: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"^start flow ([\w\-]+)$", re.I), lambda m: StartFlow(m.group(1))),

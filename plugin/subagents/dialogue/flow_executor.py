@@ -26,8 +26,9 @@ from ..mcp.pool import MCPPool
 from .action_steps import ActionSteps
 from .actions import ActionRunner
 from .agent_steps import AgentKey, AgentSteps
+from .code_change import CodeChanges
 from .command_effects import CommandEffects, coerce_command_value
-from .commands import Command
+from .commands import Command, HandleCodeChange
 from .mcp_tool_steps import McpToolSteps, is_mcp_tool_step
 from .navigation import Navigator
 from .patterns import Patterns
@@ -83,13 +84,22 @@ class FlowExecutor:
                                        patterns=self.patterns)
         self.action_steps = ActionSteps(project, actions, responder=self.responder,
                                         navigator=self.navigator, patterns=self.patterns)
+        self.code_changes = CodeChanges(project)
         self.agent_steps = AgentSteps(project, agents, responder=self.responder,
                                       navigator=self.navigator, patterns=self.patterns,
                                       assistant_id=assistant_id, model_id=model_id,
                                       retry_delays=retry_delays, sleep=sleep)
 
     def clean_commands(self, turn: Turn, commands: list[Command]) -> list[Command]:
-        """Drop commands that cannot apply now (see :meth:`CommandEffects.clean`)."""
+        """Drop commands that cannot apply now (see :meth:`CommandEffects.clean`).
+
+        When flows on the stack changed since they started, the only command is
+        :class:`~subagents.dialogue.commands.HandleCodeChange` (as in Rasa).
+        """
+        changed = self.code_changes.changed(turn.stack)
+        if changed:
+            log.info("dialogue.code_change.detected", sender=turn.sender_id, flows=changed)
+            return [HandleCodeChange(tuple(changed))]
         return self.commands.clean(turn, commands)
 
     def apply_commands(self, turn: Turn, commands: list[Command]) -> None:
@@ -98,6 +108,12 @@ class FlowExecutor:
 
     async def advance(self, turn: Turn) -> None:
         """Run steps until the assistant waits for the user."""
+        try:
+            await self._advance(turn)
+        finally:
+            self.code_changes.stamp(turn.stack)
+
+    async def _advance(self, turn: Turn) -> None:
         for _ in range(MAX_LOOP_STEPS):
             top = turn.stack.top()
             if top is None:
@@ -187,15 +203,27 @@ class FlowExecutor:
         if slot in turn.rejected_values:
             await self._type_rejection(turn, slot, turn.rejected_values.pop(slot))
         frame.awaiting = slot
+        return await self._ask(turn, frame, step, slot)
+
+    async def _ask(self, turn: Turn, frame: FlowFrame, step: Step, slot: str) -> StepResult:
+        """Ask for ``slot`` as Rasa does: its ``utter``/``utter_ask_<slot>`` response, then a
+        custom ``action_ask_<slot>`` when the domain lists one; with neither, a question built
+        from the slot's definition."""
         name = step.model.utter or f"utter_ask_{slot}"
+        action = f"action_ask_{slot}"
+        has_action = action in self.project.domain.actions
         if name in self.project.domain.responses:
             await self.responder.utter(turn, name)
-        else:
+            turn.add(ev.action_executed(name))
+        elif not has_action:
             definition = self.project.domain.slots.get(slot)
             text = (definition.prompt or definition.description) if definition else None
             await self.responder.say(turn, text or f"Please tell me your {slot.replace('_', ' ')}.",
                                      {"utter_action": name})
-        turn.add(ev.action_executed(name))
+            turn.add(ev.action_executed(name))
+        if has_action and await self.action_steps.run(turn, frame, action) != StepResult.NEXT:
+            frame.awaiting = None
+            return StepResult.CHANGED  # it failed: the flow was cancelled, the error pattern runs
         return StepResult.WAIT
 
     async def _type_rejection(self, turn: Turn, slot: str, value: Any) -> None:

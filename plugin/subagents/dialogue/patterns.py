@@ -10,6 +10,7 @@ context (``FlowFrame.info``) that its conditions and responses read as ``context
 * ``pattern_internal_error``: ``error_type`` and what failed (``error_source``, ...);
 * ``pattern_cannot_handle``: ``reason``;
 * ``pattern_completed``: ``previous_flow_name``;
+* ``pattern_code_change``: ``changed_flows`` (the ids of the flows that changed or are gone);
 * ``pattern_clarification``: ``names`` (readable names), ``clarification_ids`` and, once
   ``action_clarify_flows`` ran, ``clarification_options``.
 """
@@ -25,6 +26,7 @@ from .turn import Turn
 
 CANCEL_FLOW = "pattern_cancel_flow"
 CLARIFICATION = "pattern_clarification"
+CODE_CHANGE = "pattern_code_change"
 REPEAT_BOT_MESSAGES = "pattern_repeat_bot_messages"
 RESTART = "pattern_restart"
 SESSION_END = "pattern_session_end"

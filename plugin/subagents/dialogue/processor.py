@@ -22,7 +22,7 @@ from ..agents.registry import create_agent, protocol_type_for
 from ..channels.base import OutputChannel
 from ..config.project import Project, ProjectPaths, load_project
 from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
-from ..llm import LLMClient, ModelSettings, call_deadline, resolve_model_settings
+from ..llm import LLMClient, ModelSettings, call_deadline, make_llm_client, resolve_model_settings
 from ..mcp.pool import MCPPool
 from ..observability import traced_command_generation, traced_turn
 from ..stores import (
@@ -44,7 +44,7 @@ from .client_input import (
     replay_answer,
     split_client_metadata,
 )
-from .commands import CannotHandle, Command, ContinueAgent, parse_deterministic
+from .commands import CannotHandle, Command, ContinueAgent
 from .flow_executor import FlowExecutor
 from .stack import Stack
 from .turn import Turn
@@ -62,7 +62,7 @@ COMMAND_GENERATOR = "command_generator"
 
 def default_llm_factory(caller: str, settings: ModelSettings) -> LLMClient:
     """Create the model client for ``caller`` with ``settings`` (the default factory)."""
-    return LLMClient(settings, name=caller)
+    return make_llm_client(settings, name=caller)
 
 
 class Assistant:
@@ -279,10 +279,7 @@ class Assistant:
             LLMError: the command generator's model failed (unreachable, malformed reply,
                 out of time).
         """
-        fixed = parse_deterministic(text, set(self.project.flows))
-        if fixed is not None:
-            return fixed
-        return await self.understanding.predict(text, turn.stack, turn.slots, turn.events[:-1])
+        return await self.understanding.understand(turn, text)
 
     async def tracker(self, sender_id: str) -> list[dict[str, Any]]:
         """The stored events of a conversation."""

@@ -47,6 +47,8 @@ class FlowFrame:
     info: dict[str, Any] = field(default_factory=dict)
     """Pattern context, e.g. the failing agent for pattern_internal_error."""
     kind: str = "flow"
+    flow_hash: str | None = None
+    """The fingerprint of the flow's definition when the frame first ran (detects changes)."""
 
     @property
     def is_pattern(self) -> bool:

@@ -1,15 +1,29 @@
-"""Dialogue understanding: deterministic inputs first, then the LLM command generator."""
+"""Dialogue understanding: deterministic inputs first, then the LLM command generator.
+
+In this order: ``/SetSlots(...)`` and ``/intent`` payloads; an intent the client sent in the
+message metadata (``{"intent": "name"}`` or ``{"intent": {"name": ..., "confidence": ...}}``)
+when it triggers a flow; an empty or too long message (``user_input.max_characters``, default
+420, negative: no limit), which runs the internal-error pattern without a model call; then the
+model, with the built-in prompt or the project's own ``prompt_template``.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import math
+from typing import TYPE_CHECKING, Any
 
+import anyio
 import structlog
 
 from ..config.project import Project
 from ..llm import LLMClient
-from .commands import Command, parse_commands
+from .command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt
+from .commands import Command, Intent, InternalError, parse_commands, parse_deterministic
 from .stack import Stack
+
+if TYPE_CHECKING:
+    from .turn import Turn
 
 log = structlog.get_logger("subagents.dialogue")
 
@@ -47,6 +61,12 @@ PATTERN_COMMANDS = {
                              "asked\n",
 }
 """Commands offered to the model only when the project has the pattern they run."""
+DEFAULT_MAX_CHARACTERS = 420
+USER_INPUT_TOO_LONG = "rasa_internal_error_user_input_too_long"
+USER_INPUT_EMPTY = "rasa_internal_error_user_input_empty"
+PROMPT_FAILED = "rasa_internal_error_default"
+BUILTIN_INTENTS = frozenset({"session_start", "session_end", "restart"})
+"""Intents that mean something even when no flow's ``nlu_trigger`` names them."""
 
 
 class CommandGenerator:
@@ -55,6 +75,51 @@ class CommandGenerator:
     def __init__(self, project: Project, llm: LLMClient) -> None:
         self.project = project
         self.llm = llm
+        found = project.pipeline.command_generator()
+        self.max_characters = _max_characters(found[1] if found else {})
+        """The longest message the model is asked about (negative: no limit)."""
+        self.custom_prompt = CustomCommandPrompt.from_project(project)
+        """The project's own ``prompt_template``, if it has one."""
+
+    async def understand(self, turn: Turn, text: str) -> list[Command]:
+        """The commands of the message ``text``, the turn's latest user event.
+
+        Raises:
+            LLMError: the command generator's model failed.
+        """
+        fixed = parse_deterministic(text, set(self.project.flows))
+        if fixed is not None:
+            return fixed
+        user = turn.events[-1] if turn.events and turn.events[-1].get("event") == "user" \
+            else {}
+        intent = self.metadata_intent(user.get("metadata"))
+        if intent is not None:
+            return [intent]
+        return await self.predict(text, turn.stack, turn.slots, turn.events[:-1])
+
+    def metadata_intent(self, metadata: Any) -> Intent | None:
+        """The intent a client sent with the message, if it triggers a flow (or is
+        ``session_start``, ``session_end`` or ``restart``) at its confidence."""
+        raw = metadata.get("intent") if isinstance(metadata, dict) else None
+        if raw is None:
+            return None
+        name, confidence = _intent_of(raw)
+        if name is None:
+            log.warning("dialogue.intent.metadata_invalid", kind=type(raw).__name__)
+            return None
+        if self.project.flow_for_intent(name, confidence) is None and not (
+                name in BUILTIN_INTENTS and confidence >= 1.0):
+            log.info("dialogue.intent.not_triggered", intent=name, confidence=confidence)
+            return None
+        return Intent(name, confidence)
+
+    def input_error(self, text: str) -> InternalError | None:
+        """An empty message, or one longer than ``max_characters``: no model is asked."""
+        if not text.strip():
+            return InternalError(USER_INPUT_EMPTY)
+        if 0 <= self.max_characters < len(text):
+            return InternalError(USER_INPUT_TOO_LONG, {"max_characters": self.max_characters})
+        return None
 
     def _flows(self) -> str:
         lines = []
@@ -113,7 +178,24 @@ class CommandGenerator:
     async def predict(self, text: str, stack: Stack, slots: dict[str, Any],
                       events: list[dict[str, Any]]) -> list[Command]:
         """Ask the model which commands the message ``text`` means."""
-        prompt = self.render(text, stack, slots, events)
+        error = self.input_error(text)
+        if error is not None:
+            log.info("dialogue.user_input.refused", error_type=error.error_type,
+                     length=len(text))
+            return [error]
+        custom = self.custom_prompt
+        if custom is None:
+            prompt = self.render(text, stack, slots, events)
+        else:
+            try:
+                prompt = await anyio.to_thread.run_sync(functools.partial(
+                    custom.render, text, stack, slots, events,
+                    conversation=transcript(events, TRANSCRIPT_LINES - 1),
+                    completed=completed_agents(events)))
+            except Exception as exc:  # noqa: BLE001 - a template error must not end the turn
+                log.error("dialogue.command_prompt.render_failed", error_type=type(exc).__name__,
+                          error=str(exc)[:200])
+                return [InternalError(PROMPT_FAILED)]
         response = await self.llm.complete([{"role": "user", "content": prompt}], None)
         commands = parse_commands(response.text)
         log.info("dialogue.commands.predicted", commands=[type(c).__name__ for c in commands])
@@ -140,3 +222,23 @@ def completed_agents(events: list[dict[str, Any]]) -> list[str]:
             last[str(event.get("agent_id"))] = str(event["event"])
     return [name for name, kind in last.items() if kind == "agent_completed"]
 
+
+def _max_characters(settings: dict[str, Any]) -> int:
+    user_input = settings.get("user_input")
+    value = user_input.get("max_characters") if isinstance(user_input, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) \
+        else DEFAULT_MAX_CHARACTERS
+
+
+def _intent_of(raw: Any) -> tuple[str | None, float]:
+    """(name, confidence) of ``"name"`` or ``{"name": ..., "confidence": ...}``."""
+    if isinstance(raw, str) and raw.strip():
+        return raw.strip(), 1.0
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str) or \
+            not raw["name"].strip():
+        return None, 0.0
+    confidence = raw.get("confidence", 1.0)
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) or \
+            not math.isfinite(confidence):
+        return None, 0.0
+    return raw["name"].strip(), float(confidence)

@@ -66,11 +66,11 @@ class SamplingHandler:
 
     def _client(self) -> Any:
         if self._llm is None:
-            from ..llm import LLMClient, resolve_model_settings
+            from ..llm import make_llm_client, resolve_model_settings
 
             model = resolve_model_settings({"model_group": self.settings.model_group},
                                            self.endpoints, where="endpoints.yml")
-            self._llm = LLMClient(model, name=f"mcp-sampling:{self.server}")
+            self._llm = make_llm_client(model, name=f"mcp-sampling:{self.server}")
         return self._llm
 
     async def __call__(self, context: Any, params: Any) -> Any:

@@ -247,13 +247,13 @@ class FakeModelServer:
 
     def llm_factory(self, *, max_retries: int = 0) -> Callable[[str, Any], Any]:
         """An ``Assistant(llm_factory=...)`` that points every caller at its own path here."""
-        from ..llm import LLMClient
+        from ..llm import LLMClient, make_llm_client
 
         def factory(caller: str, settings: Any) -> LLMClient:
-            settings.api_base = self.base_url(caller)
-            settings.api_key = None
-            settings.max_retries = max_retries
-            return LLMClient(settings, name=caller)
+            for model in settings.members():  # every model of a routed group
+                model.api_base, model.api_key = self.base_url(caller), None
+                model.max_retries, model.provider = max_retries, "openai"
+            return make_llm_client(settings, name=caller)
 
         return factory
 
@@ -325,10 +325,11 @@ class FakeModelServer:
         if method == "POST" and path.endswith("/embeddings"):
             await _send_json(writer, 200, _embeddings(raw))
             return True
-        if method != "POST" or not path.endswith("/chat/completions"):
+        route = path.split("?", 1)[0]  # an azure path carries ?api-version=
+        if method != "POST" or not route.endswith("/chat/completions"):
             await _send_json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
             return True
-        prefix = path[: -len("/chat/completions")].strip("/")
+        prefix = route[: -len("/chat/completions")].strip("/")
         parts = prefix.split("/")
         caller = "default" if parts in (["v1"], [""]) else parts[0]
         try:

@@ -17,6 +17,8 @@
   let changedThisTurn = new Set();
   let liveAgents = new Map();
   let runBox = null;
+  let replay = null;  // the test case being replayed, if any
+  let replayAt = 0;
   const steps = new Map();
   const bubbles = new Map();
 
@@ -44,7 +46,9 @@
     $("events").textContent = "[]";
     slotsBefore = {}; changedThisTurn = new Set(); liveAgents = new Map();
     steps.clear(); bubbles.clear(); runBox = null;
+    $("save").hidden = true;
     refreshTracker();
+    return refreshRecording();
   }
 
   // ------------------------------------------------------------------ chat
@@ -287,6 +291,7 @@
   async function send(text, payload, metadata) {
     const box = $("message");
     $("send").disabled = true;
+    $("save-test").disabled = true;  // the turn is stored when it ends: save after it
     $("status").textContent = "The assistant is answering…";
     changedThisTurn = new Set();
     addMessage("user", text);
@@ -316,6 +321,7 @@
       addMessage("system", "connection failed: " + exc.message);
     } finally {
       $("send").disabled = false;
+      $("save-test").disabled = false;
       $("status").textContent = "";
       document.body.dataset.turns = String(Number(document.body.dataset.turns || 0) + 1);
       box.focus();
@@ -339,15 +345,139 @@
     $("message").focus();
   });
 
+  // ------------------------------------------------------------------ save as test
+  // The conversation becomes a conversation test through GET /conversations/{sender}/test.
+  // Only a conversation recorded from its first message can: the test replays the recorded
+  // model replies and tool results, so it runs with neither the model nor the MCP servers.
+  let downloadUrl = null;
+  const conversationUrl = (what) => `/conversations/${encodeURIComponent(sender)}/${what}`;
+
+  async function refreshRecording() {
+    const asked = sender;
+    let state = "unknown";
+    try {
+      const response = await fetch(conversationUrl("recording"), { headers: auth });
+      if (response.ok) state = (await response.json()).recording ? "on" : "off";
+    } catch { /* shown as unknown */ }
+    if (asked !== sender) return;
+    $("recording-state").textContent = state;
+    $("recording-state").dataset.recording = state;
+  }
+
+  function showSave(outcome, message, options) {
+    const opts = options || {};
+    const panel = $("save");
+    panel.dataset.outcome = outcome;
+    panel.dataset.code = opts.code || "";
+    $("save-message").textContent = message;
+    $("save-command").textContent = opts.command || "";
+    $("save-command").hidden = !opts.command;
+    $("save-yaml").value = opts.yaml || "";
+    for (const id of ["save-yaml", "save-yaml-label", "save-copy", "save-download"]) {
+      $(id).hidden = opts.yaml === undefined;
+    }
+    $("save-record").hidden = !opts.record;
+    $("save-record").textContent = opts.record === "new" ? "Start a recorded conversation"
+      : "Record this conversation";
+    $("save-record").dataset.mode = opts.record || "";
+    panel.hidden = false;
+    $("save-title").focus();
+  }
+
+  function offerTest(text) {
+    const name = (/^\s*-?\s*test_case:\s*(\S+)/m.exec(text) || [])[1] || "recorded_conversation";
+    const file = name + ".yml";
+    if (downloadUrl) URL.revokeObjectURL(downloadUrl);
+    downloadUrl = URL.createObjectURL(new Blob([text], { type: "application/yaml" }));
+    $("save-download").href = downloadUrl;
+    $("save-download").download = file;
+    showSave("saved", `Downloaded ${file}. Put it in the project's tests/e2e/ folder and run ` +
+      "the command below: the test replays the recorded model replies (llm_script) and tool " +
+      "results (tool_script), so it needs neither the model nor the MCP servers. Edit a " +
+      "recorded reply to see how the conversation would have gone.",
+      { yaml: text, command: `subagents test tests/e2e/${file}` });
+    $("save-download").click();
+  }
+
+  function explainRefusal(status, body) {
+    const code = String(body.code || "");
+    const recordingOn = $("recording-state").dataset.recording === "on";
+    if (code === "export.not_recorded") {
+      showSave("refused", "This conversation cannot be saved as a test: not all of its turns " +
+        "were recorded. A test that runs without the model needs the model's replies and the " +
+        "tool results of every turn (its llm_script and tool_script), and only a recorded turn " +
+        "keeps them; recording a conversation that has already started does not bring its " +
+        "earlier turns back. Start a new conversation with recording on, have it again, then " +
+        "save it.", { code, record: replay ? undefined : "new" });
+    } else if (code === "export.no_conversation") {
+      showSave("empty", "Nothing to save yet: this conversation has no messages. " + (recordingOn
+        ? "Recording is on, so every turn keeps what the test needs: send your messages, then " +
+          "save it."
+        : "Recording is off: turn it on before the first message, or the conversation cannot " +
+          "become a test."), { code, record: recordingOn || replay ? undefined : "this" });
+    } else {
+      showSave("failed", `The server could not export this conversation (HTTP ${status}` +
+        (code ? `, ${code}` : "") + ")" + (body.error ? ": " + body.error : "."), { code });
+    }
+  }
+
+  async function saveAsTest() {
+    let response;
+    try {
+      response = await fetch(conversationUrl("test"), { headers: auth });
+    } catch (exc) {
+      showSave("failed", "Could not reach the server: " + exc.message);
+      return;
+    }
+    if (response.ok) {
+      offerTest(await response.text());
+      return;
+    }
+    let body = {};
+    try { body = await response.json(); } catch { /* not JSON: the status says enough */ }
+    explainRefusal(response.status, body || {});
+  }
+
+  $("save-test").addEventListener("click", saveAsTest);
+  $("save-close").addEventListener("click", () => {
+    $("save").hidden = true;
+    $("save-test").focus();
+  });
+  $("save-record").addEventListener("click", async () => {
+    if ($("save-record").dataset.mode === "new") await newConversation();
+    let ok = false;
+    try {
+      ok = (await fetch(conversationUrl("recording"), { method: "PUT", headers: auth })).ok;
+    } catch { /* reported below */ }
+    await refreshRecording();
+    if (!ok) {
+      showSave("failed", "Recording could not be turned on for this conversation.");
+      return;
+    }
+    showSave("recording", `Recording is on for conversation ${sender}: every turn keeps the ` +
+      "model's replies and the tool results. Send your messages, then choose Save as test.");
+    $("message").focus();
+  });
+  $("save-copy").addEventListener("click", async () => {
+    const box = $("save-yaml");
+    try {
+      await navigator.clipboard.writeText(box.value);
+      $("status").textContent = "The test was copied.";
+    } catch {
+      box.focus();
+      box.select();
+      $("status").textContent = "The test is selected: copy it with Ctrl+C.";
+    }
+  });
+
   // ------------------------------------------------------------------ replay of a test case
-  let replay = null;
-  let replayAt = 0;
 
   function showReplayStep() {
     const steps = replay.steps;
     $("replay-progress").textContent = `message ${Math.min(replayAt + 1, steps.length)} of ${steps.length}`;
     if (replayAt >= steps.length) {
-      $("replay-next").textContent = "Every test message was sent.";
+      $("replay-next").textContent = "Every test message was sent. Save as test keeps " +
+        "this run as a new test.";
       $("replay-send").disabled = true;
       $("replay-expect").textContent = "";
       return;
@@ -380,6 +510,7 @@
         $("new-conversation").hidden = true;  // the scripted models answer one conversation
         showReplayStep();
         refreshTracker();
+        refreshRecording();
         return;
       }
     } catch (exc) {
