@@ -52,6 +52,7 @@ from .dialogue.client_input import (
 )
 from .dialogue.processor import Assistant
 from .inspector import inspector_routes, wants_trace
+from .mcp.consent_route import consent_routes
 from .recording_export import ExportError, build_fixture, dump_fixture
 from .rest_contract import extra_routes, token_matches, wants_stream
 from .server_security import (
@@ -367,6 +368,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
               api.guard(api.client_tool_results), methods=["POST"]),
         *extra_routes(api.guard),
         *inspector_routes(api.guard, replay),
+        *consent_routes(),  # reached by users' browsers: authenticated by the OAuth state
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]

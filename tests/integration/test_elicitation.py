@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
+import httpx2
 import pytest
 from structlog.testing import capture_logs
 from subagents.mcp.callbacks import ELICITATIONS
@@ -261,3 +262,73 @@ async def test_a_restart_while_the_user_is_asked_ends_the_agent_with_an_error(tm
     assert "can no longer be answered" in cancelled["reason"]
     assert "flow_cancelled:weather_flow" in names(events)
     assert any(e["event"] == "agent.elicitation.lost" for e in logs)
+
+
+# ---------------------------------------------------------------------------- -32042
+@contextlib.asynccontextmanager
+async def url_required_agent(script) -> AsyncIterator:
+    from subagents.testing.mcp_http import serve_app
+
+    from tests.servers import url_required_server
+
+    async with serve_app(url_required_server.page) as page, \
+            serve_mcp(url_required_server.server, "http") as url, \
+            FakeModelServer({"weather_agent": script}) as fake:
+        url_required_server.reset(page)
+        agent = await build_agent(fake, url)
+        try:
+            yield agent, fake, page
+        finally:
+            await close(agent)
+
+
+async def test_a_call_the_server_refuses_until_a_link_is_opened_runs_once_it_says_so():
+    script = [{"tool_calls": [{"list_files": {}}]},
+              {"text": "You have notes.txt.",
+               "expect": {"messages_contain": ["files: notes.txt"]}}]
+    async with url_required_agent(script) as (agent, fake, page):
+        first, texts = await turn(agent, "What is in my drive?")
+        key = f"user-1:{first.metadata['pending_elicitation']['call']['id']}"
+        async with httpx2.AsyncClient() as browser:
+            assert (await browser.get(f"{page}/connect?id=drive-1")).text == "connected"
+        held = ELICITATIONS.held_call(key)
+        assert held is not None
+        with anyio.fail_after(10):
+            await held  # the server's completion notification let the call run again
+        second, _ = await turn(agent, "done", first)
+        fake.assert_done()
+    assert first.status.value == "input_required"
+    assert f"{page}/connect?id=drive-1" in texts[0]
+    assert texts[0].startswith("Connect your drive first.")
+    assert [e["result"] for e in second.events if e["event"] == "mcp_tool_executed"] == [
+        "files: notes.txt"]
+
+
+async def test_without_a_completion_notice_the_user_says_when_the_link_was_opened():
+    script = [{"tool_calls": [{"list_files": {}}]},
+              answer("accept"),
+              {"text": "You have notes.txt.",
+               "expect": {"messages_contain": ["files: notes.txt"]}}]
+    async with url_required_agent(script) as (agent, fake, page):
+        first, _ = await turn(agent, "What is in my drive?")
+        async with httpx2.AsyncClient() as browser:
+            await browser.get(f"{page}/connect?id=drive-1&quiet=1")
+        second, texts = await turn(agent, "I connected it", first)
+        fake.assert_done()
+    assert texts == ["You have notes.txt."]
+    assert [e["result"] for e in second.events if e["event"] == "mcp_tool_executed"] == [
+        "files: notes.txt"]
+
+
+async def test_a_declined_link_ends_the_call_with_a_clear_error():
+    script = [{"tool_calls": [{"list_files": {}}]},
+              answer("decline"),
+              {"text": "Then I cannot see your files.",
+               "expect": {"messages_contain": ["did not complete the step"]}}]
+    async with url_required_agent(script) as (agent, fake, _):
+        first, _ = await turn(agent, "What is in my drive?")
+        with capture_logs() as logs:
+            await turn(agent, "no, I don't want to", first)
+        fake.assert_done()
+    assert [e["code"] for e in logs if e["event"] == "agent.tool.error"] == [
+        "mcp.url_elicitation_declined"]

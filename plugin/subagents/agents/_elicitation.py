@@ -21,6 +21,7 @@ from pydantic import BaseModel, Field
 
 from ..exceptions import ToolArgumentsError, ToolInvocationError
 from ..mcp.callbacks import ELICITATIONS, with_defaults
+from ..mcp.consent import CONSENTS
 from ..tools.base import CallContext, Deferral, PendingCall, PlannedCall, Tool
 from ..tools.elicitation import elicitation_key
 from ..types import (
@@ -46,6 +47,14 @@ ASKED = ("The server needs the user's input before this call can finish. The use
          "{question}\nWhen the user has answered, call answer_server_request with their answer.")
 ASKED_AGAIN = ("The server needs more input before the call can finish. Ask the user: "
                "{question}\nThen call answer_server_request with their answer.")
+CONSENT_ASKED = ("MCP server {server!r} needs the user's own authorization before this call "
+                 "can run. The user was sent a sign-in link. The call runs once they have "
+                 "signed in; if they refuse, call answer_server_request with decline.")
+CONSENT_PENDING = ("The user has not finished signing in to {server!r} yet. Ask them to open the "
+                   "link they were sent and to tell you when they are done.")
+CONSENT_EXPIRED = ("the sign-in link for MCP server {server!r} expired before the user signed "
+                   "in (mcp.consent_expired); nothing was run. Call the tool again to send the "
+                   "user a new link if they still want this.")
 LOST = ("the MCP server's request for input in the call to {tool!r} can no longer be answered: "
         "it expired or the assistant restarted while it waited. Start the request again.")
 
@@ -61,6 +70,8 @@ class PendingElicitation(BaseModel):
     requested_schema: JsonObject = Field(default_factory=dict)
     messages: list[ChatMessage] = Field(default_factory=list)
     """The exchange of the run so far (restored when the run resumes)."""
+    consent: bool = False
+    """The question is our own request for the user's OAuth consent (see mcp/consent.py)."""
 
     @classmethod
     def of(cls, call: PlannedCall, params: Any) -> PendingElicitation:
@@ -132,7 +143,12 @@ async def park_on_elicitation(run: AgentRun, executed: Executed,
         return Park(Outcome.fatal(LOST.format(tool=first.name)))
     pending = PendingElicitation.of(first, params)
     question = pending.question()
-    run.tool_messages.append(tool_message(first.id, ASKED.format(question=question)))
+    consent = CONSENTS.for_owner(elicitation_key(run.input, first.id))
+    pending.consent = consent is not None
+    # a sign-in link is for the user's eyes: the model only learns that it was sent
+    run.tool_messages.append(tool_message(first.id, CONSENT_ASKED.format(server=consent.server)
+                                          if consent is not None
+                                          else ASKED.format(question=question)))
     await ask(question)
     run.elicitation = pending
     log.info("agent.elicitation.parked", tool=first.name, server=pending.server,
@@ -156,20 +172,51 @@ def settle(run: AgentRun, outcome: Outcome) -> None:
 
 
 # ---------------------------------------------------------------------------- resuming
-def resume(run: AgentRun, *, agent_id: str, agent_name: str) -> Outcome | None:
+async def resume(run: AgentRun, ctx: CallContext, *, agent_id: str,
+                 agent_name: str) -> Outcome | None:
     """Restore a parked request and offer the answer tool; an error outcome when the request
-    is gone."""
+    is gone. A call whose answer came while no run waited (a sign-in finished in the browser)
+    is collected at once: its result replaces the placeholder the model saw."""
     saved = run.input.metadata.get(PENDING_KEY)
     if not saved:
         return None
     pending = PendingElicitation.model_validate(saved)
-    if ELICITATIONS.question(elicitation_key(run.input, pending.call.id)) is None:
+    key = elicitation_key(run.input, pending.call.id)
+    if ELICITATIONS.answered(key):
+        run.tool_messages = list(pending.messages)
+        await _collect(run, pending, ctx, agent_id=agent_id, agent_name=agent_name)
+        return None
+    if ELICITATIONS.question(key) is None and pending.consent:
+        # the sign-in link expired (or the assistant restarted): the model reads a tool error
+        # and can call the tool again for a new link
+        run.tool_messages = _answer_call(pending.messages, pending.call.id, "Error: " +
+                                         CONSENT_EXPIRED.format(server=pending.server))
+        log.info("agent.elicitation.consent_expired", agent=agent_name, tool=pending.call.name,
+                 server=pending.server)
+        return None
+    if ELICITATIONS.question(key) is None:
         log.warning("agent.elicitation.lost", agent=agent_name, tool=pending.call.name,
                     server=pending.server)
         return Outcome.fatal(LOST.format(tool=pending.call.name))
     run.tool_messages = list(pending.messages)
     _offer(run, pending, agent_id=agent_id, agent_name=agent_name)
     return None
+
+
+async def _collect(run: AgentRun, pending: PendingElicitation, ctx: CallContext, *,
+                   agent_id: str, agent_name: str) -> None:
+    result = await _finish_call(run, pending, ctx, agent_id=agent_id, agent_name=agent_name)
+    text = f"Error: {result.error_message}" if result.is_error else str(result.result or "")
+    run.tool_messages = _answer_call(run.tool_messages, pending.call.id, text)
+    log.info("agent.elicitation.collected", agent=agent_name, tool=pending.call.name,
+             is_error=result.is_error)
+
+
+def _answer_call(messages: list[ChatMessage], call_id: str, text: str) -> list[ChatMessage]:
+    """``messages`` with the placeholder answer to ``call_id`` replaced by ``text``."""
+    return [tool_message(call_id, text)
+            if m.get("role") == "tool" and m.get("tool_call_id") == call_id else m
+            for m in messages]
 
 
 def _offer(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
@@ -209,6 +256,13 @@ def answer_tool(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
                 raise ToolArgumentsError(f"the answer does not fit the server's question: "
                                          f"{errors[0].message}. Ask the user again or decline")
         result = ElicitResult.model_validate({"action": action, "content": content})
+        if ELICITATIONS.answered(key):  # signed in since the run resumed
+            run.elicitation = None
+            return await _finish_call(run, pending, ctx, agent_id=agent_id,
+                                      agent_name=agent_name)
+        if action == "accept" and CONSENTS.for_owner(key) is not None:
+            raise ToolInvocationError(CONSENT_PENDING.format(server=pending.server),
+                                      code="mcp.consent_pending")
         if not ELICITATIONS.answer(key, result):
             raise ToolInvocationError("the server no longer waits for this answer",
                                       code="mcp.elicitation_expired")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..types import ChatMessage, TrackerEvent
 from .schemas import AgentInput
 
@@ -9,8 +11,14 @@ PREVIOUS_RUN_START = "--- Previous run (completed). ---"
 PREVIOUS_RUN_END = "--- End of previous run ---"
 
 
+_SIGN_IN_LINK = re.compile(r"https?://\S*[?&]code_challenge=\S*")
+SIGN_IN_LINK = "[sign-in link]"
+"""What the model reads instead of an OAuth sign-in address the user was sent."""
+
+
 def _bot_text(event: TrackerEvent) -> str:
     text = " ".join(str(event.get("text") or "").split("\n")).strip()
+    text = _SIGN_IN_LINK.sub(SIGN_IN_LINK, text)
     buttons = (event.get("data") or {}).get("buttons") or []
     if buttons:
         labels = ", ".join(f'button {i}: "{b.get("title", "")}"' for i, b in

@@ -337,7 +337,8 @@ class MCPBaseAgent:
         resumed = await resume_client_tools(run, agent_id=self.agent_id)
         if isinstance(resumed, Park):
             return resumed.outcome
-        lost = resume_elicitation(run, agent_id=self.agent_id, agent_name=self.name)
+        lost = await resume_elicitation(run, self._call_context(run), agent_id=self.agent_id,
+                                        agent_name=self.name)
         if lost is not None:
             return lost
         recorded = len(run.events)

@@ -249,6 +249,12 @@ class OAuthConfig(StrictModel):
     support client ID metadata documents (instead of registering)."""
     redirect_port: int = Field(default=0, ge=0, le=65535)
     """Port of the login's local callback (``http://127.0.0.1:<port>/callback``); 0 = any."""
+    per_user: bool = False
+    """Each end user authorizes the server themselves (consent link in the conversation);
+    needs ``session: {per_user: ...}`` and ``public_url`` (see mcp/consent.py)."""
+    public_url: str | None = None
+    """Where users' browsers reach ``subagents serve`` (``https://...`` or ``${ENV_VAR}``); the
+    consent callback is ``<public_url>/oauth/callback``."""
 
     @field_validator("client_secret", "private_key")
     @classmethod
@@ -257,6 +263,8 @@ class OAuthConfig(StrictModel):
 
     @model_validator(mode="after")
     def _credentials(self) -> OAuthConfig:
+        if self.per_user and self.grant != "authorization_code":
+            raise ValueError("per_user consent needs grant: authorization_code")
         if self.grant == "authorization_code":
             if self.auth_method == "private_key_jwt":
                 raise ValueError("a login (authorization_code) cannot use private_key_jwt")

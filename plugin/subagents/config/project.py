@@ -27,6 +27,7 @@ from .credentials import check_credentials
 from .domain import Domain, DomainFile
 from .endpoints import EndpointsConfig
 from .flows import Flow, FlowModel, flatten, step_key_problems
+from .mcp_oauth import check_per_user_oauth
 from .mcp_sessions import check_template_slots
 from .paths import ProjectPaths
 from .pipeline import PipelineConfig
@@ -269,6 +270,7 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
     loader.issues += check_template_slots(
         endpoints_doc, list(endpoints.mcp_servers or []),
         lambda name: name in domain.slots or name in BUILTIN_SLOTS)
+    loader.issues += check_per_user_oauth(endpoints_doc, list(endpoints.mcp_servers or []))
     action = endpoints.action_endpoint
     if action is None or action.actions_module or not action.url:
         loader.issues += rasa_imports(root, (action.actions_module if action else None)

@@ -85,7 +85,8 @@ class Assistant:
         self.tracker_store = tracker_store or create_tracker_store(
             project.endpoints.tracker_store, project.root)
         self.lock_store = lock_store or create_lock_store(project.endpoints.lock_store)
-        self.pool = MCPPool(project.endpoints, root=project.root)
+        self.pool = MCPPool(project.endpoints, root=project.root,
+                            tokens_url=getattr(self.tracker_store, "url", None))
         self.agents: dict[tuple[str, str], MCPBaseAgent] = {}
         for _, step in project.agent_call_steps():
             name = str(step.model.call)

@@ -229,6 +229,12 @@ class ElicitationHandler:
             if flight is not None:
                 self._flights.remove(flight)
 
+    def sole_flight(self) -> _Flight | None:
+        """The one call in flight on this connection that may ask the user (None: none or
+        several)."""
+        candidates = [f for f in self._flights if not f.waiting]
+        return candidates[0] if len(candidates) == 1 else None
+
     async def __call__(self, context: Any, params: Any) -> Any:
         """Answer the server's ``elicitation/create`` request with the user's reply."""
         from mcp.types import ElicitResult
@@ -268,6 +274,16 @@ class ElicitationRegistry:
         """The open question of the call ``key`` (None when none waits)."""
         flight = self._flights.get(key)
         return flight.question if flight is not None else None
+
+    def answered(self, key: str) -> bool:
+        """Whether the call ``key`` got its answer while no run was waiting (e.g. the user
+        finished a sign-in in the browser): a resumed run collects its result."""
+        flight = self._flights.get(key)
+        return flight is not None and flight.collecting and not flight.waiting
+
+    def active(self, flight: _Flight) -> bool:
+        """Whether ``flight`` is still the held call of its key (not ended or dropped)."""
+        return self._flights.get(flight.owner.key) is flight
 
     def pending(self, key: str) -> bool:
         """Whether the call ``key`` is still held (running or waiting for an answer)."""

@@ -39,13 +39,15 @@ from ..exceptions import (
 )
 from ..types import AgentToolResult
 from .auth import HeaderBuilder, oauth_provider
-from .callbacks import ElicitationHandler, SamplingHandler, roots_callback
+from .callbacks import ELICITATIONS, ElicitationHandler, SamplingHandler, roots_callback
 from .content import contents_text, convert_result
 from .login import LoginHandlers, LoginRequiredError
+from .token_store import TokenStore
 
 log = structlog.get_logger("subagents.mcp")
 
 REQUEST_TIMEOUT = -32001
+URL_ELICITATION_REQUIRED = -32042
 CONNECTION_CLOSED = -32000
 PROGRESS_MAX_FACTOR = 10
 """A call that keeps reporting progress may run at most this many times its timeout."""
@@ -86,15 +88,27 @@ class _SessionExpiredError(Exception):
     """The server no longer knows our session id: it never handled the request."""
 
 
+class _UrlElicitationRequiredError(Exception):
+    """The server refused the call until the user completes its URL-mode elicitations."""
+
+    def __init__(self, elicitations: list[Any]) -> None:
+        super().__init__("URL elicitation required")
+        self.elicitations = elicitations
+
+
 class MCPServerConnection:
     """See the module docstring: :meth:`start`, :meth:`call_tool`, :meth:`tools`, :meth:`close`."""
 
     def __init__(self, config: McpServerConfig, *, root: Path | None = None,
                  endpoints: EndpointsConfig | None = None,
                  login: LoginHandlers | None = None,
-                 template_values: Mapping[str, str] | None = None) -> None:
+                 template_values: Mapping[str, str] | None = None,
+                 oauth_user: str | None = None, tokens: TokenStore | None = None) -> None:
         self.config = config
         self._template_values = template_values
+        self._oauth_user = oauth_user
+        """The user whose own authorization this session uses (``oauth.per_user``)."""
+        self._tokens = tokens
         self.name = config.name
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
@@ -115,6 +129,8 @@ class MCPServerConnection:
         self._session_lost = False
         self._last_status: int | None = None
         self._resources: tuple[Any, list[str], list[str]] | None = None
+        self._url_waits: dict[str, Any] = {}
+        """Elicitation id -> the call (flight) waiting for the server to say it completed."""
         self.connects = 0
         """How many times a session was opened (1 + reconnects)."""
 
@@ -133,7 +149,7 @@ class MCPServerConnection:
         headers = _fill_templates(await self._headers.headers(), self._template_values)
         if self._oauth is None:
             # once: its tokens outlive reconnects
-            self._oauth = oauth_provider(cfg, self.root, self._login)
+            self._oauth = self._auth()
         if cfg.type == "sse":
             from mcp.client.sse import sse_client
 
@@ -148,6 +164,39 @@ class MCPServerConnection:
                                   event_hooks={"response": [self._on_http_response]})
         self._http = http
         return streamable_http_client(str(cfg.url), http_client=http)
+
+    def _auth(self) -> Any:
+        oauth = self.config.oauth
+        if oauth is None or not oauth.per_user or not self.config.url \
+                or self._login is not None:  # `subagents mcp login`: an operator signs in
+            return oauth_provider(self.config, self.root, self._login)
+        from .consent import listing_provider, user_provider
+
+        if self._oauth_user is None or self._tokens is None:
+            return listing_provider(self.config, self.root)
+        return user_provider(self.config, user=self._oauth_user, store=self._tokens,
+                             flights=self._asking_flight)
+
+    @property
+    def lists_only(self) -> bool:
+        """True for the shared session of a server each user authorizes: it lists the tools
+        (with an operator's login, if any) and never calls one for a user."""
+        oauth = self.config.oauth
+        return bool(oauth is not None and oauth.per_user and self._oauth_user is None
+                    and self._login is None)
+
+    def _refuse_user_call(self, what: str) -> None:
+        if self.lists_only:
+            raise ToolInvocationError(
+                f"MCP server {self.name!r} acts for each user with their own authorization; "
+                f"{what} needs a user's session (an agent's call with the user known)",
+                code="mcp.user_session_required")
+
+    def _asking_flight(self) -> Any:
+        """The call that may ask the user to sign in: the one call in flight on this session,
+        else the call this session is being opened for."""
+        flight = self._elicitation.sole_flight() or ELICITATIONS.current()
+        return flight if flight is not None and ELICITATIONS.active(flight) else None
 
     async def _on_http_response(self, response: Any) -> None:
         status = response.status_code
@@ -175,7 +224,7 @@ class MCPServerConnection:
                 last = exc
                 log.warning("mcp.connect.failed", server=self.name, attempt=attempt,
                             attempts=attempts, error=str(exc))
-                if exc.code in ("mcp.unauthorized", "mcp.login_required"):
+                if exc.code == "mcp.unauthorized" or isinstance(exc, LoginRequiredError):
                     break  # the same credentials will be refused again
                 if attempt < attempts:
                     await asyncio.sleep(min(base_delay * 2 ** (attempt - 1), 5.0))
@@ -194,15 +243,30 @@ class MCPServerConnection:
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(ready), name=f"mcp:{self.name}")
         try:
-            await asyncio.wait_for(asyncio.shield(ready), self.config.timeout)
+            await self._wait_ready(ready)
         except TimeoutError as exc:
             await self._shutdown_task()
             raise MCPConnectionError(f"no answer within {self.config.timeout:g}s") from exc
         except MCPConnectionError as exc:
-            if self._last_status == 401 and exc.code != "mcp.login_required":
+            if self._last_status == 401 and self.lists_only:
+                raise LoginRequiredError(
+                    f"MCP server {self.name!r} lists its tools only for a signed-in account: "
+                    f"run `subagents mcp login {self.name}` once (an operator account lists "
+                    "the tools; each user still authorizes their own calls)") from exc
+            if self._last_status == 401 and not isinstance(exc, LoginRequiredError):
                 raise MCPConnectionError(f"unauthorized (HTTP 401): {exc}",
                                          code="mcp.unauthorized") from exc
             raise
+
+    async def _wait_ready(self, ready: asyncio.Future[None]) -> None:
+        """Wait for the session; the time a user spends signing in does not count."""
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(ready), self.config.timeout)
+                return
+            except TimeoutError:
+                if not getattr(self._oauth, "waiting_for_user", False):
+                    raise
 
     async def _run(self, ready: asyncio.Future[None]) -> None:
         from mcp import Client
@@ -298,6 +362,8 @@ class MCPServerConnection:
 
     # ------------------------------------------------------------------ tools
     async def _on_message(self, message: Any) -> None:
+        if type(message).__name__ == "ElicitCompleteNotification":
+            self._url_completed(str(message.params.elicitation_id))
         if type(message).__name__ == "ResourceListChangedNotification":
             self._resources = None
         if type(message).__name__ == "ToolListChangedNotification":
@@ -341,6 +407,7 @@ class MCPServerConnection:
                                timeout: float) -> Any:
         """Call a tool and return the SDK's ``CallToolResult`` as it is (flow tool steps read
         its fields); any failure, a timeout included, raises."""
+        self._refuse_user_call(f"calling {name!r}")
         client = await self._ensure()
         return await asyncio.wait_for(
             client.call_tool(name, arguments, read_timeout_seconds=timeout), timeout + 1)
@@ -352,8 +419,9 @@ class MCPServerConnection:
 
         ``on_progress(progress, total, message)`` hears the progress the server reports.
         """
+        self._refuse_user_call(f"calling {name!r}")
         try:
-            return await self._call_fresh_session(name, arguments, timeout, meta, on_progress)
+            return await self._call_answering_urls(name, arguments, timeout, meta, on_progress)
         except _ConnectionLostError as exc:
             self._stop.set()
             if not read_only:
@@ -363,12 +431,61 @@ class MCPServerConnection:
                     code="tool.connection_lost") from exc
             log.info("mcp.call.retry_after_reconnect", server=self.name, tool=name)
             try:
-                return await self._call_fresh_session(name, arguments, timeout, meta,
-                                                      on_progress)
+                return await self._call_answering_urls(name, arguments, timeout, meta,
+                                                       on_progress)
             except _ConnectionLostError as again:
                 self._stop.set()
                 raise ToolInvocationError(f"MCP server {self.name!r} is unreachable: {again}",
                                           code="tool.connection_lost") from again
+
+    async def _call_answering_urls(self, name: str, arguments: dict[str, Any], timeout: float,
+                                   meta: dict[str, Any] | None,
+                                   on_progress: ProgressCallback | None = None
+                                   ) -> AgentToolResult:
+        """One call; when the server first needs the user to open a link (URL elicitation
+        required), the user is asked through the call's agent and the call is made again once
+        the server says the step is complete or the user says they did it."""
+        try:
+            return await self._call_fresh_session(name, arguments, timeout, meta, on_progress)
+        except _UrlElicitationRequiredError as needed:
+            await self._complete_urls(name, needed.elicitations)
+        try:
+            return await self._call_fresh_session(name, arguments, timeout, meta, on_progress)
+        except _UrlElicitationRequiredError as again:
+            raise ToolInvocationError(
+                f"MCP server {self.name!r} still needs the user to complete a step in the "
+                f"browser before {name!r} can run", code="mcp.url_elicitation_required"
+            ) from again
+
+    async def _complete_urls(self, name: str, elicitations: list[Any]) -> None:
+        from mcp.types import ElicitRequestURLParams
+
+        flight = ELICITATIONS.current()
+        assert flight is not None  # checked before the error was raised
+        for params in elicitations:
+            question = ElicitRequestURLParams(message=params.message, url=params.url,
+                                              elicitation_id=params.elicitation_id)
+            wait_id = str(question.elicitation_id or f"unnamed-{id(question)}")
+            self._url_waits[wait_id] = flight
+            log.info("mcp.elicitation.url_required", server=self.name, tool=name,
+                     key=flight.owner.key)
+            try:
+                result = await flight.ask(question)
+            finally:
+                self._url_waits.pop(wait_id, None)
+            if result.action != "accept":
+                raise ToolInvocationError(
+                    f"the user did not complete the step MCP server {self.name!r} needs before "
+                    f"{name!r} ({result.action})", code="mcp.url_elicitation_declined")
+
+    def _url_completed(self, elicitation_id: str) -> None:
+        """The server says the user completed a URL elicitation: the waiting call goes on."""
+        from mcp.types import ElicitResult
+
+        flight = self._url_waits.get(elicitation_id)
+        if flight is not None and ELICITATIONS.answer(flight.owner.key,
+                                                      ElicitResult(action="accept")):
+            log.info("mcp.elicitation.url_completed", server=self.name, key=flight.owner.key)
 
     async def _call_fresh_session(self, name: str, arguments: dict[str, Any], timeout: float,
                                   meta: dict[str, Any] | None,
@@ -470,6 +587,11 @@ class MCPServerConnection:
         except MCPError as exc:
             if self._session_lost:
                 raise _SessionExpiredError(exc.message) from exc
+            if exc.code == URL_ELICITATION_REQUIRED and ELICITATIONS.current() is not None:
+                from mcp import UrlElicitationRequiredError
+
+                raise _UrlElicitationRequiredError(
+                    UrlElicitationRequiredError.from_error(exc.error).elicitations) from exc
             if self._last_status == 401:
                 raise ToolInvocationError(
                     f"MCP server {self.name!r} refused the call to {name!r}: unauthorized "
@@ -523,6 +645,7 @@ class MCPServerConnection:
         """``resources/read`` as a tool result: text as text, blobs as placeholders."""
         from mcp import MCPError
 
+        self._refuse_user_call(f"reading {uri!r}")
         try:
             client = await self._ensure()
             with anyio.fail_after(timeout):

@@ -25,6 +25,7 @@ import structlog
 from ..config.endpoints import EndpointsConfig, McpServerConfig
 from ..exceptions import MCPConnectionError
 from .connection import MCPServerConnection
+from .token_store import TokenStore, token_store
 
 log = structlog.get_logger("subagents.mcp")
 
@@ -44,9 +45,18 @@ class _Keyed:
 class MCPPool:
     """The process's MCP sessions: shared ones by server name, keyed ones by (server, key)."""
 
-    def __init__(self, endpoints: EndpointsConfig, *, root: Path | None = None) -> None:
+    def __init__(self, endpoints: EndpointsConfig, *, root: Path | None = None,
+                 tokens_url: str | None = None) -> None:
+        """Args:
+            endpoints: The MCP servers (and their session modes).
+            root: The project folder (roots, stdio working directories, logins).
+            tokens_url: The tracker store's database, where users' OAuth tokens are kept
+                (``oauth.per_user``); None keeps them in memory.
+        """
         self.endpoints = endpoints
         self.root = root
+        self.tokens_url = tokens_url
+        self._tokens: TokenStore | None = None
         self._connections: dict[str, MCPServerConnection] = {}
         self._starting: dict[str, asyncio.Task[None]] = {}
         self._keyed: dict[tuple[str, str], _Keyed] = {}
@@ -71,10 +81,15 @@ class MCPPool:
             self._connections[name] = conn
         return conn
 
-    def _new_connection(self, config: McpServerConfig,
-                        values: Mapping[str, str] | None) -> MCPServerConnection:
+    def _new_connection(self, config: McpServerConfig, values: Mapping[str, str] | None,
+                        key: str | None = None) -> MCPServerConnection:
+        user = None
+        if key is not None and config.oauth is not None and config.oauth.per_user:
+            user = key.removeprefix("user:")
+            if self._tokens is None:
+                self._tokens = token_store(self.tokens_url)
         return MCPServerConnection(config, root=self.root, endpoints=self.endpoints,
-                                   template_values=values)
+                                   template_values=values, oauth_user=user, tokens=self._tokens)
 
     async def start(self, name: str, *, attempts: int = 5, agent: str | None = None) -> None:
         """Connect ``name`` once; concurrent callers wait for the same attempt."""
@@ -112,7 +127,7 @@ class MCPPool:
                 entry = None
             if entry is None:
                 closing += self._make_room(config)
-                entry = _Keyed(self._new_connection(config, dict(values)), fingerprint,
+                entry = _Keyed(self._new_connection(config, dict(values), key), fingerprint,
                                time.monotonic())
                 self._keyed[(name, key)] = entry
             entry.busy += 1
@@ -165,6 +180,9 @@ class MCPPool:
         self._keyed.clear()
         await _close_all([*self._connections.values(), *keyed])
         self._connections.clear()
+        tokens, self._tokens = self._tokens, None
+        if tokens is not None:
+            await tokens.close()
 
 
 def _fingerprint(values: Mapping[str, str]) -> str:

@@ -33,6 +33,9 @@ async def resource_tool(pool: MCPPool, ref: McpServerRef) -> Tool | None:
     conn = pool.connection(ref.name)
     if not conn.config.resources or not _allowed(ref):
         return None
+    if conn.lists_only:  # resources would be read with the operator's account, not the user's
+        log.info("mcp.resources.per_user_unsupported", server=ref.name)
+        return None
     try:
         if not await conn.offers_resources():
             return None

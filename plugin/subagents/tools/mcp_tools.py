@@ -8,9 +8,10 @@ import inspect
 import structlog
 
 from ..config.sub_agent import McpServerRef, ToolSettings
-from ..exceptions import ToolNotAvailableError
+from ..exceptions import MCPConnectionError, ToolInvocationError, ToolNotAvailableError
 from ..mcp.callbacks import ELICITATIONS
 from ..mcp.connection import MCPTool
+from ..mcp.consent import CONSENT_CODES
 from ..mcp.identity import session_key, template_values
 from ..mcp.pool import MCPPool
 from ..types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
@@ -131,11 +132,21 @@ class MCPToolset:
         progress = (lambda p, t, m: sink(name, p, t, m)) if sink is not None else None
         key = session_key(config, ctx.agent_input) if config is not None else None
         if config is not None and key is not None:
-            async with self.pool.session(ref.name, key,
-                                         template_values(config, ctx.agent_input)) as conn:
-                result = await ELICITATIONS.call(lambda: conn.call_tool(
-                    name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta,
-                    on_progress=progress))
+            values = template_values(config, ctx.agent_input)
+
+            async def keyed() -> AgentToolResult:
+                # the session opens inside the held call: a sign-in it needs asks the user
+                try:
+                    async with self.pool.session(ref.name, key, values) as conn:
+                        return await conn.call_tool(
+                            name, arguments, timeout=ctx.timeout, read_only=read_only,
+                            meta=meta, on_progress=progress)
+                except MCPConnectionError as exc:
+                    if exc.code in CONSENT_CODES:
+                        raise ToolInvocationError(str(exc), code=exc.code) from exc
+                    raise
+
+            result = await ELICITATIONS.call(keyed)
         else:
             connection = self.pool.connection(ref.name)
             result = await ELICITATIONS.call(lambda: connection.call_tool(

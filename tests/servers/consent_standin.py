@@ -1,0 +1,181 @@
+"""An OAuth authorization server that knows its users, and an MCP server behind a bearer gate.
+
+The authorization server registers public clients (RFC 7591), shows no sign-in page: a GET to
+``/authorize`` signs in the account named by the ``account`` query parameter (what a person would
+type) and redirects to the client's ``redirect_uri`` with a code, or with
+``error=access_denied`` when that parameter is ``deny=1``. Codes need PKCE. Tokens are opaque and
+map to the account. The gate answers 401 (with a ``resource_metadata`` pointer) to every request
+without a valid token, and tells the MCP app which account the token belongs to in an
+``x-account`` header (any such header from the client is dropped).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from mcp.server.mcpserver import Context, MCPServer
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+from subagents.testing.mcp_http import serve_app
+
+calendar = MCPServer("calendar")
+CALLS: list[str] = []
+"""The account of each call of ``my_events`` (cleared by :func:`consent_standin`)."""
+
+
+@calendar.tool()
+def my_events(ctx: Context) -> str:
+    """The signed-in user's events."""
+    account = (ctx.headers or {}).get("x-account", "nobody")
+    CALLS.append(account)
+    return f"events of {account}: dentist on Monday"
+
+
+@dataclass
+class UserAuthServer:
+    base: str = ""
+    clients: dict[str, list[str]] = field(default_factory=dict)
+    codes: dict[str, tuple[str, str, str, str]] = field(default_factory=dict)
+    """Code -> (client id, redirect URI, PKCE challenge, account)."""
+    access: dict[str, str] = field(default_factory=dict)
+    """Valid access token -> account."""
+    refresh: dict[str, str] = field(default_factory=dict)
+    """Valid refresh token -> account."""
+    grants: list[str] = field(default_factory=list)
+    """Each token request's grant type, in order."""
+    authorizations: list[dict[str, str]] = field(default_factory=list)
+    """The query of each sign-in (what the browser brought)."""
+
+    def revoke_access(self) -> None:
+        self.access.clear()
+
+    def revoke_refresh(self) -> None:
+        self.refresh.clear()
+
+    def _issue(self, account: str) -> JSONResponse:
+        token, refresh = f"at-{secrets.token_hex(8)}", f"rt-{secrets.token_hex(8)}"
+        self.access[token] = account
+        self.refresh[refresh] = account
+        return JSONResponse({"access_token": token, "token_type": "Bearer",
+                             "expires_in": 3600, "refresh_token": refresh})
+
+    def app(self) -> Starlette:
+        async def metadata(request: Request) -> JSONResponse:
+            return JSONResponse({
+                "issuer": self.base, "authorization_endpoint": f"{self.base}/authorize",
+                "token_endpoint": f"{self.base}/token",
+                "registration_endpoint": f"{self.base}/register",
+                "code_challenge_methods_supported": ["S256"],
+                "grant_types_supported": ["authorization_code", "refresh_token"],
+                "token_endpoint_auth_methods_supported": ["none"]})
+
+        async def register(request: Request) -> JSONResponse:
+            body = await request.json()
+            client_id = f"client-{len(self.clients) + 1}"
+            self.clients[client_id] = list(body["redirect_uris"])
+            return JSONResponse({**body, "client_id": client_id,
+                                 "token_endpoint_auth_method": "none"}, status_code=201)
+
+        async def authorize(request: Request) -> Response:
+            query = dict(request.query_params)
+            self.authorizations.append(query)
+            redirect = query["redirect_uri"]
+            if redirect not in self.clients.get(query["client_id"], []) or \
+                    query.get("code_challenge_method") != "S256":
+                return JSONResponse({"error": "invalid_request"}, status_code=400)
+            if query.get("deny") == "1":
+                params = {"error": "access_denied", "state": query["state"]}
+            else:
+                code = f"code-{secrets.token_hex(8)}"
+                self.codes[code] = (query["client_id"], redirect, query["code_challenge"],
+                                    query.get("account", "anonymous"))
+                params = {"code": code, "state": query["state"]}
+            return RedirectResponse(f"{redirect}?{urlencode(params)}", status_code=302)
+
+        async def token(request: Request) -> JSONResponse:
+            form = {k: str(v) for k, v in (await request.form()).items()}
+            self.grants.append(form.get("grant_type", ""))
+            if form.get("grant_type") == "authorization_code":
+                client, redirect, challenge, account = self.codes.pop(
+                    form.get("code", ""), ("", "", "", ""))
+                digest = hashlib.sha256(form.get("code_verifier", "").encode()).digest()
+                verified = base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == challenge
+                if not verified or (form.get("client_id"), form.get("redirect_uri")) != \
+                        (client, redirect):
+                    return JSONResponse({"error": "invalid_grant"}, status_code=400)
+                return self._issue(account)
+            if form.get("grant_type") == "refresh_token":
+                account = self.refresh.pop(form.get("refresh_token", ""), "")
+                if not account:
+                    return JSONResponse({"error": "invalid_grant"}, status_code=400)
+                return self._issue(account)
+            return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
+
+        return Starlette(routes=[
+            Route("/.well-known/oauth-authorization-server", metadata),
+            Route("/register", register, methods=["POST"]),
+            Route("/authorize", authorize),
+            Route("/token", token, methods=["POST"])])
+
+
+class AccountGate:
+    """ASGI middleware: 401 without a valid token; the token's account as ``x-account``."""
+
+    def __init__(self, app: ASGIApp, auth: UserAuthServer) -> None:
+        self.app, self.auth = app, auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = [(k, v) for k, v in scope["headers"] if k != b"x-account"]
+        host = dict(headers)[b"host"].decode()
+        if scope["path"].startswith("/.well-known/oauth-protected-resource"):
+            body = {"resource": f"http://{host}/mcp", "authorization_servers": [self.auth.base]}
+            await _send(send, 200, json.dumps(body).encode(), b"application/json")
+            return
+        token = dict(headers).get(b"authorization", b"").decode().removeprefix("Bearer ")
+        account = self.auth.access.get(token)
+        if account is None:
+            challenge = (f'Bearer resource_metadata="http://{host}/.well-known/'
+                         'oauth-protected-resource/mcp"')
+            await _send(send, 401, b"unauthorized", b"text/plain",
+                        [(b"www-authenticate", challenge.encode())])
+            return
+        scope = {**scope, "headers": [*headers, (b"x-account", account.encode())]}
+        await self.app(scope, receive, send)
+
+
+async def _send(send: Send, status: int, body: bytes, content_type: bytes,
+                extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", content_type), *(extra or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+@contextlib.asynccontextmanager
+async def consent_standin() -> AsyncIterator[tuple[UserAuthServer, AccountGate, str]]:
+    """Serve the authorization server and the gated calendar; yield both and the MCP URL."""
+    auth = UserAuthServer()
+    CALLS.clear()
+    async with serve_app(auth.app()) as auth_base:
+        auth.base = auth_base
+        gate = AccountGate(calendar.streamable_http_app(), auth)
+        async with serve_app(gate) as base:
+            yield auth, gate, f"{base}/mcp"
+
+
+def with_account(url: str, account: str, **extra: Any) -> str:
+    """The sign-in address as the person's browser submits it (signed in as ``account``)."""
+    return f"{url}&{urlencode({'account': account, **extra})}"
