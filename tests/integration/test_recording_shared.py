@@ -23,7 +23,7 @@ from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app
 
 from tests.dialogue_harness import assistant_for, write_project
-from tests.integration.test_record_replay import SCRIPT, _cli, _example_project
+from tests.integration.test_record_replay import REPO, SCRIPT, _cli, _example_project
 from tests.serve_process import ServeProcess, free_port, serve_process
 
 POSTGRES = os.environ.get("SUBAGENTS_TEST_POSTGRES_URL")
@@ -210,3 +210,30 @@ async def test_a_conversation_recorded_through_one_worker_is_recorded_by_all(tmp
         lambda: _cli("test", str(out), "--project", str(project), cwd=tmp_path))
     assert replay.returncode == 0, replay.stdout + replay.stderr
     assert "1 passed" in replay.stdout
+
+
+# ------------------------------------------------------------------ subagents inspect --record
+async def test_inspect_record_records_every_conversation(tmp_path):
+    project = tmp_path / "assistant"
+    project.mkdir()
+    env = {"OPENAI_API_KEY": "unused-by-the-fake-model"}
+    async with FakeModelServer(SCRIPT) as fake:
+        _example_project(project, fake.base_url("x").rsplit("/x", 1)[0])
+        async with serve_process(project, "--record", env=env, command="inspect") as server, \
+                httpx2.AsyncClient(base_url=server.url, timeout=60) as client:
+            with anyio.fail_after(60):
+                told = (await client.get("/conversations/insp1/recording")).json()
+                replies = await _say(client, server, "insp1")
+                exported = await client.get("/conversations/insp1/test")
+        fake.assert_done()
+    assert told == {"sender": "insp1", "recording": True}
+    assert "Acme trades at 182.40 USD." in replies
+    assert exported.status_code == 200, exported.text
+    assert "get_stock_price" in exported.text
+
+
+def test_inspect_help_offers_record():
+    shown = _cli("inspect", "--help", cwd=REPO)
+    assert shown.returncode == 0, shown.stderr
+    assert "--record" in shown.stdout
+    assert "subagents inspect --record" in shown.stdout
