@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import textwrap
 
+import anyio
 from subagents.testing.e2e import Runner
 from subagents.testing.fixtures import load_file
 
+from tests.cli_process import run_cli
 from tests.dialogue_harness import write_project
 from tests.integration.test_recording import LIVE_CASE, NOWHERE
 from tests.serve_process import free_port
@@ -43,13 +45,11 @@ async def test_an_unreachable_live_model_fails_the_case_once_naming_model_and_ad
         assert "difference(s)" not in failure
 
 
-def test_the_cli_reports_the_unreachable_live_model_once(tmp_path, capsys):
-    from subagents.cli import main
-
+async def test_the_cli_reports_the_unreachable_live_model_once(tmp_path):
     root, path, address = _project(tmp_path)
-    status = main(["test", str(path), "--project", str(root), "--live-model"])
-    out = capsys.readouterr().out
-    assert status == 1
-    assert out.count("[preflight.model_unreachable]") == 1
-    assert address in out
-    assert "step 2" not in out
+    done = await anyio.to_thread.run_sync(
+        lambda: run_cli("test", str(path), "--project", str(root), "--live-model"))
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.count("[preflight.model_unreachable]") == 1
+    assert address in done.stdout
+    assert "step 2" not in done.stdout
