@@ -50,7 +50,8 @@ async def _drain(stream: asyncio.StreamReader, server: ServeProcess,
 
 @contextlib.asynccontextmanager
 async def serve_process(project: Path, *args: str, env: dict[str, str] | None = None,
-                        ready_within: float = 90) -> AsyncIterator[ServeProcess]:
+                        ready_within: float = 90,
+                        command: str = "serve") -> AsyncIterator[ServeProcess]:
     """Run ``subagents serve --project PROJECT --port <free> ARGS...`` until the block ends.
 
     Args:
@@ -58,10 +59,11 @@ async def serve_process(project: Path, *args: str, env: dict[str, str] | None = 
         *args: More ``serve`` options (``--record``, ``--token T``, ...).
         env: Variables added to this process's environment.
         ready_within: Seconds the server may take to start.
+        command: The command that serves (``serve``, or ``inspect`` for the inspector).
     """
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subagents.cli", "serve", "--project", str(project),
+        sys.executable, "-m", "subagents.cli", command, "--project", str(project),
         "--port", str(port), "--no-model-check", *args,
         env={**os.environ, **(env or {})}, stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE)

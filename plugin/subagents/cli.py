@@ -95,6 +95,14 @@ def _paths(args: argparse.Namespace) -> Any:
                                 sub_agents=args.sub_agents)
 
 
+def _record_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--record", action="store_true",
+                        help="record every model and tool call of every conversation with its "
+                             "tracker, so any conversation can be saved as a test (subagents "
+                             "test export, the inspector's Save as test); without it, recording "
+                             "is turned on per conversation")
+
+
 def _model_check_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-model-check", dest="model_check", action="store_false",
                         help="start without first checking that every model has a key and "
@@ -186,9 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="secret required on every route but the health checks, as "
                             "'Authorization: Bearer <token>' or '?token=<token>' "
                             "(default: $SUBAGENTS_TOKEN)")
-    serve.add_argument("--record", action="store_true",
-                       help="record every model and tool call of every conversation with its "
-                       "tracker (for subagents test export)")
+    _record_arg(serve)
     serve.add_argument("--metrics", action="store_true",
                        default=os.environ.get("SUBAGENTS_METRICS", "").lower() in ("1", "true"),
                        help="serve Prometheus metrics at GET /metrics (extra 'metrics'; also "
@@ -211,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = _command(sub, "inspect", "serve the API with the inspector page: watch the chat, "
                                        "stack, slots and every agent step live", """
         subagents inspect                   # then open http://127.0.0.1:5005/inspect
+        subagents inspect --record          # every conversation can be saved as a test
         subagents inspect --replay tests/e2e/appointments.yml::book_an_appointment""")
     _project_arg(inspect)
     inspect.add_argument("--host", default="127.0.0.1", help="interface to listen on")
@@ -221,6 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--replay", metavar="FILE::CASE", default=None,
                          help="replay a conversation test with its scripted models "
                               "(llm_script) instead of the real ones")
+    _record_arg(inspect)
     _model_check_arg(inspect)
 
     mcp = _command(sub, "mcp", "MCP server tools", """
@@ -444,6 +452,10 @@ def _run(args: argparse.Namespace) -> int:
         return _run_test(args)
     if args.command == "demo":
         return _run_demo(args)
+    if getattr(args, "record", False):
+        from . import recording
+
+        recording.enable()
     if args.command == "inspect" and args.replay:
         from .inspector_replay import run_replay
 
@@ -467,10 +479,6 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if not _enable_observability(args):
         return 1
-    if args.record:
-        from . import recording
-
-        recording.enable()
     channels = load_channels(args.project, args.credentials)
     serve(Assistant.load(_paths(args)), host=args.host, port=args.port,
           token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels,

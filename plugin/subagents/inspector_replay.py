@@ -119,15 +119,11 @@ async def replay_app(case: Any, project: Path, *, token: str | None = None,
         assistant = Assistant(loaded, tracker_store=InMemoryTrackerStore(),
                               llm_factory=fake.llm_factory(), retry_delays=(0.0,))
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
-        if case.slot_presets:
-            presets = [ev.slot_set(k, v) for k, v in case.slot_presets.items()]
-            await assistant.tracker_store.save_turn(replay_sender(case), presets, [], 0)
-        recording.record_conversation(replay_sender(case))
-        try:
-            yield create_app(assistant, token=token, replay=replay_plan(case),
-                             allowed_hosts=allowed_hosts)
-        finally:
-            recording.record_conversation(replay_sender(case), on=False)
+        presets = [ev.slot_set(k, v) for k, v in (case.slot_presets or {}).items()]
+        await assistant.tracker_store.save_turn(
+            replay_sender(case), [*presets, recording.switch_event(True)], [], 0)
+        yield create_app(assistant, token=token, replay=replay_plan(case),
+                         allowed_hosts=allowed_hosts)
 
 
 async def serve_replay(case: Any, project: Path, *, host: str, port: int,

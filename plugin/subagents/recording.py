@@ -1,10 +1,16 @@
 """Recording conversations: every model call and every tool call of a turn, kept with the tracker.
 
-With recording on (``subagents serve --record`` for every conversation, or
-:func:`record_conversation` for one), each turn collects what its model calls were asked and
+With recording on (``subagents serve --record`` for every conversation of a process, or
+:func:`switch_conversation` for one), each turn collects what its model calls were asked and
 answered and what its tool calls were given and returned. The processor stores the collection in
 the metadata of the turn's closing ``action_listen`` event (key ``recording``), so it lives with
 the tracker in any store; ``subagents test export`` turns it into a conversation test.
+
+The switch of one conversation is stored with the conversation, never in a process: an
+``action_listen`` event whose metadata says ``record_conversation: true`` (or ``false``). Every
+worker that shares the tracker store sees it, and a restart keeps it. A turn reads it from the
+events it loads anyway (:func:`begin_turn`), so it costs no store round trip; a switch made while
+a turn runs waits for the conversation's lock and takes effect from the next turn on.
 
 Before anything is stored, values of sensitive fields (``password``, ``api_key``, ``token``, ...
 plus the names in ``SUBAGENTS_RECORD_REDACT_FIELDS``, comma-separated) become ``[redacted]``, and
@@ -20,9 +26,15 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from . import events as ev
+
+if TYPE_CHECKING:
+    from .stores import LockStore, TrackerStore
 
 METADATA_KEY = "recording"
+SWITCH_KEY = "record_conversation"
 REDACT_FIELDS_ENV = "SUBAGENTS_RECORD_REDACT_FIELDS"
 REDACTED = "[redacted]"
 DEFAULT_SENSITIVE_FIELDS = frozenset({
@@ -33,9 +45,17 @@ _SECRET_ENV = re.compile(r"(_KEY|_TOKEN|_SECRET)$|PASSWORD", re.IGNORECASE)
 _MIN_SECRET_LENGTH = 6
 
 _enabled_for_all = False
-_enabled_senders: set[str] = set()
-_turn: contextvars.ContextVar[list[dict[str, Any]] | None] = contextvars.ContextVar(
+_turn: contextvars.ContextVar[_TurnRecording | None] = contextvars.ContextVar(
     "subagents_turn_recording", default=None)
+
+
+class _TurnRecording:
+    """What one turn records; ``entries`` is None while the turn is not recorded."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self, entries: list[dict[str, Any]] | None) -> None:
+        self.entries = entries
 
 
 def enable(*, all_conversations: bool = True) -> None:
@@ -44,43 +64,99 @@ def enable(*, all_conversations: bool = True) -> None:
     _enabled_for_all = all_conversations
 
 
-def record_conversation(sender_id: str, on: bool = True) -> None:
-    """Record (or stop recording) one conversation, from its next turn on."""
-    if on:
-        _enabled_senders.add(sender_id)
-    else:
-        _enabled_senders.discard(sender_id)
-
-
-def is_recording(sender_id: str) -> bool:
-    """Whether turns of this conversation are recorded."""
-    return _enabled_for_all or sender_id in _enabled_senders
-
-
 def reset() -> None:
-    """Turn all recording off (for tests)."""
+    """Turn recording of every conversation off (for tests)."""
     enable(all_conversations=False)
-    _enabled_senders.clear()
+
+
+def switch_event(on: bool) -> dict[str, Any]:
+    """The event that turns recording of its conversation on (or off) from the next turn on.
+
+    An ``action_listen`` (the conversation waits for the user, as it did before), so trackers
+    keep only event types Rasa knows.
+    """
+    return ev.action_executed("action_listen", metadata={SWITCH_KEY: on})
+
+
+def conversation_switch(events: list[dict[str, Any]]) -> bool | None:
+    """The conversation's latest recording switch (None when it was never switched)."""
+    for event in reversed(events):
+        if event.get("event") != "action":
+            continue
+        value = (event.get("metadata") or {}).get(SWITCH_KEY)
+        if isinstance(value, bool):
+            return value
+    return None
+
+
+def is_switch_event(event: dict[str, Any]) -> bool:
+    """Whether ``event`` is a recording switch (and not the end of a turn)."""
+    return event.get("event") == "action" and isinstance(
+        (event.get("metadata") or {}).get(SWITCH_KEY), bool)
+
+
+def is_recording(events: list[dict[str, Any]]) -> bool:
+    """Whether the next turn of the conversation with these stored events is recorded."""
+    return _enabled_for_all or conversation_switch(events) is True
+
+
+async def switch_conversation(tracker_store: TrackerStore, lock_store: LockStore,
+                              sender_id: str, on: bool) -> bool:
+    """Record (or stop recording) one conversation from its next turn on, in the tracker store.
+
+    Takes the conversation's lock, so a turn in progress ends first. Switching to the state the
+    conversation is already in stores nothing.
+
+    Returns:
+        Whether the conversation's next turn is recorded (``serve --record`` records it anyway).
+    """
+    async with lock_store.lock(sender_id):
+        record = await tracker_store.load(sender_id)
+        if (conversation_switch(record.events) is True) != on:
+            await tracker_store.save_turn(sender_id, [switch_event(on)], record.stack,
+                                          len(record.events))
+    return _enabled_for_all or on
 
 
 @contextlib.contextmanager
-def turn_scope(sender_id: str) -> Iterator[list[dict[str, Any]] | None]:
-    """Collect the model and tool calls made inside (one turn), when the sender is recorded."""
-    entries: list[dict[str, Any]] | None = [] if is_recording(sender_id) else None
-    token = _turn.set(entries)
+def turn_scope(sender_id: str | None = None) -> Iterator[None]:
+    """Collect the model and tool calls made inside (one turn) when the turn is recorded.
+
+    With ``serve --record`` the turn is recorded from the start; otherwise :func:`begin_turn`
+    decides from the conversation's stored switch once the turn has loaded its events.
+    ``sender_id`` is accepted for the callers' convenience; nothing is kept per conversation.
+    """
+    del sender_id
+    token = _turn.set(_TurnRecording([] if _enabled_for_all else None))
     try:
-        yield entries
+        yield
     finally:
         _turn.reset(token)
 
 
+def begin_turn(events: list[dict[str, Any]]) -> bool:
+    """Called by the turn right after it loaded the conversation: start recording when the
+    conversation's switch is on. Returns whether the turn is recorded."""
+    current = _turn.get()
+    if current is None:
+        return False
+    if current.entries is None and conversation_switch(events) is True:
+        current.entries = []
+    return current.entries is not None
+
+
+def _entries() -> list[dict[str, Any]] | None:
+    current = _turn.get()
+    return None if current is None else current.entries
+
+
 def active() -> bool:
     """Whether the current turn is being recorded (cheap; call before building an entry)."""
-    return _turn.get() is not None
+    return _entries() is not None
 
 
 def _add(entry: dict[str, Any]) -> None:
-    entries = _turn.get()
+    entries = _entries()
     if entries is not None:
         entries.append(redact(entry))
 
@@ -125,7 +201,7 @@ def record_tool_call(tool: Any, arguments: Any, result: Any) -> None:
 
 def turn_metadata(base: dict[str, Any] | None) -> dict[str, Any] | None:
     """``base`` plus this turn's recording (for the turn's closing event)."""
-    entries = _turn.get()
+    entries = _entries()
     if entries is None:
         return base
     return {**(base or {}), METADATA_KEY: list(entries)}

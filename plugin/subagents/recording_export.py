@@ -38,6 +38,8 @@ def build_fixture(sender_id: str, events: list[dict[str, Any]]) -> dict[str, Any
     tools: dict[str, list[dict[str, Any]]] = {}
     unrecorded = 0
     for event in events:
+        if recording.is_switch_event(event):
+            continue
         if event.get("event") == "action" and event.get("name") == "action_listen" and steps:
             entries = (event.get("metadata") or {}).get(recording.METADATA_KEY)
             if not isinstance(entries, list):

@@ -286,9 +286,12 @@ class _Api:
     async def recording(self, request: Request) -> Response:
         """Turn recording of one conversation on (PUT) or off (DELETE); GET tells."""
         sender = check_sender_id(request.path_params["sender"])
-        if request.method != "GET":
-            recording.record_conversation(sender, request.method == "PUT")
-        return JSONResponse({"sender": sender, "recording": recording.is_recording(sender)})
+        stores = self.assistant.tracker_store, self.assistant.lock_store
+        if request.method == "GET":
+            on = recording.is_recording((await stores[0].load(sender)).events)
+        else:  # stored with the conversation, so every worker sharing the store records it
+            on = await recording.switch_conversation(*stores, sender, request.method == "PUT")
+        return JSONResponse({"sender": sender, "recording": on})
 
     async def recorded_test(self, request: Request) -> Response:
         """The recorded conversation as a conversation test (YAML), for "save as test"."""

@@ -35,7 +35,9 @@ def _recording_off():
 
 
 def _listens(state: dict) -> list[dict]:
-    return [e for e in state["events"] if e["event"] == "action" and e["name"] == "action_listen"]
+    """The turns' closing ``action_listen`` events (not the recording switches)."""
+    return [e for e in state["events"] if e["event"] == "action" and e["name"] == "action_listen"
+            and not recording.is_switch_event(e)]
 
 
 async def test_recording_is_turned_on_per_conversation_through_the_api(project):

@@ -187,6 +187,7 @@ class Assistant:
                         output_channel: OutputChannel | None,
                         message_id: str | None = None) -> list[dict[str, Any]]:
         record = await self.tracker_store.load(sender_id)
+        recording.begin_turn(record.events)  # the conversation's switch, from the loaded events
         if message_id is not None and await replay_answer(record.events, message_id, sender_id,
                                                           output_channel):
             log.info("dialogue.turn.replayed", sender=sender_id)

@@ -51,6 +51,7 @@ from .judge import (
     JUDGE_CALLER,
     Judge,
 )
+from .live_model import LiveModelCheck
 from .simulated_user import SIMULATED_USER_CALLER, SimulatedUser
 
 INTERNAL_ERROR_PATTERN = "pattern_internal_error"
@@ -161,6 +162,7 @@ class Runner:
         """(agent name, hook) of every agent hook call, in order."""
         self.live_model = live_model
         """Ignore ``llm_script``: the configured models answer (``--live-model``)."""
+        self._live_check = LiveModelCheck(project_dir)
         self.replays: dict[str, Any] = {}
         """The replay stand-ins of the case that ran last (``tool_script``)."""
         self._stack = contextlib.AsyncExitStack()
@@ -204,6 +206,11 @@ class Runner:
         result = CaseResult(case=case, passed=False)
         if case.problems:
             result.failures += [p.format() for p in case.problems]
+            result.duration = time.perf_counter() - started
+            return result
+        live_problem = await self._live_check.problem() if self.live_model else None
+        if live_problem:  # one clear failure instead of a difference at every step
+            result.failures.append(live_problem)
             result.duration = time.perf_counter() - started
             return result
         conversation: _Conversation | None = None
