@@ -44,6 +44,8 @@ __all__ = ["BUILTIN_ACTIONS", "BUILTIN_SLOTS", "AgentSpec", "PipelineConfig", "P
            "project_on_path"]
 
 DEFAULT_PATTERNS = Path(__file__).with_name("default_patterns.yml")
+NATIVE_PATTERNS = frozenset({"pattern_collect_information", "pattern_validate_slot"})
+"""Rasa patterns whose work the runtime does itself; a project may not override them."""
 DOMAIN_KEYS = {"slots", "responses", "actions", "intents", "entities", "forms", "session_config"}
 IGNORED_KEYS = {"version", "nlu", "stories", "rules", "test_cases", "fixtures", "metadata",
                 "stub_custom_actions", "retrieval_intents", "e2e_actions", "synonyms", "lookup",
@@ -181,6 +183,14 @@ class _Loader(_SettingsLoader, _AgentsLoader):
                     f"{own[flow_id].display}", loc, hint="rename one of the flows"))
                 continue
             own[flow_id] = doc
+            if flow_id in NATIVE_PATTERNS:
+                self.issues.append(doc.issue(
+                    "flow.pattern.runs_natively", f"{flow_id} cannot be overridden: collect "
+                    "steps ask, check rejections and coerce slot types themselves, so this "
+                    "flow is ignored (custom validate_<slot> actions in it do not run)", loc,
+                    hint="remove the override; put checks in the collect step's rejections",
+                    severity="warning"))
+                continue
             problems = list(step_key_problems(body.get("steps") if isinstance(body, dict)
                                               else None, (*loc, "steps")))
             for p_loc, message, hint in problems:
