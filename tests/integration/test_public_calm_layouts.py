@@ -59,3 +59,21 @@ def test_the_test_command_finds_rasas_default_test_file(make_project, capsys):
     out = capsys.readouterr().out
     assert status == 0, out
     assert "e2e_test_cases.yml::hours" in out
+
+
+def test_listing_a_built_in_action_in_the_domain_is_a_warning(make_project):
+    root = make_project({"data/more_domain.yml": """
+        actions:
+          - action_session_start
+          - action_custom_lookup
+        """})
+    _, issues = collect_issues(root)
+    override = _only_issue(issues, "domain.action.builtin_override")
+    assert (override.severity, override.file, override.key) == (
+        "warning", "data/more_domain.yml", "actions[0]")
+
+
+def _only_issue(issues, code):
+    found = [i for i in issues if i.code == code]
+    assert len(found) == 1, [i.format() for i in issues]
+    return found[0]

@@ -166,7 +166,22 @@ class _Loader(_SettingsLoader, _AgentsLoader):
                 return
         for name in part.responses:
             self.response_docs[name] = doc
+        self.check_builtin_overrides(doc)
         domain.merge(Domain(slots=part.slots, responses=part.responses, actions=part.actions))
+
+    def check_builtin_overrides(self, doc: YamlDoc) -> None:
+        """A built-in action listed under ``actions`` is one Rasa would hand to the custom
+        action code; here the built-in always runs, so say so."""
+        listed = doc.data.get("actions")
+        for index, item in enumerate(listed if isinstance(listed, list) else []):
+            name = next(iter(item), None) if isinstance(item, dict) else item
+            if isinstance(name, str) and name in BUILTIN_ACTIONS:
+                self.issues.append(doc.issue(
+                    "domain.action.builtin_override", f"{name!r} is a built-in action: Rasa "
+                    "would run a custom action of that name instead, but here the built-in "
+                    "always runs", ("actions", index),
+                    hint="remove it from actions, or give your action its own name and run it "
+                    "from a flow step", severity="warning"))
 
     def load_flows_part(self, doc: YamlDoc, flows: dict[str, tuple[FlowModel, YamlDoc]],
                         own: dict[str, YamlDoc]) -> None:
