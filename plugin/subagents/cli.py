@@ -146,7 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
         subagents test export SENDER_ID --out tests/e2e/recorded.yml
         subagents test --repeat 10""")
     test.add_argument("paths", nargs="*", type=Path, metavar="PATH",
-                      help="test files or folders (default: <project>/tests/e2e/)")
+                      help="test files or folders (default: <project>/tests/e2e/, else Rasa's "
+                           "<project>/tests/e2e_test_cases.yml)")
     _project_arg(test)
     test.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML to this file")
     test.add_argument("-k", dest="pattern", metavar="PATTERN",
@@ -323,6 +324,13 @@ def cmd_structure(project_dir: Any) -> int:
     return 0
 
 
+def _default_tests(project: Path) -> Path:
+    """``tests/e2e/``, else Rasa's default test file ``tests/e2e_test_cases.yml`` if present."""
+    folder = project / "tests" / "e2e"
+    rasa_default = project / "tests" / "e2e_test_cases.yml"
+    return rasa_default if not folder.exists() and rasa_default.is_file() else folder
+
+
 def cmd_test(args: argparse.Namespace) -> int:
     """``subagents test``: run conversation test files; exit 1 if one fails."""
     from .testing.e2e import Runner
@@ -337,7 +345,7 @@ def cmd_test(args: argparse.Namespace) -> int:
     )
 
     project = args.project.resolve()
-    paths = args.paths or [project / "tests" / "e2e"]
+    paths = args.paths or [_default_tests(project)]
     files = discover([p if p.is_absolute() else Path.cwd() / p for p in paths])
     if not files:
         print(f"no test files found in {', '.join(str(p) for p in paths)}", file=sys.stderr)

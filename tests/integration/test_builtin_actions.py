@@ -129,4 +129,4 @@ async def test_chitchat_without_a_chitchat_component_cannot_be_handled(project):
     async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant:
         texts, _ = await Conversation(assistant).say("/chitchat_flow")
         fake.assert_done()
-    assert texts[0] == "I didn't quite get that. Could you say it another way?"
+    assert texts[0] == "Sorry, that is something I can't help with."

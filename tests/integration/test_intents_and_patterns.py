@@ -39,7 +39,6 @@ EXTRA = {
               - action: action_repeat_bot_messages
         """,
     "data/intent_domain.yml": """
-        actions: [action_clarify_flows]  # listed until the loader knows every built-in action
         responses:
           utter_hello: [{text: "Hello!"}]
           utter_balance: [{text: "Your balance is 10."}]

@@ -953,3 +953,16 @@ def test_rasa_channels_this_package_does_not_serve_are_warnings(make_project):
     assert [(i.code, i.key) for i in issues] == [
         ("credentials.channel.unsupported", "inspector"),
         ("credentials.channel.unsupported", "vonage")]
+
+
+def test_rephraser_settings_without_an_nlg_type_are_a_warning(make_project):
+    root = make_project()
+    endpoints = root / "endpoints.yml"
+    endpoints.write_text(endpoints.read_text() + "nlg:\n  rephrase_all: true\n"
+                         "  summarize_history: false\n")
+    _, issues = collect_issues(root)
+    missing = _only(issues, "endpoints.nlg.type_missing")
+    assert (missing.severity, missing.key) == ("warning", "nlg")
+    endpoints.write_text(endpoints.read_text().replace("nlg:\n", "nlg:\n  type: rephrase\n"))
+    _, issues = collect_issues(root)
+    assert "endpoints.nlg.type_missing" not in _codes(issues)

@@ -19,6 +19,9 @@ RASA_ENDPOINT_KEYS = {
     "nlu", "vector_store", "timer_store", "model_groups", "mcp_servers", "privacy",
     "recordings", "interaction_handling", "a2a_server", "metrics", "tracing", "secrets_manager"}
 """Top-level keys Rasa reads from endpoints.yml."""
+_REPHRASER_KEYS = frozenset({"rephrase_all", "prompt", "prompt_template", "llm", "model_group",
+                             "summarize_history", "max_historical_turns"})
+"""``nlg`` keys only the contextual response rephraser reads."""
 UNSUPPORTED_POLICIES = {
     "EnterpriseSearchPolicy": ("config.enterprise_search.unsupported",
                                "enterprise search is not supported: knowledge questions get "
@@ -153,6 +156,15 @@ class _SettingsLoader(_LoaderBase):
 
     def check_nlg(self, doc: YamlDoc, nlg: dict[str, Any], cfg: EndpointsConfig) -> None:
         kind = str(nlg.get("type") or "response")
+        rephraser_keys = sorted(k for k in _REPHRASER_KEYS if k in nlg)
+        if nlg.get("type") is None and rephraser_keys and not nlg.get("url"):
+            # Rasa would take this for an NLG server without a url; the keys say "rephrase"
+            self.issues.append(doc.issue(
+                "endpoints.nlg.type_missing", "nlg has rephraser settings "
+                f"({', '.join(rephraser_keys)}) but no type, so responses are sent as "
+                "written and never rephrased", ("nlg",),
+                hint="add type: rephrase to rephrase responses", severity="warning"))
+            return
         if kind in ("response", "template", "templates"):
             return
         if kind == "rephrase":

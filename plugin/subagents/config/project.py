@@ -45,6 +45,8 @@ __all__ = ["BUILTIN_ACTIONS", "BUILTIN_SLOTS", "AgentSpec", "PipelineConfig", "P
            "project_on_path"]
 
 DEFAULT_PATTERNS = Path(__file__).with_name("default_patterns.yml")
+NATIVE_PATTERNS = frozenset({"pattern_collect_information", "pattern_validate_slot"})
+"""Rasa patterns whose work the runtime does itself; a project may not override them."""
 DOMAIN_KEYS = {"slots", "responses", "actions", "intents", "entities", "forms", "session_config"}
 IGNORED_KEYS = {"version", "nlu", "stories", "rules", "test_cases", "fixtures", "metadata",
                 "stub_custom_actions", "retrieval_intents", "e2e_actions", "synonyms", "lookup",
@@ -165,7 +167,22 @@ class _Loader(_SettingsLoader, _AgentsLoader):
                 return
         for name in part.responses:
             self.response_docs[name] = doc
+        self.check_builtin_overrides(doc)
         domain.merge(Domain(slots=part.slots, responses=part.responses, actions=part.actions))
+
+    def check_builtin_overrides(self, doc: YamlDoc) -> None:
+        """A built-in action listed under ``actions`` is one Rasa would hand to the custom
+        action code; here the built-in always runs, so say so."""
+        listed = doc.data.get("actions")
+        for index, item in enumerate(listed if isinstance(listed, list) else []):
+            name = next(iter(item), None) if isinstance(item, dict) else item
+            if isinstance(name, str) and name in BUILTIN_ACTIONS:
+                self.issues.append(doc.issue(
+                    "domain.action.builtin_override", f"{name!r} is a built-in action: Rasa "
+                    "would run a custom action of that name instead, but here the built-in "
+                    "always runs", ("actions", index),
+                    hint="remove it from actions, or give your action its own name and run it "
+                    "from a flow step", severity="warning"))
 
     def load_flows_part(self, doc: YamlDoc, flows: dict[str, tuple[FlowModel, YamlDoc]],
                         own: dict[str, YamlDoc]) -> None:
@@ -182,6 +199,14 @@ class _Loader(_SettingsLoader, _AgentsLoader):
                     f"{own[flow_id].display}", loc, hint="rename one of the flows"))
                 continue
             own[flow_id] = doc
+            if flow_id in NATIVE_PATTERNS:
+                self.issues.append(doc.issue(
+                    "flow.pattern.runs_natively", f"{flow_id} cannot be overridden: collect "
+                    "steps ask, check rejections and coerce slot types themselves, so this "
+                    "flow is ignored (custom validate_<slot> actions in it do not run)", loc,
+                    hint="remove the override; put checks in the collect step's rejections",
+                    severity="warning"))
+                continue
             problems = list(step_key_problems(body.get("steps") if isinstance(body, dict)
                                               else None, (*loc, "steps")))
             for p_loc, message, hint in problems:

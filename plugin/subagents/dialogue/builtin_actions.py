@@ -17,7 +17,7 @@ from typing import Any
 from .. import events as ev
 from ..config.project import Project
 from .navigation import Navigator
-from .patterns import Patterns
+from .patterns import CANNOT_HANDLE_CHITCHAT, Patterns
 from .responses import Responder
 from .results import StepResult
 from .stack import FlowFrame, FrameType
@@ -167,7 +167,7 @@ class BuiltinActions:
 
     async def _trigger_chitchat(self, turn: Turn, frame: FlowFrame) -> StepResult:
         """Free-form chitchat needs a component this package does not have: cannot handle."""
-        self.patterns.cannot_handle(turn, "cannot_handle_chitchat")
+        self.patterns.cannot_handle(turn, CANNOT_HANDLE_CHITCHAT)
         return StepResult.CHANGED
 
     async def _reset_routing(self, turn: Turn, frame: FlowFrame) -> StepResult:

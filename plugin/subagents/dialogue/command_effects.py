@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, assert_never
 
 import structlog
@@ -34,6 +35,7 @@ from .commands import (
 from .corrections import CORRECTION, plan_correction
 from .navigation import Navigator
 from .patterns import (
+    CANNOT_HANDLE_CHITCHAT,
     CHITCHAT,
     CLARIFICATION,
     CODE_CHANGE,
@@ -62,6 +64,8 @@ PATTERN_COMMANDS: dict[str, Command] = {
     "pattern_session_end": SessionEnd()}
 """What an intent that triggers a pattern means (other patterns cannot be triggered)."""
 INVALID_INTENT = "cannot_handle_invalid_intent"
+UNKNOWN_SLOT = "cannot_handle_unknown_slot"
+NOTHING_TO_CANCEL = "cannot_handle_no_active_flow"
 _INVALID = object()
 PatternCommand = (ChitChat | CannotHandle | Clarify | RepeatBotMessages | SkipQuestion
                   | SessionStart | SessionEnd | Restart)
@@ -119,6 +123,11 @@ class CommandEffects:
         self.patterns = patterns
         self.agent_owned = agent_owned_slots(project)
         """Slots no ``SetSlot`` command may set (see :func:`agent_owned_slots`)."""
+        chitchat = self.flows.get(CHITCHAT)
+        self._no_chitchat = chitchat is None or any(
+            s.kind == "action" and s.target == "action_trigger_chitchat" for s in chitchat.steps)
+        """Chitchat cannot be answered: there is no ``pattern_chitchat``, or it hands over to a
+        free-form chitchat component (``action_trigger_chitchat``) that this package lacks."""
 
     def clean(self, turn: Turn, commands: list[Command]) -> list[Command]:
         """Drop commands that cannot apply now and duplicates.
@@ -128,7 +137,7 @@ class CommandEffects:
         """
         active = turn.stack.active_agent()
         cleaned: list[Command] = []
-        for command in self._resolve(commands):
+        for command in map(functools.partial(self._unhandled, turn), self._resolve(commands)):
             if self._applies(turn, command) and command not in cleaned:
                 cleaned.append(command)
         if active is not None and all(isinstance(c, CannotHandle) for c in cleaned):
@@ -141,6 +150,9 @@ class CommandEffects:
         for command in commands:
             resolved += self._intent(command.name, command.confidence) \
                 if isinstance(command, Intent) else [command]
+        if self._no_chitchat:
+            resolved = [CannotHandle(CANNOT_HANDLE_CHITCHAT) if isinstance(c, ChitChat) else c
+                        for c in resolved]
         clarify = [c for c in resolved if isinstance(c, Clarify)]
         if not clarify:
             return resolved
@@ -151,6 +163,19 @@ class CommandEffects:
         if len(options) == 1:
             return [StartFlow(options[0])]
         return [Clarify(tuple(options))] if options else []
+
+    def _unhandled(self, turn: Turn, command: Command) -> Command:
+        """``command``, or the ``CannotHandle`` it becomes when it cannot be carried out.
+
+        As in Rasa, a ``SetSlot`` for a slot the domain lacks and a ``CancelFlow`` while no
+        flow runs run the cannot-handle pattern (whose default asks the user to rephrase).
+        """
+        if isinstance(command, SetSlot) and command.name not in self.project.domain.slots:
+            log.info("dialogue.slot.unknown", slot=command.name)
+            return CannotHandle(UNKNOWN_SLOT)
+        if isinstance(command, CancelFlow) and turn.stack.top_user_flow() is None:
+            return CannotHandle(NOTHING_TO_CANCEL)
+        return command
 
     def _intent(self, name: str, confidence: float = 1.0) -> list[Command]:
         # a payload intent has confidence 1.0, so every confidence threshold is met

@@ -196,12 +196,36 @@ class FlowExecutor:
         value = turn.slots.get(slot)
         if value is not None and (frame.awaiting == slot or not step.model.ask_before_filling):
             if not await self._rejected(turn, step, slot):
+                validated = await self._validate(turn, frame, step, slot)
+                if validated is not None:
+                    return validated
                 frame.awaiting = None
                 return StepResult.NEXT
         elif value is not None:  # ask_before_filling: ask even though a value is there
             turn.add(ev.slot_set(slot, None))
         if slot in turn.rejected_values:
             await self._type_rejection(turn, slot, turn.rejected_values.pop(slot))
+        frame.awaiting = slot
+        return await self._ask(turn, frame, step, slot)
+
+    async def _validate(self, turn: Turn, frame: FlowFrame, step: Step,
+                        slot: str) -> StepResult | None:
+        """Run the project's ``validate_<slot>`` custom action on a new value, as Rasa's
+        collect pattern does; it accepts the value by leaving it set and rejects it by
+        clearing it (its own messages say why).
+
+        Returns:
+            None when the value stands (or there is no such action), ``WAIT`` when the slot
+            was asked again, ``CHANGED`` when the action failed.
+        """
+        action = f"validate_{slot}"
+        if action not in self.project.domain.actions:
+            return None
+        if await self.action_steps.run(turn, frame, action) != StepResult.NEXT:
+            frame.awaiting = None
+            return StepResult.CHANGED  # it failed: the flow was cancelled, the error pattern runs
+        if turn.slots.get(slot) is not None:
+            return None
         frame.awaiting = slot
         return await self._ask(turn, frame, step, slot)
 

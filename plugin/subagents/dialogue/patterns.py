@@ -8,7 +8,8 @@ context (``FlowFrame.info``) that its conditions and responses read as ``context
 * ``pattern_continue_interrupted``: ``interrupted_flow``, ``interrupted_flow_ids``,
   ``interrupted_flow_names``, ``interrupted_flow_options``, ``multiple_flows_interrupted``;
 * ``pattern_internal_error``: ``error_type`` and what failed (``error_source``, ...);
-* ``pattern_cannot_handle``: ``reason``;
+* ``pattern_cannot_handle``: ``reason`` (``cannot_handle_default``, ``cannot_handle_chitchat``,
+  ``cannot_handle_invalid_intent``, ...); the default pattern branches on it;
 * ``pattern_completed``: ``previous_flow_name``;
 * ``pattern_code_change``: ``changed_flows`` (the ids of the flows that changed or are gone);
 * ``pattern_clarification``: ``names`` (readable names), ``clarification_ids`` and, once
@@ -40,6 +41,8 @@ INTERNAL_ERROR = "pattern_internal_error"
 CONTINUE_SLOT = "continue_interrupted_flow_confirmation"
 DEFAULT_ERROR_TYPE = "rasa_internal_error_default"
 DEFAULT_CANNOT_HANDLE_REASON = "cannot_handle_default"
+CANNOT_HANDLE_CHITCHAT = "cannot_handle_chitchat"
+"""``pattern_cannot_handle``'s reason when chitchat cannot be answered."""
 
 
 class Patterns:
