@@ -49,10 +49,10 @@ def recall(ctx: Context) -> str:
 
 @server.tool()
 async def meet(expected: int, ctx: Context) -> str:
-    """Wait (at most 10 s) until ``expected`` sessions have called this tool."""
+    """Wait (at most 25 s, for a loaded machine) until ``expected`` sessions have called this."""
     session, _ = _who(ctx)
     _MET.add(session)
     if len(_MET) >= expected:
         _ALL_MET.set()
-    await asyncio.wait_for(_ALL_MET.wait(), 10)
+    await asyncio.wait_for(_ALL_MET.wait(), 25)
     return f"met {len(_MET)}"
