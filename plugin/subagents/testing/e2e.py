@@ -30,7 +30,7 @@ import structlog
 from .. import events as ev
 from ..channels.base import CollectingOutputChannel
 from ..config.project import ProjectPaths
-from ..exceptions import ConfigError
+from ..exceptions import ConfigError, ConfigIssue
 from ..stores import InMemoryTrackerStore
 from .assertions import (
     AGENT_HOOKS,
@@ -163,6 +163,8 @@ class Runner:
         """Ignore ``llm_script``: the configured models answer (``--live-model``)."""
         self.replays: dict[str, Any] = {}
         """The replay stand-ins of the case that ran last (``tool_script``)."""
+        self.a2a_standins: dict[str, Any] = {}
+        """The A2A stand-ins of the case that ran last (``a2a_script``)."""
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Runner:
@@ -232,6 +234,10 @@ class Runner:
         return result
 
     def _script_problems(self, case: TestCase, result: CaseResult) -> None:
+        standins, self.a2a_standins = self.a2a_standins, {}
+        for agent in standins.values():
+            result.failures += [f"a2a script: {line}" for line in
+                                [*agent.problems, *agent.unused()]]
         if case.tool_script is not None:
             replays, self.replays = self.replays, {}
             for server in replays.values():
@@ -250,7 +256,7 @@ class Runner:
     @contextlib.asynccontextmanager
     async def _prepared(self, case: TestCase) -> AsyncIterator[Any]:
         scripted = self._scripted_case(case)
-        if case.tool_script is not None:
+        if case.tool_script is not None or case.a2a_script is not None:
             async with self._replaying(case, scripted) as assistant:
                 yield assistant
             return
@@ -273,27 +279,35 @@ class Runner:
 
     @contextlib.asynccontextmanager
     async def _replaying(self, case: TestCase, scripted: bool) -> AsyncIterator[Any]:
-        """A fresh assistant whose MCP servers are all replay stand-ins serving the case's
-        recorded tool results (nothing of the real servers runs)."""
+        """A fresh assistant for a case with ``tool_script`` (every MCP server is a replay
+        stand-in serving the recorded tool results; nothing of the real servers runs) and/or
+        ``a2a_script`` (each A2A agent it names points at a local stand-in)."""
         from ..config.project import load_project
         from ..dialogue.processor import Assistant
-        from .tool_replay import replay_servers
 
         project = load_project(self.project_dir)
-        names = [s.name for s in project.endpoints.mcp_servers or []]
-        assert case.tool_script is not None
         kwargs: dict[str, Any] = {"tracker_store": InMemoryTrackerStore()}
         if scripted:
             if self.fake is None:
                 self.fake = await self._stack.enter_async_context(FakeModelServer())
             kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,))
-        async with replay_servers(case.tool_script, names) as (servers, configs):
-            project.endpoints.mcp_servers = configs
+        async with contextlib.AsyncExitStack() as stack:
+            if case.tool_script is not None:
+                from .tool_replay import replay_servers
+
+                names = [s.name for s in project.endpoints.mcp_servers or []]
+                timeouts = {s.name: s.timeout for s in project.endpoints.mcp_servers or []}
+                servers, configs = await stack.enter_async_context(
+                    replay_servers(case.tool_script, names, timeouts))
+                project.endpoints.mcp_servers = configs
+                self.replays = servers
+            if case.a2a_script is not None:
+                self.a2a_standins = await stack.enter_async_context(
+                    _a2a_standins(project, case.a2a_script))
             self._load_script(case)
             async with Assistant(project, **kwargs) as assistant:
                 self._count_hooks(assistant)
                 assistant.actions.stubs = dict(case.stubs) if case.stubs else None
-                self.replays = servers
                 yield assistant
 
     def judge(self, case: TestCase, assistant: Any) -> Judge:
@@ -350,6 +364,28 @@ class Runner:
             content = str(message.get("content") or "").replace("\n", " ")
             lines.append(f"    {message.get('role')}: {content[:160]}")
         return "\n".join(lines)
+
+
+@contextlib.asynccontextmanager
+async def _a2a_standins(project: Any, script: dict[str, list[dict[str, Any]]]
+                        ) -> AsyncIterator[dict[str, Any]]:
+    """Point each A2A agent of ``script`` at a local stand-in (its auth goes with the remote
+    it replaces); the project's other agents keep their configuration."""
+    from .a2a_replay import a2a_standins
+
+    not_a2a = sorted(name for name in script if name not in project.agents or
+                     project.agents[name].config.agent.protocol.value != "A2A")
+    if not_a2a:
+        raise ConfigError(ConfigIssue(
+            "e2e.a2a_script.unknown_agent", f"a2a_script names {', '.join(not_a2a)}, which "
+            "is not a protocol A2A agent of the project",
+            hint="name the A2A agents by their agent.name"))
+    async with a2a_standins(script) as (agents, cards):
+        for name, card in cards.items():
+            configuration = project.agents[name].config.configuration
+            configuration.agent_card = card
+            configuration.auth = None
+        yield agents
 
 
 def _counted(method: Any, agent: str, hook: str, calls: list[tuple[str, str]]) -> Any:

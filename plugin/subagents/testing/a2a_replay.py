@@ -1,0 +1,242 @@
+"""The A2A stand-in: scripted replies of remote A2A agents, served by a real ``a2a-sdk`` server.
+
+A test case with ``a2a_script`` runs with each ``protocol: A2A`` agent the script names pointed
+at a stand-in on 127.0.0.1 (its own agent card and JSON-RPC endpoint, streaming). Each call of
+the agent takes the next reply of its list, in order:
+
+* ``message: <text>`` answers with a plain message (no task);
+* ``state: <task state>`` answers with a task in that state (``input-required``, ``completed``,
+  ``failed``, ``canceled``, ``rejected``, ``auth-required``), with ``text`` as the status
+  message, optional ``artifacts`` (each ``{name?, text?, data?}``) and optional ``working``
+  texts sent as ``working`` status updates first;
+* ``expect`` checks what the assistant sent: ``text_contains`` (a string or a list) and
+  ``slots`` (each given slot has the given value in the message's data part).
+
+The health check the client sends when it connects (its first message, ``hello``) is answered
+without taking a reply. A call with
+no reply left fails the task and the case; replies nobody asked for fail the case too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+ENTRY_KEYS = {"message", "state", "text", "artifacts", "working", "expect"}
+STATES = ("input-required", "completed", "failed", "canceled", "rejected", "auth-required")
+ARTIFACT_KEYS = {"name", "text", "data"}
+EXPECT_KEYS = {"text_contains", "slots"}
+NO_REPLY_LEFT = "no scripted reply left for this call (a2a_script)"
+
+
+def a2a_script_problems(script: Any) -> list[tuple[str, tuple[Any, ...]]]:
+    """What is wrong with an ``a2a_script`` value: (message, location below it) pairs."""
+    if not isinstance(script, dict):
+        return [("a2a_script maps A2A agent names to lists of replies", ())]
+    problems: list[tuple[str, tuple[Any, ...]]] = []
+    for agent, replies in script.items():
+        if not isinstance(replies, list):
+            problems.append((f"the replies of {agent!r} must be a list", (agent,)))
+            continue
+        for index, entry in enumerate(replies):
+            problems += [(msg, (agent, index, *where)) for msg, where in _entry_problems(entry)]
+    return problems
+
+
+def _entry_problems(entry: Any) -> list[tuple[str, tuple[Any, ...]]]:
+    if not isinstance(entry, dict):
+        return [("a reply is a mapping with 'message: <text>' or 'state: <task state>'", ())]
+    problems: list[tuple[str, tuple[Any, ...]]] = []
+    unknown = sorted(set(entry) - ENTRY_KEYS)
+    if unknown:
+        problems.append((f"unknown keys {unknown}; use {sorted(ENTRY_KEYS)}", ()))
+    if ("message" in entry) == ("state" in entry):
+        problems.append(("a reply has either 'message' or 'state'", ()))
+    if "message" in entry:
+        if not isinstance(entry["message"], str):
+            problems.append(("message is the text of the reply", ("message",)))
+        extra = sorted(set(entry) & {"text", "artifacts", "working"})
+        if extra:
+            problems.append((f"{extra} belong to a task reply ('state'), not to a message", ()))
+    if "state" in entry and entry["state"] not in STATES:
+        problems.append((f"unknown task state {entry['state']!r}; use one of "
+                         f"{', '.join(STATES)}", ("state",)))
+    if entry.get("text") is not None and not isinstance(entry["text"], str):
+        problems.append(("text must be a string", ("text",)))
+    working = entry.get("working")
+    if working is not None and not (isinstance(working, str) or (
+            isinstance(working, list) and all(isinstance(w, str) for w in working))):
+        problems.append(("working is a text or a list of texts", ("working",)))
+    problems += _artifact_problems(entry.get("artifacts"))
+    problems += _expect_problems(entry.get("expect"))
+    return problems
+
+
+def _artifact_problems(artifacts: Any) -> list[tuple[str, tuple[Any, ...]]]:
+    if artifacts is None:
+        return []
+    if not isinstance(artifacts, list):
+        return [("artifacts is a list of {name, text, data}", ("artifacts",))]
+    problems: list[tuple[str, tuple[Any, ...]]] = []
+    for index, item in enumerate(artifacts):
+        where = ("artifacts", index)
+        if not isinstance(item, dict) or not item or set(item) - ARTIFACT_KEYS:
+            problems.append((f"an artifact is a mapping of {sorted(ARTIFACT_KEYS)}", where))
+        elif item.get("data") is not None and not isinstance(item["data"], dict):
+            problems.append(("data is a mapping (the artifact's data part)", (*where, "data")))
+    return problems
+
+
+def _expect_problems(expect: Any) -> list[tuple[str, tuple[Any, ...]]]:
+    if expect is None:
+        return []
+    if not isinstance(expect, dict) or set(expect) - EXPECT_KEYS:
+        return [(f"expect is a mapping of {sorted(EXPECT_KEYS)}", ("expect",))]
+    if expect.get("slots") is not None and not isinstance(expect["slots"], dict):
+        return [("expect.slots maps slot names to values", ("expect", "slots"))]
+    return []
+
+
+@dataclass
+class ScriptedAgent:
+    """The scripted replies of one A2A agent, and what happened to them."""
+
+    name: str
+    replies: list[dict[str, Any]]
+    used: int = 0
+    health_checked: bool = False
+    """The client's start-up health check (its first message) was answered."""
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """(text, slots) of every call, health checks left out."""
+    problems: list[str] = field(default_factory=list)
+
+    def take(self, text: str, slots: dict[str, Any]) -> dict[str, Any] | None:
+        """The next reply for a call (None when none is left), checking its ``expect``."""
+        self.calls.append((text, slots))
+        if self.used >= len(self.replies):
+            self.problems.append(f"unexpected call of {self.name} ({text!r}): "
+                                 "no scripted reply left")
+            return None
+        entry = self.replies[self.used]
+        self.used += 1
+        self._check(entry.get("expect") or {}, text, slots)
+        return entry
+
+    def _check(self, expect: dict[str, Any], text: str, slots: dict[str, Any]) -> None:
+        wanted = expect.get("text_contains")
+        for part in [wanted] if isinstance(wanted, str) else wanted or []:
+            if str(part) not in text:
+                self.problems.append(f"call {self.used} of {self.name}: the message "
+                                     f"{text!r} does not contain {part!r}")
+        for slot, value in (expect.get("slots") or {}).items():
+            if slots.get(slot) != value:
+                self.problems.append(f"call {self.used} of {self.name}: slot {slot!r} was "
+                                     f"sent as {json.dumps(slots.get(slot))}, expected "
+                                     f"{json.dumps(value)}")
+
+    def unused(self) -> list[str]:
+        """Replies nobody asked for."""
+        return [f"scripted reply {index + 1} of {self.name} was not used"
+                for index in range(self.used, len(self.replies))]
+
+    def executor(self) -> Any:
+        """An ``a2a-sdk`` executor answering from this script."""
+        return _executor(self)
+
+
+def _executor(agent: ScriptedAgent) -> Any:
+    from a2a.helpers import get_data_parts, new_task_from_user_message, new_text_message
+    from a2a.server.agent_execution import AgentExecutor
+    from a2a.server.tasks import TaskUpdater
+    from a2a.types import Part
+
+    from ..agents.a2a_agent import HEALTH_CHECK_TEXT
+
+    class _Executor(AgentExecutor):
+        async def execute(self, context: Any, event_queue: Any) -> None:
+            message = context.message
+            text = context.get_user_input()
+            if not agent.health_checked and text == HEALTH_CHECK_TEXT:
+                agent.health_checked = True
+                await event_queue.enqueue_event(new_text_message(
+                    "ready", context_id=context.context_id, task_id=None))
+                return
+            slots: dict[str, Any] = {}
+            for data in get_data_parts(list(message.parts)) if message is not None else []:
+                if isinstance(data, dict) and isinstance(data.get("slots"), dict):
+                    slots.update(data["slots"])
+            entry = agent.take(text, slots)
+            if entry is not None and "message" in entry:
+                await event_queue.enqueue_event(new_text_message(
+                    str(entry["message"]), context_id=context.context_id, task_id=None))
+                return
+            task = context.current_task
+            if task is None:
+                task = new_task_from_user_message(message)
+                await event_queue.enqueue_event(task)
+            updater = TaskUpdater(event_queue, task.id, task.context_id)
+            if entry is None:
+                await updater.failed(updater.new_agent_message([Part(text=NO_REPLY_LEFT)]))
+                return
+            await _task_reply(updater, entry)
+
+        async def cancel(self, context: Any, event_queue: Any) -> None:
+            if context.task_id and context.context_id:
+                await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+    return _Executor()
+
+
+async def _task_reply(updater: Any, entry: dict[str, Any]) -> None:
+    """Working updates, artifacts, then the final state of a scripted task reply."""
+    from a2a.helpers import new_data_part
+    from a2a.types import Part
+
+    working = entry.get("working") or []
+    for note in [working] if isinstance(working, str) else working:
+        await updater.start_work(updater.new_agent_message([Part(text=note)]))
+    for item in entry.get("artifacts") or []:
+        parts = [Part(text=item["text"])] if item.get("text") else []
+        if item.get("data") is not None:
+            parts.append(new_data_part(dict(item["data"])))
+        await updater.add_artifact(parts, name=item.get("name"))
+    status = updater.new_agent_message([Part(text=entry["text"])]) if entry.get("text") else None
+    finish = {"input-required": updater.requires_input, "completed": updater.complete,
+              "failed": updater.failed, "canceled": updater.cancel,
+              "rejected": updater.reject, "auth-required": updater.requires_auth}
+    await finish[str(entry["state"])](status)
+
+
+def _card(name: str) -> Any:
+    from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+
+    return AgentCard(
+        name=name, description=f"{name} (scripted stand-in)", version="1.0.0",
+        capabilities=AgentCapabilities(streaming=True),
+        supported_interfaces=[AgentInterface(url="/", protocol_binding="JSONRPC",
+                                             protocol_version="1.0")],
+        default_input_modes=["text/plain", "application/json"],
+        default_output_modes=["text/plain", "application/json"],
+        skills=[AgentSkill(id="scripted", name="Scripted replies", tags=["test"],
+                           description="Answers from the test case's a2a_script.")])
+
+
+@contextlib.asynccontextmanager
+async def a2a_standins(script: dict[str, list[dict[str, Any]]]
+                       ) -> AsyncIterator[tuple[dict[str, ScriptedAgent], dict[str, str]]]:
+    """Serve a stand-in for each agent of ``script`` on one 127.0.0.1 server; yield the
+    scripted agents and, per agent name, the URL of its agent card."""
+    from starlette.applications import Starlette
+
+    from ..a2a.server import CARD_PATH, a2a_routes
+    from .mcp_http import serve_app
+
+    agents = {name: ScriptedAgent(name, list(replies or [])) for name, replies in script.items()}
+    routes = []
+    for name, agent in agents.items():
+        routes += a2a_routes(_card(name), agent.executor(), prefix=f"/{name}")
+    async with serve_app(Starlette(routes=routes)) as base:
+        yield agents, {name: f"{base}/{name}{CARD_PATH}" for name in agents}
