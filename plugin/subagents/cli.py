@@ -507,7 +507,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors = _print_issues(exc.issues)
         print(f"{errors} error(s): the project does not load.", file=sys.stderr)
     except SubagentsError as exc:
-        print(f"subagents {args.command}: error [{exc.code}]: {exc}", file=sys.stderr)
+        from ._startup_help import startup_error_text
+
+        paths = _paths(args) if isinstance(getattr(args, "project", None), Path) else None
+        print(startup_error_text(args.command, exc, paths), file=sys.stderr)
     except KeyboardInterrupt:
         return 130
     return 1

@@ -12,16 +12,17 @@ the agent takes the next reply of its list, in order:
 * ``expect`` checks what the assistant sent: ``text_contains`` (a string or a list) and
   ``slots`` (each given slot has the given value in the message's data part).
 
-The health check the client sends when it connects (its first message, ``hello``) is answered
-without taking a reply. A call with
-no reply left fails the task and the case; replies nobody asked for fail the case too.
+The health check the client sends when it connects (``hello``, without the conversation's
+metadata that every real call carries) is answered without taking a reply. A call with no reply
+left fails the task and the case; replies nobody asked for fail the case too. One stand-in
+server serves a whole run: :meth:`A2AStandins.load` gives the agents each case's script.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,22 +108,33 @@ class ScriptedAgent:
     name: str
     replies: list[dict[str, Any]]
     used: int = 0
-    health_checked: bool = False
-    """The client's start-up health check (its first message) was answered."""
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """(text, slots) of every call, health checks left out."""
     problems: list[str] = field(default_factory=list)
+    listener: Callable[[str, str, dict[str, Any] | None], None] | None = None
+    """Told of every call: (agent name, the text sent, the reply taken or None)."""
+
+    def reset(self, replies: list[dict[str, Any]]) -> None:
+        """Start over with ``replies`` (a new test case)."""
+        self.replies, self.used, self.calls, self.problems = list(replies), 0, [], []
 
     def take(self, text: str, slots: dict[str, Any]) -> dict[str, Any] | None:
         """The next reply for a call (None when none is left), checking its ``expect``."""
         self.calls.append((text, slots))
+        entry = self._next(text)
+        if self.listener is not None:
+            self.listener(self.name, text, entry)
+        if entry is not None:
+            self._check(entry.get("expect") or {}, text, slots)
+        return entry
+
+    def _next(self, text: str) -> dict[str, Any] | None:
         if self.used >= len(self.replies):
             self.problems.append(f"unexpected call of {self.name} ({text!r}): "
                                  "no scripted reply left")
             return None
         entry = self.replies[self.used]
         self.used += 1
-        self._check(entry.get("expect") or {}, text, slots)
         return entry
 
     def _check(self, expect: dict[str, Any], text: str, slots: dict[str, Any]) -> None:
@@ -147,6 +159,13 @@ class ScriptedAgent:
         return _executor(self)
 
 
+def _is_health_check(message: Any) -> bool:
+    """The client's start-up check carries none of the metadata of a conversation's calls."""
+    if message is None:
+        return False
+    return not message.HasField("metadata") or "sender_id" not in message.metadata
+
+
 def _executor(agent: ScriptedAgent) -> Any:
     from a2a.helpers import get_data_parts, new_task_from_user_message, new_text_message
     from a2a.server.agent_execution import AgentExecutor
@@ -159,8 +178,7 @@ def _executor(agent: ScriptedAgent) -> Any:
         async def execute(self, context: Any, event_queue: Any) -> None:
             message = context.message
             text = context.get_user_input()
-            if not agent.health_checked and text == HEALTH_CHECK_TEXT:
-                agent.health_checked = True
+            if text == HEALTH_CHECK_TEXT and _is_health_check(message):
                 await event_queue.enqueue_event(new_text_message(
                     "ready", context_id=context.context_id, task_id=None))
                 return
@@ -224,19 +242,31 @@ def _card(name: str) -> Any:
                            description="Answers from the test case's a2a_script.")])
 
 
-@contextlib.asynccontextmanager
-async def a2a_standins(script: dict[str, list[dict[str, Any]]]
-                       ) -> AsyncIterator[tuple[dict[str, ScriptedAgent], dict[str, str]]]:
-    """Serve a stand-in for each agent of ``script`` on one 127.0.0.1 server; yield the
-    scripted agents and, per agent name, the URL of its agent card."""
-    from starlette.applications import Starlette
+class A2AStandins:
+    """Stand-ins for some A2A agents on one 127.0.0.1 server, reloaded per test case."""
 
-    from ..a2a.server import CARD_PATH, a2a_routes
-    from .mcp_http import serve_app
+    def __init__(self, names: list[str]) -> None:
+        self.agents = {name: ScriptedAgent(name, []) for name in names}
+        self.cards: dict[str, str] = {}
+        """Agent name -> the URL of its stand-in's agent card (once serving)."""
 
-    agents = {name: ScriptedAgent(name, list(replies or [])) for name, replies in script.items()}
-    routes = []
-    for name, agent in agents.items():
-        routes += a2a_routes(_card(name), agent.executor(), prefix=f"/{name}")
-    async with serve_app(Starlette(routes=routes)) as base:
-        yield agents, {name: f"{base}/{name}{CARD_PATH}" for name in agents}
+    def load(self, script: dict[str, list[dict[str, Any]]]) -> dict[str, ScriptedAgent]:
+        """Give each agent of ``script`` its replies for the next case; returns those agents."""
+        for name, replies in script.items():
+            self.agents[name].reset(list(replies or []))
+        return {name: self.agents[name] for name in script}
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[dict[str, str]]:
+        """Serve every agent's card and JSON-RPC endpoint; yield the card URLs."""
+        from starlette.applications import Starlette
+
+        from ..a2a.server import CARD_PATH, a2a_routes
+        from .mcp_http import serve_app
+
+        routes = []
+        for name, agent in self.agents.items():
+            routes += a2a_routes(_card(name), agent.executor(), prefix=f"/{name}")
+        async with serve_app(Starlette(routes=routes)) as base:
+            self.cards = {name: f"{base}/{name}{CARD_PATH}" for name in self.agents}
+            yield self.cards

@@ -165,6 +165,8 @@ class Runner:
         """The replay stand-ins of the case that ran last (``tool_script``)."""
         self.a2a_standins: dict[str, Any] = {}
         """The A2A stand-ins of the case that ran last (``a2a_script``)."""
+        self._standins: Any = None
+        self._a2a_assistants: dict[tuple[bool, frozenset[str]], Any] = {}
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Runner:
@@ -256,11 +258,15 @@ class Runner:
     @contextlib.asynccontextmanager
     async def _prepared(self, case: TestCase) -> AsyncIterator[Any]:
         scripted = self._scripted_case(case)
-        if case.tool_script is not None or case.a2a_script is not None:
+        if case.tool_script is not None:
             async with self._replaying(case, scripted) as assistant:
                 yield assistant
             return
-        assistant = await self._assistant(scripted)
+        if case.a2a_script is not None:
+            assistant = await self._a2a_assistant(scripted, case.a2a_script)
+            self.a2a_standins = self._standins.load(case.a2a_script)
+        else:
+            assistant = await self._assistant(scripted)
         self._load_script(case)
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
         yield assistant
@@ -302,13 +308,55 @@ class Runner:
                 project.endpoints.mcp_servers = configs
                 self.replays = servers
             if case.a2a_script is not None:
-                self.a2a_standins = await stack.enter_async_context(
-                    _a2a_standins(project, case.a2a_script))
+                await self._point_at_standins(project, case.a2a_script)
+                self.a2a_standins = self._standins.load(case.a2a_script)
             self._load_script(case)
             async with Assistant(project, **kwargs) as assistant:
                 self._count_hooks(assistant)
                 assistant.actions.stubs = dict(case.stubs) if case.stubs else None
                 yield assistant
+
+    async def _a2a_assistant(self, scripted: bool, script: dict[str, Any]) -> Any:
+        """The assistant (kept for the run) whose A2A agents named in ``script`` use the
+        stand-ins; cases that script the same agents share it, as plain cases share theirs."""
+        from ..config.project import load_project
+        from ..dialogue.processor import Assistant
+
+        key = (scripted, frozenset(script))
+        if key not in self._a2a_assistants:
+            project = load_project(self.project_dir)
+            await self._point_at_standins(project, script)
+            kwargs: dict[str, Any] = {"tracker_store": InMemoryTrackerStore()}
+            if scripted:
+                if self.fake is None:
+                    self.fake = await self._stack.enter_async_context(FakeModelServer())
+                kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,))
+            assistant = await self._stack.enter_async_context(Assistant(project, **kwargs))
+            self._count_hooks(assistant)
+            self._a2a_assistants[key] = assistant
+        return self._a2a_assistants[key]
+
+    async def _point_at_standins(self, project: Any, script: dict[str, Any]) -> None:
+        """Point each A2A agent of ``script`` at its stand-in (its auth goes with the remote
+        it replaces); the project's other agents keep their configuration."""
+        from .a2a_replay import A2AStandins
+
+        a2a = [name for name, spec in project.agents.items()
+               if spec.config.agent.protocol.value == "A2A"]
+        unknown = sorted(set(script) - set(a2a))
+        if unknown:
+            raise ConfigError(ConfigIssue(
+                "e2e.a2a_script.unknown_agent", f"a2a_script names {', '.join(unknown)}, "
+                "which is not a protocol A2A agent of the project",
+                hint="name the A2A agents by their agent.name"))
+        if self._standins is None:
+            standins = A2AStandins(a2a)
+            await self._stack.enter_async_context(standins.serving())
+            self._standins = standins
+        for name in script:
+            configuration = project.agents[name].config.configuration
+            configuration.agent_card = self._standins.cards[name]
+            configuration.auth = None
 
     def judge(self, case: TestCase, assistant: Any) -> Judge:
         """The judge for generative assertions of ``case`` (scripted when the case is)."""
@@ -364,28 +412,6 @@ class Runner:
             content = str(message.get("content") or "").replace("\n", " ")
             lines.append(f"    {message.get('role')}: {content[:160]}")
         return "\n".join(lines)
-
-
-@contextlib.asynccontextmanager
-async def _a2a_standins(project: Any, script: dict[str, list[dict[str, Any]]]
-                        ) -> AsyncIterator[dict[str, Any]]:
-    """Point each A2A agent of ``script`` at a local stand-in (its auth goes with the remote
-    it replaces); the project's other agents keep their configuration."""
-    from .a2a_replay import a2a_standins
-
-    not_a2a = sorted(name for name in script if name not in project.agents or
-                     project.agents[name].config.agent.protocol.value != "A2A")
-    if not_a2a:
-        raise ConfigError(ConfigIssue(
-            "e2e.a2a_script.unknown_agent", f"a2a_script names {', '.join(not_a2a)}, which "
-            "is not a protocol A2A agent of the project",
-            hint="name the A2A agents by their agent.name"))
-    async with a2a_standins(script) as (agents, cards):
-        for name, card in cards.items():
-            configuration = project.agents[name].config.configuration
-            configuration.agent_card = card
-            configuration.auth = None
-        yield agents
 
 
 def _counted(method: Any, agent: str, hook: str, calls: list[tuple[str, str]]) -> Any:
