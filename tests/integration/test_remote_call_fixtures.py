@@ -111,3 +111,14 @@ def test_a_malformed_script_is_refused_with_file_line_and_code(tmp_path):
         (code, 9, "test_cases[0].a2a_script.insurer[2].artifacts[0].data"),
         (code, 10, "test_cases[0].a2a_script.insurer[3]"),
     ]
+
+
+async def test_a_case_without_a_script_for_an_unreachable_agent_says_how_to_add_one(tmp_path):
+    outcome = await run_file(write(tmp_path, """
+        test_cases:
+          - test_case: no_script
+            llm_script: {command_generator: ["start flow check_cover"]}
+            steps:
+              - user: "Does my insurance cover this?"
+        """))
+    assert any("add a2a_script: {insurer: [...]}" in f for f in outcome["no_script"])

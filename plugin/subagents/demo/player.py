@@ -33,8 +33,10 @@ def _show_call(agent: str, text: str, reply: dict[str, Any] | None) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _remote_agents(project: Any, case: TestCase) -> AsyncIterator[list[str]]:
-    """Serve the case's ``a2a_script`` stand-ins and point the agents at them."""
+async def _remote_agents(project: Any, case: TestCase,
+                         problems: list[str]) -> AsyncIterator[list[str]]:
+    """Serve the case's ``a2a_script`` stand-ins and point the agents at them; what did not go
+    as scripted is added to ``problems`` at the end."""
     if not case.a2a_script:
         yield []
         return
@@ -47,8 +49,10 @@ async def _remote_agents(project: Any, case: TestCase) -> AsyncIterator[list[str
             project.agents[name].config.configuration.agent_card = cards[name]
             project.agents[name].config.configuration.auth = None
             standins.agents[name].listener = _show_call
-        standins.load({n: case.a2a_script[n] for n in names})
+        agents = standins.load({n: case.a2a_script[n] for n in names})
         yield [f"{name} at {cards[name]}" for name in names]
+    problems += [f"a2a script: {line}" for agent in agents.values()
+                 for line in [*agent.problems, *agent.unused()]]
 
 
 async def _play(project: ProjectPaths, script: Path) -> int:
@@ -69,7 +73,8 @@ async def _play(project: ProjectPaths, script: Path) -> int:
         print(f"Starting the assistant in {project.root} (stdio MCP servers, SQLite, scripted "
               "model)...", flush=True)
         loaded_project = load_project(project)
-        async with _remote_agents(loaded_project, case) as remotes, Assistant(
+        remote_problems: list[str] = []
+        async with _remote_agents(loaded_project, case, remote_problems) as remotes, Assistant(
                 loaded_project, llm_factory=fake.llm_factory(max_retries=2)) as assistant:
             for remote in remotes:
                 print(f"(A2A agent {remote}: a local stand-in answering from the script)",
@@ -79,7 +84,7 @@ async def _play(project: ProjectPaths, script: Path) -> int:
                     continue
                 print(f"\nyou> {step['user']}", flush=True)
                 await assistant.handle_message(sender, str(step["user"]), None, channel)
-        problems = fake.problems()
+        problems = [*fake.problems(), *remote_problems]
     print(f"\nDemo finished in {time.perf_counter() - started:.1f}s; the conversation is "
           f"saved as {sender!r} in the project's tracker store.")
     for problem in problems:
@@ -94,7 +99,7 @@ def play(project: Path | ProjectPaths, script: Path | None = None) -> int:
 
     Returns:
         The process exit code: 0, or 1 when the script is missing or unplayable or the
-        model script was not followed.
+        model or A2A script was not followed.
     """
     if not isinstance(project, ProjectPaths):
         project = ProjectPaths.resolve(project.resolve())

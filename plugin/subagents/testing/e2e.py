@@ -225,6 +225,12 @@ class Runner:
                     result.failures.append(OFFLINE_HINT)
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - a crashing case fails, the run goes on
                 result.failures.append(f"the assistant raised {type(exc).__name__}: {exc}")
+                remote = getattr(exc, "agent_name", None)
+                if remote is not None and remote not in (case.a2a_script or {}):
+                    result.failures.append(
+                        f"the A2A agent {remote!r} could not connect: to run this case without "
+                        f"its remote side, add a2a_script: {{{remote}: [...]}} to the case, or "
+                        "once at the top of the file")
         events = conversation.all_events if conversation else []
         result.failures += _unexpected_errors(case, errors, events)
         self._script_problems(case, result)
