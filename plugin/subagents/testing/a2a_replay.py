@@ -6,9 +6,10 @@ the agent takes the next reply of its list, in order:
 
 * ``message: <text>`` answers with a plain message (no task);
 * ``state: <task state>`` answers with a task in that state (``input-required``, ``completed``,
-  ``failed``, ``canceled``, ``rejected``, ``auth-required``), with ``text`` as the status
-  message, optional ``artifacts`` (each ``{name?, text?, data?}``) and optional ``working``
-  texts sent as ``working`` status updates first;
+  ``failed``, ``canceled``, ``rejected``, ``auth-required``; or ``working``/``submitted``,
+  where the task never finishes and the client's polling gives up), with ``text`` as the
+  status message, optional ``artifacts`` (each ``{name?, text?, data?}``) and optional
+  ``working`` texts sent as ``working`` status updates first;
 * ``expect`` checks what the assistant sent: ``text_contains`` (a string or a list) and
   ``slots`` (each given slot has the given value in the message's data part).
 
@@ -27,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 ENTRY_KEYS = {"message", "state", "text", "artifacts", "working", "expect"}
-STATES = ("input-required", "completed", "failed", "canceled", "rejected", "auth-required")
+STATES = ("input-required", "completed", "failed", "canceled", "rejected", "auth-required",
+          "working", "submitted")
 ARTIFACT_KEYS = {"name", "text", "data"}
 EXPECT_KEYS = {"text_contains", "slots"}
 NO_REPLY_LEFT = "no scripted reply left for this call (a2a_script)"
@@ -224,7 +226,8 @@ async def _task_reply(updater: Any, entry: dict[str, Any]) -> None:
     status = updater.new_agent_message([Part(text=entry["text"])]) if entry.get("text") else None
     finish = {"input-required": updater.requires_input, "completed": updater.complete,
               "failed": updater.failed, "canceled": updater.cancel,
-              "rejected": updater.reject, "auth-required": updater.requires_auth}
+              "rejected": updater.reject, "auth-required": updater.requires_auth,
+              "working": updater.start_work, "submitted": updater.submit}
     await finish[str(entry["state"])](status)
 
 
