@@ -337,6 +337,7 @@ class A2AAgent(MCPBaseAgent):
     async def send_message(self, agent_input: AgentInput,
                            output_channel: OutputChannel | None = None) -> AgentOutput:
         """Send one message to the remote agent and map its answer to an output."""
+        import httpx
         from a2a.utils.errors import A2AError
 
         meta = agent_input.metadata

@@ -10,6 +10,7 @@ the agent takes the next reply of its list, in order:
   where the task never finishes and the client's polling gives up), with ``text`` as the
   status message, optional ``artifacts`` (each ``{name?, text?, data?}``) and optional
   ``working`` texts sent as ``working`` status updates first;
+* ``error: <text>`` answers with a JSON-RPC internal error (a server-side failure);
 * ``expect`` checks what the assistant sent: ``text_contains`` (a string or a list) and
   ``slots`` (each given slot has the given value in the message's data part).
 
@@ -23,11 +24,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-ENTRY_KEYS = {"message", "state", "text", "artifacts", "working", "expect"}
+ENTRY_KEYS = {"message", "state", "error", "text", "artifacts", "working", "expect"}
 STATES = ("input-required", "completed", "failed", "canceled", "rejected", "auth-required",
           "working", "submitted")
 ARTIFACT_KEYS = {"name", "text", "data"}
@@ -56,8 +58,10 @@ def _entry_problems(entry: Any) -> list[tuple[str, tuple[Any, ...]]]:
     unknown = sorted(set(entry) - ENTRY_KEYS)
     if unknown:
         problems.append((f"unknown keys {unknown}; use {sorted(ENTRY_KEYS)}", ()))
-    if ("message" in entry) == ("state" in entry):
-        problems.append(("a reply has either 'message' or 'state'", ()))
+    if sum(key in entry for key in ("message", "state", "error")) != 1:
+        problems.append(("a reply has one of 'message', 'state' or 'error'", ()))
+    if "error" in entry and not isinstance(entry["error"], str):
+        problems.append(("error is the text of the server's error", ("error",)))
     if "message" in entry:
         if not isinstance(entry["message"], str):
             problems.append(("message is the text of the reply", ("message",)))
@@ -189,6 +193,10 @@ def _executor(agent: ScriptedAgent) -> Any:
                 if isinstance(data, dict) and isinstance(data.get("slots"), dict):
                     slots.update(data["slots"])
             entry = agent.take(text, slots)
+            if entry is not None and "error" in entry:
+                from a2a.utils.errors import InternalError
+
+                raise InternalError(message=str(entry["error"]))
             if entry is not None and "message" in entry:
                 await event_queue.enqueue_event(new_text_message(
                     str(entry["message"]), context_id=context.context_id, task_id=None))
@@ -270,6 +278,13 @@ class A2AStandins:
         routes = []
         for name, agent in self.agents.items():
             routes += a2a_routes(_card(name), agent.executor(), prefix=f"/{name}")
-        async with serve_app(Starlette(routes=routes)) as base:
-            self.cards = {name: f"{base}/{name}{CARD_PATH}" for name in self.agents}
-            yield self.cards
+        # the SDK logs the staged server errors (``error:`` replies) as its own failures
+        sdk_log = logging.getLogger("a2a.server")
+        level = sdk_log.level
+        sdk_log.setLevel(logging.CRITICAL)
+        try:
+            async with serve_app(Starlette(routes=routes)) as base:
+                self.cards = {name: f"{base}/{name}{CARD_PATH}" for name in self.agents}
+                yield self.cards
+        finally:
+            sdk_log.setLevel(level)
