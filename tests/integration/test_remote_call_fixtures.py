@@ -122,3 +122,20 @@ async def test_a_case_without_a_script_for_an_unreachable_agent_says_how_to_add_
               - user: "Does my insurance cover this?"
         """))
     assert any("add a2a_script: {insurer: [...]}" in f for f in outcome["no_script"])
+
+
+async def test_stand_in_servers_leave_the_process_signal_handlers_alone():
+    # a handler of a stopped server left behind makes later SSE responses in the process end
+    # at once, as if the server were shutting down
+    import signal
+
+    from starlette.applications import Starlette
+    from subagents.testing.mcp_http import serve_app
+
+    before = signal.getsignal(signal.SIGTERM)
+    outer = serve_app(Starlette())
+    await outer.__aenter__()
+    async with serve_app(Starlette()):
+        assert signal.getsignal(signal.SIGTERM) == before
+    await outer.__aexit__(None, None, None)
+    assert signal.getsignal(signal.SIGTERM) == before

@@ -303,6 +303,9 @@ class Runner:
             if self.fake is None:
                 self.fake = await self._stack.enter_async_context(FakeModelServer())
             kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,))
+        if case.a2a_script is not None:  # the run's stand-ins start before the case's servers
+            await self._point_at_standins(project, case.a2a_script)
+            self.a2a_standins = self._standins.load(case.a2a_script)
         async with contextlib.AsyncExitStack() as stack:
             if case.tool_script is not None:
                 from .tool_replay import replay_servers
@@ -313,9 +316,6 @@ class Runner:
                     replay_servers(case.tool_script, names, timeouts))
                 project.endpoints.mcp_servers = configs
                 self.replays = servers
-            if case.a2a_script is not None:
-                await self._point_at_standins(project, case.a2a_script)
-                self.a2a_standins = self._standins.load(case.a2a_script)
             self._load_script(case)
             async with Assistant(project, **kwargs) as assistant:
                 self._count_hooks(assistant)
