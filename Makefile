@@ -25,10 +25,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP) $(DEMO_STAMP)
 
-# Only what the demo needs: the package itself.
+# Only what the demo needs: the package and the A2A client (the example has an A2A agent).
 $(DEMO_STAMP): pyproject.toml
 	$(make_venv)
-	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q -e '.[a2a]'
 	touch $(DEMO_STAMP)
 
 install: $(STAMP)

@@ -136,8 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = _command(sub, "validate", "load the whole project and report every problem", """
         subagents validate
-        subagents validate --project path/to/assistant""")
+        subagents validate --project path/to/assistant
+        subagents validate --connect        # also ask the MCP servers for their tools""")
     _project_arg(validate)
+    validate.add_argument("--connect", action="store_true",
+                          help="start or connect the MCP servers that flow steps call and check "
+                               "each step's tool against the tools they list (a server that "
+                               "cannot be reached gives a warning)")
 
     test = _command(sub, "test", "run conversation tests (default: <project>/tests/e2e/)", """
         subagents test
@@ -279,11 +284,20 @@ def _print_issues(issues: Sequence[Any]) -> int:
     return sum(1 for i in issues if i.severity == "error")
 
 
-def cmd_validate(project_dir: Any) -> int:
-    """``subagents validate``: every problem, one per line; exit 1 on an error."""
+def cmd_validate(project_dir: Any, *, connect: bool = False) -> int:
+    """``subagents validate``: every problem, one per line; exit 1 on an error.
+
+    With ``connect``, the MCP tool steps are also checked against their servers' tool lists.
+    """
     from .config.project import collect_issues
 
     project, issues = collect_issues(project_dir)
+    if project is not None and connect:
+        from .validate_connect import connected_issues
+
+        issues = [*issues, *connected_issues(project)]
+        if any(i.severity == "error" for i in issues):
+            project = None
     errors = _print_issues(issues)
     warnings = len(issues) - errors
     if project is None:
@@ -455,7 +469,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "init":
         return cmd_init(args)
     if args.command == "validate":
-        return cmd_validate(_paths(args))
+        return cmd_validate(_paths(args), connect=args.connect)
     if args.command == "test":
         return _run_test(args)
     if args.command == "demo":
@@ -509,7 +523,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors = _print_issues(exc.issues)
         print(f"{errors} error(s): the project does not load.", file=sys.stderr)
     except SubagentsError as exc:
-        print(f"subagents {args.command}: error [{exc.code}]: {exc}", file=sys.stderr)
+        from ._startup_help import startup_error_text
+
+        paths = _paths(args) if isinstance(getattr(args, "project", None), Path) else None
+        print(startup_error_text(args.command, exc, paths), file=sys.stderr)
     except KeyboardInterrupt:
         return 130
     return 1

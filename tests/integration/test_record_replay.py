@@ -76,13 +76,19 @@ async def _serve_and_talk(project: Path, fake: FakeModelServer) -> list[dict]:
     return list(answer.json())
 
 
-async def test_a_served_conversation_is_recorded_exported_and_replays_offline(tmp_path):
+async def test_a_served_conversation_is_recorded_exported_and_replays_offline(tmp_path,
+                                                                          monkeypatch):
+    from subagents.demo.a2a_insurer import build_app
+    from subagents.testing.mcp_http import serve_app
+
     project = tmp_path / "assistant"
     project.mkdir()
-    async with FakeModelServer(SCRIPT) as fake:
+    async with FakeModelServer(SCRIPT) as fake, serve_app(build_app()) as insurer:
+        monkeypatch.setenv("CLINIC_INSURER_URL", insurer)  # the example's A2A agent
         base = fake.base_url("x").rsplit("/x", 1)[0]
         _example_project(project, base)
         replies = await _serve_and_talk(project, fake)
+    monkeypatch.delenv("CLINIC_INSURER_URL")
     assert [r.get("text") for r in replies][:2] == ["Let me pull the latest numbers for Acme.",
                                                     "Acme trades at 182.40 USD."]
     out = project / "tests" / "e2e" / "recorded.yml"

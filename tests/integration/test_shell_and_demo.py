@@ -151,6 +151,8 @@ async def test_the_demo_plays_the_example_conversation(tmp_path):
     tool = text.index("⚙ get_stock_price(symbol=\"ACME\")")
     assert filler < tool
     assert "◆ slot appointment_reference = \"APT-1001\"" in text
+    assert "⇄ A2A insurance_checker ← \"It's INS-42\" → completed" in text
+    assert "bot> Policy INS-42 covers the visit; the co-payment is 15 EUR." in text
     assert "bot> Your appointment is confirmed. Your reference is APT-1001." in text
     assert db.exists()
 

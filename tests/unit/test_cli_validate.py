@@ -17,7 +17,7 @@ def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]
 def test_validate_the_example_project_succeeds():
     result = run("validate", "--project", str(REPO))
     assert result.returncode == 0, result.stderr
-    assert "is valid: 2 sub agent(s)" in result.stdout
+    assert "is valid: 3 sub agent(s)" in result.stdout
 
 
 def test_validate_lists_all_errors_and_exits_1(make_project):

@@ -69,9 +69,11 @@ _WAITING_STATES = {"TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"}
 
 
 def _sdk_missing(name: str) -> AgentInitializationError:
-    return AgentInitializationError(
+    error = AgentInitializationError(
         f"agent {name!r} uses protocol A2A, which needs the a2a-sdk package: "
         "pip install 'subagents[a2a]'", code="agent.a2a.sdk_missing")
+    error.agent_name = name  # type: ignore[attr-defined]
+    return error
 
 
 class _Reply:
@@ -179,8 +181,10 @@ class A2AAgent(MCPBaseAgent):
         log.info("agent.a2a.connected", agent=self.name, card=self.card.name)
 
     def _init_error(self, why: str, code: str) -> AgentInitializationError:
-        return AgentInitializationError(
+        error = AgentInitializationError(
             f"agent {self.name!r} (A2A, card {self.configuration.agent_card}): {why}", code=code)
+        error.agent_name = self.name  # type: ignore[attr-defined]
+        return error
 
     async def _load_card(self) -> Any:
         from a2a.client.card_resolver import parse_agent_card
@@ -333,6 +337,7 @@ class A2AAgent(MCPBaseAgent):
     async def send_message(self, agent_input: AgentInput,
                            output_channel: OutputChannel | None = None) -> AgentOutput:
         """Send one message to the remote agent and map its answer to an output."""
+        import httpx
         from a2a.utils.errors import A2AError
 
         meta = agent_input.metadata

@@ -328,6 +328,9 @@ class McpServerConfig(StrictModel):
     is closed to make room."""
     session_idle_timeout: float = Field(default=300.0, gt=0, allow_inf_nan=False)
     """Seconds after which an unused per-conversation / per-user session is closed."""
+    tools: list[str] | None = None
+    """The names of the tools the server offers, if declared: ``validate`` checks the flows'
+    MCP tool steps against them without connecting (nothing else uses this list)."""
 
     @field_validator("type", mode="before")
     @classmethod

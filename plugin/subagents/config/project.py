@@ -23,6 +23,7 @@ from ._base import pydantic_issues
 from ._imports import import_from_project, project_on_path
 from ._load_agents import AgentSpec, _AgentsLoader
 from ._load_settings import _SettingsLoader
+from ._tool_step_check import ToolStepRef, tool_step_refs, unknown_tool_issues
 from .credentials import check_credentials
 from .domain import Domain, DomainFile
 from .endpoints import EndpointsConfig
@@ -65,6 +66,9 @@ class Project:
     pipeline: PipelineConfig
     warnings: list[ConfigIssue] = field(default_factory=list)
     paths: ProjectPaths | None = None
+    tool_steps: list[ToolStepRef] = field(default_factory=list)
+    """The flows' MCP tool steps with their file and line (``validate --connect`` checks them
+    against each server's tool list)."""
 
     @property
     def assistant_id(self) -> str:
@@ -91,6 +95,9 @@ class Project:
 
 class _Loader(_SettingsLoader, _AgentsLoader):
     """Loads every part of a project, collecting issues instead of stopping at the first."""
+
+    tool_steps: list[ToolStepRef]
+    """The MCP tool steps of the flows (set by :meth:`build_flows`)."""
 
     # ---------------------------------------------------------------- domain + flows
     def data_files(self) -> tuple[list[Path], list[Path]]:
@@ -243,6 +250,10 @@ class _Loader(_SettingsLoader, _AgentsLoader):
         checker = FlowChecker(self.issues, domain, flows, docs, agents,
                               [s.name for s in endpoints.mcp_servers or []], self.broken)
         checker.check_all()
+        self.tool_steps = tool_step_refs(flows, docs)
+        declared = {s.name: s.tools for s in endpoints.mcp_servers or [] if s.tools is not None}
+        self.issues += unknown_tool_issues(self.tool_steps, declared,
+                                           "the tools: list of its entry in endpoints.yml")
         ResponseChecker(self.issues, domain, self.response_docs, self.broken).check_all(
             checker.uttered)
         for name, spec in agents.items():
@@ -305,7 +316,7 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
         return None, issues
     project = Project(root=root, endpoints=endpoints, domain=domain, flows=flows, agents=agents,
                       pipeline=pipeline, warnings=[i for i in issues if i.severity != "error"],
-                      paths=paths)
+                      paths=paths, tool_steps=loader.tool_steps)
     return project, issues
 
 

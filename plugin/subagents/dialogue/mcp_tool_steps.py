@@ -13,7 +13,8 @@
 
 One run: connect the server (shared with the agents), check that it lists the tool, build the
 arguments from the slots' current values (an unset slot is sent as ``null``), call the tool
-(``TOOL_STEP_TIMEOUT`` seconds), record an ``mcp_tool_executed`` event, then evaluate each
+(``TOOL_STEP_TIMEOUT`` seconds, or the server's ``timeout`` when that is shorter), record an
+``mcp_tool_executed`` event, then evaluate each
 output expression against ``{"result": <the CallToolResult as a dict>}`` (keys ``content``,
 ``structuredContent``, ``isError``, ``meta``) and set the slots in output order. A non-empty
 list or dict is stored as a JSON string. The flow then continues with the step's ``next``.
@@ -129,7 +130,8 @@ class McpToolSteps:
         arguments = {str(_field(i, "param")): turn.slots.get(str(_field(i, "slot")))
                      for i in _field(mapping, "input") or []
                      if _field(i, "param") and _field(i, "slot")}
-        raw = await connection.call_tool_result(tool, arguments, timeout=TOOL_STEP_TIMEOUT)
+        raw = await connection.call_tool_result(
+            tool, arguments, timeout=min(TOOL_STEP_TIMEOUT, connection.config.timeout))
         result = result_as_dict(raw)
         metadata = {"flow_id": flow_id, "step_id": step.id}
         if result["isError"]:

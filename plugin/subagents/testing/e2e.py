@@ -30,7 +30,7 @@ import structlog
 from .. import events as ev
 from ..channels.base import CollectingOutputChannel
 from ..config.project import ProjectPaths
-from ..exceptions import ConfigError
+from ..exceptions import ConfigError, ConfigIssue
 from ..stores import InMemoryTrackerStore
 from .assertions import (
     AGENT_HOOKS,
@@ -165,6 +165,10 @@ class Runner:
         self._live_check = LiveModelCheck(project_dir)
         self.replays: dict[str, Any] = {}
         """The replay stand-ins of the case that ran last (``tool_script``)."""
+        self.a2a_standins: dict[str, Any] = {}
+        """The A2A stand-ins of the case that ran last (``a2a_script``)."""
+        self._standins: Any = None
+        self._a2a_assistants: dict[tuple[bool, frozenset[str]], Any] = {}
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> Runner:
@@ -228,6 +232,12 @@ class Runner:
                     result.failures.append(OFFLINE_HINT)
             except (Exception, SystemExit) as exc:  # noqa: BLE001 - a crashing case fails, the run goes on
                 result.failures.append(f"the assistant raised {type(exc).__name__}: {exc}")
+                remote = getattr(exc, "agent_name", None)
+                if remote is not None and remote not in (case.a2a_script or {}):
+                    result.failures.append(
+                        f"the A2A agent {remote!r} could not connect: to run this case without "
+                        f"its remote side, add a2a_script: {{{remote}: [...]}} to the case, or "
+                        "once at the top of the file")
         events = conversation.all_events if conversation else []
         result.failures += _unexpected_errors(case, errors, events)
         self._script_problems(case, result)
@@ -239,6 +249,10 @@ class Runner:
         return result
 
     def _script_problems(self, case: TestCase, result: CaseResult) -> None:
+        standins, self.a2a_standins = self.a2a_standins, {}
+        for agent in standins.values():
+            result.failures += [f"a2a script: {line}" for line in
+                                [*agent.problems, *agent.unused()]]
         if case.tool_script is not None:
             replays, self.replays = self.replays, {}
             for server in replays.values():
@@ -261,7 +275,11 @@ class Runner:
             async with self._replaying(case, scripted) as assistant:
                 yield assistant
             return
-        assistant = await self._assistant(scripted)
+        if case.a2a_script is not None:
+            assistant = await self._a2a_assistant(scripted, case.a2a_script)
+            self.a2a_standins = self._standins.load(case.a2a_script)
+        else:
+            assistant = await self._assistant(scripted)
         self._load_script(case)
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
         yield assistant
@@ -280,28 +298,78 @@ class Runner:
 
     @contextlib.asynccontextmanager
     async def _replaying(self, case: TestCase, scripted: bool) -> AsyncIterator[Any]:
-        """A fresh assistant whose MCP servers are all replay stand-ins serving the case's
-        recorded tool results (nothing of the real servers runs)."""
+        """A fresh assistant for a case with ``tool_script`` (every MCP server is a replay
+        stand-in serving the recorded tool results; nothing of the real servers runs) and/or
+        ``a2a_script`` (each A2A agent it names points at a local stand-in)."""
         from ..config.project import load_project
         from ..dialogue.processor import Assistant
-        from .tool_replay import replay_servers
 
         project = load_project(self.project_dir)
-        names = [s.name for s in project.endpoints.mcp_servers or []]
-        assert case.tool_script is not None
         kwargs: dict[str, Any] = {"tracker_store": InMemoryTrackerStore()}
         if scripted:
             if self.fake is None:
                 self.fake = await self._stack.enter_async_context(FakeModelServer())
             kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,))
-        async with replay_servers(case.tool_script, names) as (servers, configs):
-            project.endpoints.mcp_servers = configs
+        if case.a2a_script is not None:  # the run's stand-ins start before the case's servers
+            await self._point_at_standins(project, case.a2a_script)
+            self.a2a_standins = self._standins.load(case.a2a_script)
+        async with contextlib.AsyncExitStack() as stack:
+            if case.tool_script is not None:
+                from .tool_replay import replay_servers
+
+                names = [s.name for s in project.endpoints.mcp_servers or []]
+                timeouts = {s.name: s.timeout for s in project.endpoints.mcp_servers or []}
+                servers, configs = await stack.enter_async_context(
+                    replay_servers(case.tool_script, names, timeouts))
+                project.endpoints.mcp_servers = configs
+                self.replays = servers
             self._load_script(case)
             async with Assistant(project, **kwargs) as assistant:
                 self._count_hooks(assistant)
                 assistant.actions.stubs = dict(case.stubs) if case.stubs else None
-                self.replays = servers
                 yield assistant
+
+    async def _a2a_assistant(self, scripted: bool, script: dict[str, Any]) -> Any:
+        """The assistant (kept for the run) whose A2A agents named in ``script`` use the
+        stand-ins; cases that script the same agents share it, as plain cases share theirs."""
+        from ..config.project import load_project
+        from ..dialogue.processor import Assistant
+
+        key = (scripted, frozenset(script))
+        if key not in self._a2a_assistants:
+            project = load_project(self.project_dir)
+            await self._point_at_standins(project, script)
+            kwargs: dict[str, Any] = {"tracker_store": InMemoryTrackerStore()}
+            if scripted:
+                if self.fake is None:
+                    self.fake = await self._stack.enter_async_context(FakeModelServer())
+                kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,))
+            assistant = await self._stack.enter_async_context(Assistant(project, **kwargs))
+            self._count_hooks(assistant)
+            self._a2a_assistants[key] = assistant
+        return self._a2a_assistants[key]
+
+    async def _point_at_standins(self, project: Any, script: dict[str, Any]) -> None:
+        """Point each A2A agent of ``script`` at its stand-in (its auth goes with the remote
+        it replaces); the project's other agents keep their configuration."""
+        from .a2a_replay import A2AStandins
+
+        a2a = [name for name, spec in project.agents.items()
+               if spec.config.agent.protocol.value == "A2A"]
+        unknown = sorted(set(script) - set(a2a))
+        if unknown:
+            raise ConfigError(ConfigIssue(
+                "e2e.a2a_script.unknown_agent", f"a2a_script names {', '.join(unknown)}, "
+                "which is not a protocol A2A agent of the project",
+                hint="name the A2A agents by their agent.name"))
+        if self._standins is None:
+            standins = A2AStandins(a2a)
+            await self._stack.enter_async_context(standins.serving())
+            self._standins = standins
+        for name in script:
+            configuration = project.agents[name].config.configuration
+            configuration.agent_card = self._standins.cards[name]
+            configuration.auth = None
 
     def judge(self, case: TestCase, assistant: Any) -> Judge:
         """The judge for generative assertions of ``case`` (scripted when the case is)."""

@@ -2,7 +2,9 @@
 
 The test has the conversation's user messages as steps, its bot messages as expectations, an
 ``llm_script`` per caller made of the recorded model replies, and a ``tool_script`` with the
-recorded results of MCP tools, so it runs with neither the model nor the MCP servers.
+recorded results of MCP tools, so it runs with neither the model nor the MCP servers. The
+project's A2A agents that the conversation never called get a stand-in that expects no call
+(``a2a_script: {agent: []}``), so the test needs none of the remote agents either.
 """
 
 from __future__ import annotations
@@ -39,11 +41,28 @@ def export(project_dir: Path, sender_id: str, out: Path | None) -> str:
         ExportError: see :func:`build_fixture`.
     """
     events = asyncio.run(load_events(project_dir, sender_id))
-    text = dump_fixture(build_fixture(sender_id, events), sender_id)
+    document = build_fixture(sender_id, events)
+    _quiet_remote_agents(project_dir, events, document)
+    text = dump_fixture(document, sender_id)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
     return text
+
+
+def _quiet_remote_agents(project_dir: Path, events: list[dict[str, Any]],
+                        document: dict[str, Any]) -> None:
+    from ..config.project import load_project
+
+    project = load_project(project_dir)
+    called = {e.get("agent_id") for e in events if e.get("event") == "agent_started"}
+    quiet: dict[str, list[Any]] = {
+        name: [] for name, spec in project.agents.items()
+        if spec.config.agent.protocol.value == "A2A" and name not in called}
+    if quiet:
+        for index, case in enumerate(document["test_cases"]):
+            steps = case.pop("steps", None)
+            document["test_cases"][index] = {**case, "a2a_script": quiet, "steps": steps}
 
 
 def cmd_export(project_dir: Path, senders: list[str], out: Path | None) -> int:

@@ -7,13 +7,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._yaml import YamlDoc, YamlSyntaxError, load_yaml
 from ..exceptions import ConfigIssue
+from .a2a_replay import a2a_script_problems
 from .assertions import ASSERTIONS, MANTLE_HINT, MANTLE_NAMES, MANTLE_PREFIXES, shape_problem
 from .fake_server import normalize_reply
 from .simulated_user import spec_problems
@@ -22,9 +23,10 @@ from .tool_replay import tool_script_problems
 STEP_KEYS = {"user", "bot", "utter", "slot_was_set", "slot_was_not_set", "client_tool_result"}
 STEP_EXTRAS = {"metadata", "assertions", "assertion_order_enabled"}
 BOT_PATTERN_KEYS = {"matches", "any"}
-FILE_KEYS = ("fixtures", "metadata", "stub_custom_actions", "test_cases", "strict")
+FILE_KEYS = ("fixtures", "metadata", "stub_custom_actions", "test_cases", "strict",
+             "a2a_script")
 CASE_KEYS = ("test_case", "steps", "fixtures", "metadata", "llm_script", "strict", "streaming",
-             "expected_errors", "tool_script", "simulated_user")
+             "expected_errors", "tool_script", "simulated_user", "a2a_script")
 
 log = structlog.get_logger("subagents.testing")
 
@@ -43,7 +45,8 @@ class TestCaseModel(BaseModel):
     strict: bool | None = None
     streaming: bool = False
     expected_errors: list[str] = Field(default_factory=list)
-    tool_script: dict[str, list[dict[str, Any]]] | None = None
+    tool_script: dict[str, list[dict[str, Any]] | Literal["down"]] | None = None
+    a2a_script: dict[str, list[dict[str, Any]]] | None = None
 
 
 class E2EFileModel(BaseModel):
@@ -56,6 +59,8 @@ class E2EFileModel(BaseModel):
     stub_custom_actions: dict[str, Any] = Field(default_factory=dict)
     test_cases: list[TestCaseModel] = Field(default_factory=list)
     strict: bool = False
+    a2a_script: dict[str, list[dict[str, Any]]] | None = None
+    """Replies of A2A agents for every case of the file (a case's own entries win)."""
 
 
 @dataclass
@@ -71,8 +76,10 @@ class TestCase:
     metadata: dict[str, Any] = field(default_factory=dict)
     metadata_presets: dict[str, dict[str, Any]] = field(default_factory=dict)
     llm_script: dict[str, list[Any]] | None = None
-    tool_script: dict[str, list[dict[str, Any]]] | None = None
+    tool_script: dict[str, Any] | None = None
     """Recorded tool results per MCP server, served by a replay stand-in for every server."""
+    a2a_script: dict[str, list[dict[str, Any]]] | None = None
+    """Scripted replies per A2A agent, served by a local stand-in each named agent points at."""
     simulated_user: dict[str, Any] | None = None
     """A model plays the user towards a goal (the case then needs no steps)."""
     stubs: dict[str, Any] = field(default_factory=dict)
@@ -182,6 +189,7 @@ def load_file(path: Path, display: str | None = None, *, root: Path | None = Non
         result.issues.append(doc.issue("e2e.validation.invalid_value",
                                        "strict is true or false", ("strict",)))
     _check_duplicates(doc, data, result.issues)
+    file_a2a = _file_a2a_script(doc, data.get("a2a_script"), result.issues)
     _check_stubs(doc, data.get("stub_custom_actions"), result.issues)
     shared, judge = conftest_data(path, root)
     fixtures = {**shared, **_named(data.get("fixtures"))}
@@ -197,8 +205,7 @@ def load_file(path: Path, display: str | None = None, *, root: Path | None = Non
         case = _load_case(doc, index, raw, fixtures, presets, stubs, result.issues)
         if case is None:
             continue
-        if case.strict is None and isinstance(data.get("strict"), bool):
-            case.strict = data["strict"]
+        _file_defaults(case, data, file_a2a)
         case.judge, case.path = judge, path
         if case.name in names:
             warning = doc.issue("e2e.validation.duplicate_test_case",
@@ -212,6 +219,27 @@ def load_file(path: Path, display: str | None = None, *, root: Path | None = Non
         names.setdefault(case.name, case.line)
         result.cases.append(case)
     return result
+
+
+def _file_defaults(case: TestCase, data: dict[str, Any],
+                   file_a2a: dict[str, Any] | None) -> None:
+    """What a case takes from its file: ``strict`` and the ``a2a_script`` entries it lacks."""
+    if case.strict is None and isinstance(data.get("strict"), bool):
+        case.strict = data["strict"]
+    if file_a2a is not None:
+        case.a2a_script = {**file_a2a, **(case.a2a_script or {})}
+
+
+def _file_a2a_script(doc: YamlDoc, script: Any,
+                     issues: list[ConfigIssue]) -> dict[str, Any] | None:
+    """The file's ``a2a_script`` (the default of each case), None when absent or invalid."""
+    if script is None:
+        return None
+    problems = a2a_script_problems(script)
+    for problem, where in problems:
+        issues.append(doc.issue("e2e.validation.invalid_a2a_script", problem,
+                                ("a2a_script", *where)))
+    return None if problems else dict(script)
 
 
 def _check_stubs(doc: YamlDoc, stubs: Any, issues: list[ConfigIssue]) -> None:
@@ -303,6 +331,7 @@ def _load_case(doc: YamlDoc, index: int, raw: Any, fixtures: dict[str, Any],
                     step_lines=[doc.line_of((*loc, "steps", i)) for i in range(len(steps))],
                     slot_presets=slot_presets, metadata=metadata, metadata_presets=presets,
                     llm_script=script, tool_script=tool_script, stubs=case_stubs,
+                    a2a_script=raw.get("a2a_script"),
                     simulated_user=simulated,
                     strict=raw["strict"] if isinstance(raw.get("strict"), bool) else None,
                     streaming=bool(raw.get("streaming")),
@@ -404,13 +433,17 @@ def _check_assertion(doc: YamlDoc, loc: tuple[Any, ...], assertion: Any,
 
 def _check_extensions(doc: YamlDoc, loc: tuple[Any, ...], raw: dict[str, Any],
                       issues: list[ConfigIssue]) -> None:
-    """``llm_script``, ``tool_script`` and ``simulated_user`` of a case."""
+    """``llm_script``, ``tool_script``, ``a2a_script`` and ``simulated_user`` of a case."""
     if raw.get("llm_script") is not None:
         _check_script(doc, (*loc, "llm_script"), raw["llm_script"], issues)
     if raw.get("tool_script") is not None:
         for problem, where in tool_script_problems(raw["tool_script"]):
             issues.append(doc.issue("e2e.validation.invalid_tool_script", problem,
                                     (*loc, "tool_script", *where)))
+    if raw.get("a2a_script") is not None:
+        for problem, where in a2a_script_problems(raw["a2a_script"]):
+            issues.append(doc.issue("e2e.validation.invalid_a2a_script", problem,
+                                    (*loc, "a2a_script", *where)))
     if raw.get("simulated_user") is not None:
         _check_simulated_user(doc, (*loc, "simulated_user"), raw["simulated_user"], issues)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -41,8 +41,17 @@ async def serve_app(app: ASGIApp) -> AsyncIterator[str]:
     """Serve any ASGI app with uvicorn on 127.0.0.1 (random port); yield its base URL."""
     import uvicorn
 
+    class _Server(uvicorn.Server):
+        # A server inside another program leaves the process's signals alone: uvicorn would
+        # otherwise install its own SIGINT/SIGTERM handlers and, when servers do not stop in
+        # the order they started, leave one of a stopped server behind (which SSE responses
+        # of later servers in the process then take for a shutdown).
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
     config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on")
-    uv = uvicorn.Server(config)
+    uv = _Server(config)
     task = asyncio.create_task(uv.serve())
     try:
         async with asyncio.timeout(10):

@@ -5,19 +5,30 @@ A test case with ``tool_script`` runs with every MCP server of the project repla
 call with a recorded result. A call takes the first unused entry of that tool whose arguments
 equal the call's; failing that, the next unused entry of that tool (the arguments differ, which
 is reported); failing that, an error result the model reads ("no recorded result").
+
+Beyond recorded calls, a script can stage failures: ``delay_ms`` makes the stand-in wait before
+answering (past the caller's timeout, the call times out), ``structured_content`` adds a
+structured result next to the text, and a server whose value is ``down`` gets no stand-in at
+all: its address is a local port where nothing listens.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
+
 from ..config.endpoints import McpServerConfig
 
-ENTRY_KEYS = {"tool", "arguments", "result", "is_error", "description", "input_schema"}
+ENTRY_KEYS = {"tool", "arguments", "result", "is_error", "description", "input_schema",
+              "delay_ms", "structured_content"}
+DOWN = "down"
+"""A server's value in the script that stages it as unreachable."""
 
 
 def tool_script_problems(script: Any) -> list[tuple[str, tuple[Any, ...]]]:
@@ -26,8 +37,11 @@ def tool_script_problems(script: Any) -> list[tuple[str, tuple[Any, ...]]]:
         return [("tool_script maps MCP server names to lists of recorded calls", ())]
     problems: list[tuple[str, tuple[Any, ...]]] = []
     for server, entries in script.items():
+        if entries == DOWN:
+            continue
         if not isinstance(entries, list):
-            problems.append((f"the recorded calls of {server!r} must be a list", (server,)))
+            problems.append((f"the recorded calls of {server!r} must be a list (or "
+                             f"{DOWN!r}: the server cannot be reached)", (server,)))
             continue
         for index, entry in enumerate(entries):
             where = (server, index)
@@ -37,7 +51,8 @@ def tool_script_problems(script: Any) -> list[tuple[str, tuple[Any, ...]]]:
             unknown = sorted(set(entry) - ENTRY_KEYS)
             if unknown:
                 problems.append((f"unknown keys {unknown}; use {sorted(ENTRY_KEYS)}", where))
-            for key, kind in (("arguments", dict), ("input_schema", dict), ("is_error", bool)):
+            for key, kind in (("arguments", dict), ("input_schema", dict), ("is_error", bool),
+                              ("delay_ms", int), ("structured_content", dict)):
                 if entry.get(key) is not None and not isinstance(entry[key], kind):
                     problems.append((f"{key} must be a {kind.__name__}", (*where, key)))
     return problems
@@ -49,6 +64,8 @@ class _Entry:
     arguments: dict[str, Any] | None
     result: Any
     is_error: bool
+    delay_ms: int = 0
+    structured: dict[str, Any] | None = None
     used: bool = False
 
 
@@ -76,11 +93,13 @@ class ReplayServer:
                 schema.get("properties", {}).update({k: {} for k in item.get("arguments") or {}})
                 spec["input_schema"] = schema
             server.entries.append(_Entry(tool, item.get("arguments"), item.get("result"),
-                                         bool(item.get("is_error"))))
+                                         bool(item.get("is_error")),
+                                         int(item.get("delay_ms") or 0),
+                                         item.get("structured_content")))
         return server
 
-    def answer(self, tool: str, arguments: dict[str, Any]) -> tuple[str, bool]:
-        """The recorded (text, is_error) for a call."""
+    def take(self, tool: str, arguments: dict[str, Any]) -> _Entry | None:
+        """The recorded entry that answers a call (marked used), or None."""
         unused = [e for e in self.entries if not e.used and e.tool == tool]
         schema = (self.tools.get(tool) or {}).get("input_schema") or {}
         exact = next((e for e in unused if _with_defaults(e.arguments, schema) ==
@@ -89,12 +108,12 @@ class ReplayServer:
         if entry is None:
             self.problems.append(f"unexpected call of {tool}({_args(arguments)}) on "
                                  f"{self.name}: no recorded result left")
-            return (f"no recorded result for {tool} with these arguments (tool replay)", True)
+            return None
         if exact is None:
             self.problems.append(f"{tool} on {self.name} was called with {_args(arguments)}, "
                                  f"recorded with {_args(entry.arguments or {})}")
         entry.used = True
-        return _text(entry.result), entry.is_error
+        return entry
 
     def unused(self) -> list[str]:
         """Recorded calls nobody made."""
@@ -113,9 +132,16 @@ class ReplayServer:
                 for name, spec in self.tools.items()])
 
         async def call_tool(ctx: Any, params: Any) -> Any:
-            text, is_error = self.answer(params.name, dict(params.arguments or {}))
-            return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
-                                        is_error=is_error)
+            entry = self.take(params.name, dict(params.arguments or {}))
+            if entry is None:
+                text = f"no recorded result for {params.name} with these arguments (tool replay)"
+                return types.CallToolResult(
+                    content=[types.TextContent(type="text", text=text)], is_error=True)
+            if entry.delay_ms:
+                await anyio.sleep(entry.delay_ms / 1000)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=_text(entry.result))],
+                structured_content=entry.structured, is_error=entry.is_error)
 
         return Server(f"replay-{self.name}", on_list_tools=list_tools, on_call_tool=call_tool)
 
@@ -144,18 +170,35 @@ def _args(arguments: dict[str, Any]) -> str:
 
 
 @contextlib.asynccontextmanager
-async def replay_servers(script: dict[str, list[dict[str, Any]]],
-                         names: list[str]) -> AsyncIterator[tuple[dict[str, ReplayServer],
-                                                                  list[McpServerConfig]]]:
+async def replay_servers(script: dict[str, Any], names: list[str],
+                         timeouts: dict[str, float] | None = None
+                         ) -> AsyncIterator[tuple[dict[str, ReplayServer],
+                                                  list[McpServerConfig]]]:
     """Serve a stand-in for each server name (those the script does not mention list no
-    tools); yield the stand-ins and endpoint entries that point at them."""
+    tools; those it marks ``down`` get none); yield the stand-ins and endpoint entries that
+    point at them, with the servers' ``timeouts`` kept."""
     from .mcp_http import serve_mcp
 
-    servers = {name: ReplayServer.from_script(name, list(script.get(name) or []))
+    down = {name for name, entries in script.items() if entries == DOWN}
+    servers = {name: ReplayServer.from_script(name, [] if name in down else
+                                              list(script.get(name) or []))
                for name in dict.fromkeys([*names, *script])}
     configs = []
     async with contextlib.AsyncExitStack() as stack:
         for name, server in servers.items():
-            url = await stack.enter_async_context(serve_mcp(server.mcp_server(), "http"))
-            configs.append(McpServerConfig(name=name, type="http", url=url))
+            if name in down:
+                url = f"http://127.0.0.1:{_closed_port()}/mcp"
+            else:
+                url = await stack.enter_async_context(serve_mcp(server.mcp_server(), "http"))
+            config = McpServerConfig(name=name, type="http", url=url)
+            if timeouts and timeouts.get(name):
+                config.timeout = timeouts[name]
+            configs.append(config)
         yield servers, configs
+
+
+def _closed_port() -> int:
+    """A local port where nothing listens (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

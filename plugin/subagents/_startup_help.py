@@ -1,0 +1,68 @@
+"""What ``subagents shell`` and ``serve`` print when the assistant cannot start.
+
+An A2A agent whose remote side does not answer stops the start-up. The message then fits on one
+screen: which agent, why, and what to start. The "what" comes from the project itself, the
+comment at the top of the agent's ``config.yml`` (where the example assistant says which demo
+server to run), since only the project knows where its remote agents come from.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .exceptions import SubagentsError
+
+_MAX_NOTE_LINES = 12
+UNREACHABLE_CODES = frozenset({"agent.a2a.card_unreachable", "agent.a2a.card_not_found",
+                               "agent.a2a.unreachable"})
+
+
+def startup_error_text(command: str, exc: SubagentsError, paths: Any) -> str:
+    """The text to print for ``exc``, an error that ended ``command``."""
+    agent = getattr(exc, "agent_name", None)
+    if exc.code not in UNREACHABLE_CODES or agent is None:
+        return f"subagents {command}: error [{exc.code}]: {exc}"
+    lines = [f"subagents {command}: the assistant cannot start: its A2A agent {agent!r} "
+             "cannot be reached.", "", f"  [{exc.code}] {exc}", ""]
+    config, note = _agent_note(paths, str(agent))
+    if note:
+        lines.append(f"The remote agent must answer before the assistant starts. {config} says:")
+        lines += [f"    {line}" for line in note]
+    else:
+        lines.append("Start the remote agent (or point configuration.agent_card of "
+                     f"{config or 'the agent'} at one that runs), then try again.")
+        lines.append("Offline, `subagents demo` and `subagents test` can answer for it from an "
+                     "a2a_script (see docs/conversation-tests.md).")
+    return "\n".join(lines)
+
+
+def _agent_note(paths: Any, agent: str) -> tuple[str | None, list[str]]:
+    """(the agent's config file, the comment lines at its top) when they can be found."""
+    folder = getattr(paths, "sub_agents", None)
+    root = getattr(paths, "root", None)
+    if not isinstance(folder, Path) or not folder.is_dir():
+        return None, []
+    from ._yaml import YamlSyntaxError, load_yaml
+
+    for config in sorted(folder.glob("*/config.yml")):
+        try:
+            data = load_yaml(config).data
+        except (YamlSyntaxError, OSError):
+            continue
+        section = data.get("agent") if isinstance(data, dict) else None
+        if not isinstance(section, dict) or section.get("name") != agent:
+            continue
+        shown = config.relative_to(root) if isinstance(root, Path) and \
+            root in config.parents else config
+        return str(shown), _leading_comment(config.read_text(encoding="utf-8"))
+    return None, []
+
+
+def _leading_comment(text: str) -> list[str]:
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line[1:].strip())
+    return lines[:_MAX_NOTE_LINES]
