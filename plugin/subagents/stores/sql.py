@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("subagents.stores")
 _T = TypeVar("_T")
+_PG_POOL_SIZE = 20
 
 
 @dataclass
@@ -111,6 +112,7 @@ class SQLTrackerStore(TrackerStore):
         self.sqlite = url.startswith("sqlite")
         _quiet_driver_logs()
         self.engine: AsyncEngine | None = None
+        self._reader: AsyncEngine | None = None
         self._sync_engine: Engine | None = None
         self._thread: ThreadPoolExecutor | None = None
         if self.sqlite:
@@ -125,9 +127,13 @@ class SQLTrackerStore(TrackerStore):
                               **(connect_args or {})})
             event.listen(self._sync_engine, "connect", _sqlite_pragmas)
         else:
-            self.engine = create_async_engine(url, pool_size=10, max_overflow=20,
+            # a fixed pool: connections opened beyond it would be closed again on return, and
+            # opening one costs more CPU than a whole turn; a burst waits for a free one
+            self.engine = create_async_engine(url, pool_size=_PG_POOL_SIZE, max_overflow=0,
                                               connect_args=dict(connect_args or {}),
                                               hide_parameters=True)
+            # reads are single statements: without BEGIN/ROLLBACK they are one round trip
+            self._reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self.meta = MetaData()
         self.conversations = Table(
             "subagents_conversations", self.meta,
@@ -142,6 +148,8 @@ class SQLTrackerStore(TrackerStore):
             Column("seq", Integer, nullable=False),
             Column("data", Text, nullable=False),
             UniqueConstraint("sender_id", "seq"))
+        self._load_statement: Any = None
+        self._upsert_statement: Any = None
         self._ready = False
         self._init_lock = asyncio.Lock()
         self._pending: list[_PendingTurn] = []
@@ -161,7 +169,8 @@ class SQLTrackerStore(TrackerStore):
                 self._thread = ThreadPoolExecutor(1, thread_name_prefix="subagents-sqlite")
             return await asyncio.get_running_loop().run_in_executor(self._thread, call)
         assert self.engine is not None
-        async with self.engine.begin() if write else self.engine.connect() as conn:
+        assert self._reader is not None
+        async with self.engine.begin() if write else self._reader.connect() as conn:
             return await conn.run_sync(function)
 
     async def _init(self) -> None:
@@ -178,16 +187,23 @@ class SQLTrackerStore(TrackerStore):
         return await self._run(functools.partial(self._load_rows, sender_id))
 
     def _load_rows(self, sender_id: str, conn: Connection) -> ConversationRecord:
-        from sqlalchemy import select
+        """The stack and the events in one statement (one consistent snapshot, no
+        transaction needed)."""
+        from sqlalchemy import bindparam, select
 
-        row = conn.execute(select(self.conversations.c.stack).where(
-            self.conversations.c.sender_id == sender_id)).first()
-        if row is None:
+        if self._load_statement is None:
+            conversations, events = self.conversations, self.events
+            self._load_statement = (
+                select(conversations.c.stack, events.c.data)
+                .select_from(conversations.outerjoin(
+                    events, events.c.sender_id == conversations.c.sender_id))
+                .where(conversations.c.sender_id == bindparam("sender_id"))
+                .order_by(events.c.seq))
+        rows = conn.execute(self._load_statement, {"sender_id": sender_id}).all()
+        if not rows:
             return ConversationRecord(sender_id)
-        rows = conn.execute(select(self.events.c.data).where(
-            self.events.c.sender_id == sender_id).order_by(self.events.c.seq))
-        return ConversationRecord(sender_id, [json.loads(r[0]) for r in rows],
-                                  json.loads(row[0]))
+        return ConversationRecord(sender_id, [json.loads(r[1]) for r in rows
+                                              if r[1] is not None], json.loads(rows[0][0]))
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
                         stack: list[dict[str, Any]], previous_count: int) -> None:
@@ -239,17 +255,22 @@ class SQLTrackerStore(TrackerStore):
                 item.done.set_result(None)
 
     def _write_rows(self, batch: list[_PendingTurn], conn: Connection) -> dict[int, str]:
-        """Writes the batch's accepted turns; the refused ones by index, with the reason."""
-        from sqlalchemy import insert, select, update
+        """Writes the batch's accepted turns; the refused ones by index, with the reason.
+
+        Three statements whatever the batch size: the stored counts, one upsert of the
+        conversations and one insert of the events.
+        """
+        from sqlalchemy import select
 
         senders = [item.sender_id for item in batch]
         rows = conn.execute(select(
             self.conversations.c.sender_id, self.conversations.c.event_count).where(
             self.conversations.c.sender_id.in_(senders)))
         stored = {row[0]: row[1] for row in rows}
-        existing = set(stored)
         refused: dict[int, str] = {}
         events: list[dict[str, Any]] = []
+        conversations: list[dict[str, Any]] = []
+        now = time.time()
         for index, item in enumerate(batch):
             count = stored.get(item.sender_id, 0)
             if count != item.previous_count:
@@ -260,18 +281,26 @@ class SQLTrackerStore(TrackerStore):
             events += [{"sender_id": item.sender_id, "seq": count + i,
                         "data": json.dumps(e, default=str)}
                        for i, e in enumerate(item.events)]
-            values = {"stack": json.dumps(item.stack, default=str),
-                      "event_count": count + len(item.events), "updated_at": time.time()}
-            if item.sender_id in existing:
-                conn.execute(update(self.conversations).where(
-                    self.conversations.c.sender_id == item.sender_id).values(**values))
-            else:
-                existing.add(item.sender_id)
-                conn.execute(insert(self.conversations).values(sender_id=item.sender_id,
-                                                               **values))
+            conversations.append({"sender_id": item.sender_id,
+                                  "stack": json.dumps(item.stack, default=str),
+                                  "event_count": count + len(item.events), "updated_at": now})
+        if conversations:
+            if self._upsert_statement is None:
+                self._upsert_statement = self._upsert()
+            conn.execute(self._upsert_statement, conversations)
         if events:
-            conn.execute(insert(self.events), events)
+            conn.execute(self.events.insert(), events)
         return refused
+
+    def _upsert(self) -> Any:
+        """INSERT ... ON CONFLICT (sender_id) DO UPDATE for the conversations table."""
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        statement = (sqlite.insert if self.sqlite else postgresql.insert)(self.conversations)
+        return statement.on_conflict_do_update(
+            index_elements=[self.conversations.c.sender_id],
+            set_={name: statement.excluded[name]
+                  for name in ("stack", "event_count", "updated_at")})
 
     async def senders(self) -> list[str]:
         """The ids of all stored conversations."""
