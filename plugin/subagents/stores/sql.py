@@ -7,7 +7,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +41,51 @@ def _store_error(exc: BaseException) -> Exception:
     error = StoreError(f"the tracker store failed: {type(exc).__name__}")
     error.__cause__ = exc
     return error
+
+
+def _accept(batch: list[_PendingTurn], stored: dict[str, int]
+            ) -> tuple[dict[int, str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Which turns of a batch are written (their conversation still has the count the turn
+    loaded) and their rows: refused turns by index with the reason, conversation rows (one
+    per sender), event rows."""
+    refused: dict[int, str] = {}
+    events: list[dict[str, Any]] = []
+    conversations: dict[str, dict[str, Any]] = {}
+    now = time.time()
+    for index, item in enumerate(batch):
+        count = stored.get(item.sender_id, 0)
+        if count != item.previous_count:
+            refused[index] = (f"conversation {item.sender_id!r} changed while a turn ran "
+                              f"({count} events stored, {item.previous_count} expected)")
+            continue
+        stored[item.sender_id] = count + len(item.events)
+        events += [{"sender_id": item.sender_id, "seq": count + i,
+                    "data": json.dumps(e, default=str)}
+                   for i, e in enumerate(item.events)]
+        conversations[item.sender_id] = {
+            "sender_id": item.sender_id, "stack": json.dumps(item.stack, default=str),
+            "event_count": count + len(item.events), "updated_at": now}
+    return refused, list(conversations.values()), events
+
+
+_sql_log = logging.getLogger("subagents.stores.sql")
+_PG_LOAD = ("SELECT c.stack, e.data FROM subagents_conversations AS c "
+            "LEFT OUTER JOIN subagents_events AS e ON e.sender_id = c.sender_id "
+            "WHERE c.sender_id = $1 ORDER BY e.seq")
+_PG_COUNTS = ("SELECT sender_id, event_count FROM subagents_conversations "
+              "WHERE sender_id = ANY($1::varchar[])")
+_PG_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_count, updated_at) "
+              "SELECT * FROM unnest($1::varchar[], $2::text[], $3::int[], $4::float8[]) "
+              "ON CONFLICT (sender_id) DO UPDATE SET stack = EXCLUDED.stack, "
+              "event_count = EXCLUDED.event_count, updated_at = EXCLUDED.updated_at")
+_PG_EVENTS = ("INSERT INTO subagents_events (sender_id, seq, data) "
+              "SELECT * FROM unnest($1::varchar[], $2::int[], $3::text[])")
+
+
+def _log_statement(statement: str) -> None:
+    """Statements run on asyncpg directly are logged at DEBUG, without their data."""
+    if _sql_log.isEnabledFor(logging.DEBUG):
+        _sql_log.debug("%s", statement)
 
 
 def _redact_driver_record(record: logging.LogRecord) -> bool:
@@ -184,6 +229,8 @@ class SQLTrackerStore(TrackerStore):
     async def load(self, sender_id: str) -> ConversationRecord:
         """The conversation of ``sender_id``; empty when there is none."""
         await self._init()
+        if not self.sqlite:
+            return await self._on_driver(functools.partial(self._pg_load, sender_id))
         return await self._run(functools.partial(self._load_rows, sender_id))
 
     def _load_rows(self, sender_id: str, conn: Connection) -> ConversationRecord:
@@ -235,7 +282,11 @@ class SQLTrackerStore(TrackerStore):
     async def _write(self, batch: list[_PendingTurn]) -> None:
         """One transaction for the batch; a turn whose conversation changed is refused alone."""
         try:
-            refused = await self._run(functools.partial(self._write_rows, batch), write=True)
+            if self.sqlite:
+                refused = await self._run(functools.partial(self._write_rows, batch),
+                                          write=True)
+            else:
+                refused = await self._on_driver(functools.partial(self._pg_write, batch))
         except BaseException as exc:  # every waiting turn gets the error, refused or not
             for item in batch:
                 if not item.done.done():
@@ -266,24 +317,7 @@ class SQLTrackerStore(TrackerStore):
         rows = conn.execute(select(
             self.conversations.c.sender_id, self.conversations.c.event_count).where(
             self.conversations.c.sender_id.in_(senders)))
-        stored = {row[0]: row[1] for row in rows}
-        refused: dict[int, str] = {}
-        events: list[dict[str, Any]] = []
-        conversations: list[dict[str, Any]] = []
-        now = time.time()
-        for index, item in enumerate(batch):
-            count = stored.get(item.sender_id, 0)
-            if count != item.previous_count:
-                refused[index] = (f"conversation {item.sender_id!r} changed while a turn ran "
-                                  f"({count} events stored, {item.previous_count} expected)")
-                continue
-            stored[item.sender_id] = count + len(item.events)
-            events += [{"sender_id": item.sender_id, "seq": count + i,
-                        "data": json.dumps(e, default=str)}
-                       for i, e in enumerate(item.events)]
-            conversations.append({"sender_id": item.sender_id,
-                                  "stack": json.dumps(item.stack, default=str),
-                                  "event_count": count + len(item.events), "updated_at": now})
+        refused, conversations, events = _accept(batch, {row[0]: row[1] for row in rows})
         if conversations:
             if self._upsert_statement is None:
                 self._upsert_statement = self._upsert()
@@ -293,14 +327,58 @@ class SQLTrackerStore(TrackerStore):
         return refused
 
     def _upsert(self) -> Any:
-        """INSERT ... ON CONFLICT (sender_id) DO UPDATE for the conversations table."""
-        from sqlalchemy.dialects import postgresql, sqlite
+        """SQLite's INSERT ... ON CONFLICT (sender_id) DO UPDATE for the conversations."""
+        from sqlalchemy.dialects import sqlite
 
-        statement = (sqlite.insert if self.sqlite else postgresql.insert)(self.conversations)
+        statement = sqlite.insert(self.conversations)
         return statement.on_conflict_do_update(
             index_elements=[self.conversations.c.sender_id],
             set_={name: statement.excluded[name]
                   for name in ("stack", "event_count", "updated_at")})
+
+    async def _on_driver(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
+        """``work(asyncpg connection)`` on a connection of the engine's pool.
+
+        The two statements of a turn run on asyncpg directly: SQLAlchemy's execution layer
+        costs more CPU than the statements themselves. A connection found dead is dropped
+        with every pooled one (the server went away), as SQLAlchemy does on a disconnect.
+        """
+        assert self.engine is not None
+        assert self._reader is not None
+        async with self._reader.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            try:
+                return await work(driver)
+            except BaseException:
+                if driver is None or driver.is_closed():
+                    await conn.invalidate()
+                    await self.engine.dispose()
+                raise
+
+    async def _pg_load(self, sender_id: str, driver: Any) -> ConversationRecord:
+        _log_statement(_PG_LOAD)
+        rows = await driver.fetch(_PG_LOAD, sender_id)
+        if not rows:
+            return ConversationRecord(sender_id)
+        return ConversationRecord(sender_id, [json.loads(r[1]) for r in rows
+                                              if r[1] is not None], json.loads(rows[0][0]))
+
+    async def _pg_write(self, batch: list[_PendingTurn], driver: Any) -> dict[int, str]:
+        """One transaction of three statements, whatever the batch size."""
+        async with driver.transaction():
+            _log_statement(_PG_COUNTS)
+            rows = await driver.fetch(_PG_COUNTS, [item.sender_id for item in batch])
+            refused, conversations, events = _accept(batch, {r[0]: r[1] for r in rows})
+            if conversations:
+                _log_statement(_PG_UPSERT)
+                await driver.execute(_PG_UPSERT, *map(list, zip(*(
+                    (c["sender_id"], c["stack"], c["event_count"], c["updated_at"])
+                    for c in conversations), strict=True)))
+            if events:
+                _log_statement(_PG_EVENTS)
+                await driver.execute(_PG_EVENTS, *map(list, zip(*(
+                    (e["sender_id"], e["seq"], e["data"]) for e in events), strict=True)))
+        return refused
 
     async def senders(self) -> list[str]:
         """The ids of all stored conversations."""
