@@ -69,9 +69,12 @@ def _accept(batch: list[_PendingTurn], stored: dict[str, int]
 
 
 _sql_log = logging.getLogger("subagents.stores.sql")
-_PG_LOAD = ("SELECT c.stack, e.data FROM subagents_conversations AS c "
-            "LEFT OUTER JOIN subagents_events AS e ON e.sender_id = c.sender_id "
-            "WHERE c.sender_id = $1 ORDER BY e.seq")
+# one statement (one snapshot, no transaction needed): the stack as row seq -1, then the
+# events in order
+_LOAD = ("SELECT stack, -1 AS seq FROM subagents_conversations WHERE sender_id = {sender} "
+         "UNION ALL SELECT data, seq FROM subagents_events WHERE sender_id = {sender} "
+         "ORDER BY seq")
+_PG_LOAD = _LOAD.format(sender="$1")
 _PG_COUNTS = ("SELECT sender_id, event_count FROM subagents_conversations "
               "WHERE sender_id = ANY($1::varchar[])")
 _PG_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_count, updated_at) "
@@ -80,6 +83,14 @@ _PG_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_coun
               "event_count = EXCLUDED.event_count, updated_at = EXCLUDED.updated_at")
 _PG_EVENTS = ("INSERT INTO subagents_events (sender_id, seq, data) "
               "SELECT * FROM unnest($1::varchar[], $2::int[], $3::text[])")
+
+
+def _record(sender_id: str, rows: Any) -> ConversationRecord:
+    """The conversation from the rows of the load statement (none without its stack row)."""
+    if not rows or rows[0][1] != -1:
+        return ConversationRecord(sender_id)
+    return ConversationRecord(sender_id, [json.loads(row[0]) for row in rows[1:]],
+                              json.loads(rows[0][0]))
 
 
 def _log_statement(statement: str) -> None:
@@ -126,8 +137,11 @@ class SQLTrackerStore(TrackerStore):
     A turn is one transaction: its events are inserted and the conversation row updated
     together, so a crash mid-turn leaves the previous turn's state.
 
-    SQLite runs on the stdlib driver in one dedicated thread (a load or a batch of writes is
-    one hop to that thread, not one per cursor call); PostgreSQL runs on asyncpg.
+    A load is one statement; concurrent turns share one write transaction of three
+    statements. SQLite runs on the stdlib driver in one dedicated thread (a load or a batch
+    of writes is one hop to that thread, not one per cursor call). On PostgreSQL, SQLAlchemy
+    keeps the schema and the connection pool, and a turn's statements run on the pooled
+    asyncpg connection directly.
     """
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0,
@@ -234,23 +248,12 @@ class SQLTrackerStore(TrackerStore):
         return await self._run(functools.partial(self._load_rows, sender_id))
 
     def _load_rows(self, sender_id: str, conn: Connection) -> ConversationRecord:
-        """The stack and the events in one statement (one consistent snapshot, no
-        transaction needed)."""
-        from sqlalchemy import bindparam, select
+        from sqlalchemy import text
 
         if self._load_statement is None:
-            conversations, events = self.conversations, self.events
-            self._load_statement = (
-                select(conversations.c.stack, events.c.data)
-                .select_from(conversations.outerjoin(
-                    events, events.c.sender_id == conversations.c.sender_id))
-                .where(conversations.c.sender_id == bindparam("sender_id"))
-                .order_by(events.c.seq))
-        rows = conn.execute(self._load_statement, {"sender_id": sender_id}).all()
-        if not rows:
-            return ConversationRecord(sender_id)
-        return ConversationRecord(sender_id, [json.loads(r[1]) for r in rows
-                                              if r[1] is not None], json.loads(rows[0][0]))
+            self._load_statement = text(_LOAD.format(sender=":sender_id"))
+        return _record(sender_id, conn.execute(self._load_statement,
+                                               {"sender_id": sender_id}).all())
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
                         stack: list[dict[str, Any]], previous_count: int) -> None:
@@ -357,11 +360,7 @@ class SQLTrackerStore(TrackerStore):
 
     async def _pg_load(self, sender_id: str, driver: Any) -> ConversationRecord:
         _log_statement(_PG_LOAD)
-        rows = await driver.fetch(_PG_LOAD, sender_id)
-        if not rows:
-            return ConversationRecord(sender_id)
-        return ConversationRecord(sender_id, [json.loads(r[1]) for r in rows
-                                              if r[1] is not None], json.loads(rows[0][0]))
+        return _record(sender_id, await driver.fetch(_PG_LOAD, sender_id))
 
     async def _pg_write(self, batch: list[_PendingTurn], driver: Any) -> dict[int, str]:
         """One transaction of three statements, whatever the batch size."""
