@@ -117,9 +117,41 @@ async def main(clients: int = 20, per_client: int = 10) -> None:
           f"{cpu / total * 1000:.2f} ms/turn")
 
 
+async def startups(count: int) -> None:
+    """Start the example assistant ``count`` times; spawn to /health, wall and server CPU."""
+    print(f"== start-up of the example assistant, {count} times ==")
+    walls, cpus = [], []
+    for _ in range(count):
+        with tempfile.TemporaryDirectory() as tmp:
+            async with FakeModelServer() as fake:
+                root = Path(tmp)
+                copy_example(root, fake)
+                port = free_port()
+                started = time.perf_counter()
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
+                    "--port", str(port), "--no-model-check", stdout=asyncio.subprocess.DEVNULL,
+                    stderr=asyncio.subprocess.DEVNULL, env={**os.environ})
+                try:
+                    await wait_healthy(f"http://127.0.0.1:{port}")
+                    walls.append(time.perf_counter() - started)
+                    cpus.append(cpu_seconds(proc.pid))
+                finally:
+                    proc.terminate()
+                    await proc.wait()
+    print(f"wall: min {min(walls):.2f} s, median {statistics.median(walls):.2f} s, max "
+          f"{max(walls):.2f} s; server CPU median {statistics.median(cpus):.2f} s "
+          f"(load average {os.getloadavg()[0]:.1f})")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--clients", type=int, default=20, help="turns per wave")
     parser.add_argument("--turns", type=int, default=10, help="waves")
+    parser.add_argument("--startups", type=int, default=0, metavar="N",
+                        help="only measure start-up, N times")
     args = parser.parse_args()
-    asyncio.run(main(args.clients, args.turns))
+    if args.startups:
+        asyncio.run(startups(args.startups))
+    else:
+        asyncio.run(main(args.clients, args.turns))

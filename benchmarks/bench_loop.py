@@ -3,13 +3,19 @@
 The floor is a raw client: the same request bodies posted as plain JSON over one keep-alive
 aiohttp session, replies decoded with ``json.loads``, no SDK and no agent. Logging is set up
 as ``subagents serve`` sets it (WARNING), so filtered-out log calls cost what they cost there.
+
+Two figures per step: wall time minus the fake model's handler time (fake model in this
+process), and this process's CPU time with the fake model in a child process, so that only
+the client side is counted. CPU time is the figure that holds on a loaded machine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import statistics
+import sys
 import time
 import tracemalloc
 from typing import Any
@@ -85,6 +91,69 @@ async def _raw_floor(fake: FakeModelServer, bodies: list[dict[str, Any]], count:
     return per_call
 
 
+_CHILD = """
+import asyncio, json, sys
+from subagents.testing import FakeModelServer
+
+async def main():
+    async with FakeModelServer({"bench": json.loads(sys.argv[1])}) as fake:
+        print(fake.base_url("bench"), flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+asyncio.run(main())
+"""
+
+
+async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float]:
+    """CPU ms of this process per agent step and per raw call, fake model in a child."""
+    import aiohttp
+
+    runs = 3 + RUNS
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _CHILD, json.dumps(script() * runs * 2),
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env={**os.environ})
+    assert proc.stdout is not None
+    assert proc.stdin is not None
+    base = (await proc.stdout.readline()).decode().strip()
+    try:
+        llm = LLMClient(ModelSettings(model="m", api_base=base, max_retries=0))
+        agent = Bench("bench", "benchmark", llm=llm,
+                      configuration=AgentConfiguration(include_date_time=False))
+        history = [ev.user_uttered(f"message {i}") for i in range(10)]
+
+        async def agent_runs(count: int) -> None:
+            for _ in range(count):
+                inp = AgentInput(id="bench", user_message="go", events=list(history),
+                                 recipient_id="u", metadata={"sender_id": "u"})
+                output = await agent.run(inp, CollectingOutputChannel())
+                assert output.status.value == "completed", output
+
+        await agent_runs(3)
+        start = time.process_time()
+        await agent_runs(RUNS)
+        agent_cpu = (time.process_time() - start) * 1000 / (RUNS * STEPS)
+        await agent.disconnect()
+        headers = {"Authorization": "Bearer x", "Content-Type": "application/json"}
+        async with aiohttp.ClientSession() as session:
+            async def raw_runs(count: int) -> None:
+                for _ in range(count):
+                    for body in bodies:
+                        async with session.post(base + "/chat/completions",
+                                                data=json.dumps(body).encode(),
+                                                headers=headers) as response:
+                            reply = json.loads(await response.read())
+                        assert reply["choices"][0]["message"]["tool_calls"]
+
+            await raw_runs(3)
+            start = time.process_time()
+            await raw_runs(RUNS)
+            raw_cpu = (time.process_time() - start) * 1000 / (RUNS * STEPS)
+    finally:
+        proc.stdin.close()
+        await proc.wait()
+    return agent_cpu, raw_cpu
+
+
 async def main() -> None:
     configure_logging("WARNING")
     print("== ReAct loop overhead (5 steps, zero-latency model, in-process tool) ==")
@@ -103,11 +172,14 @@ async def main() -> None:
         await _raw_floor(fake, bodies, 3)
         floor = await _raw_floor(fake, bodies, RUNS)
         fake.assert_done()
+    agent_cpu, raw_cpu = await _cpu_per_step(bodies)
     print(f"per step (wall minus fake-server time): median {statistics.median(per_step):.2f} ms"
           f", min {min(per_step):.2f} ms, max {max(per_step):.2f} ms  (n={len(per_step)} runs)")
     print(f"raw JSON client floor per call: median {statistics.median(floor):.2f} ms, "
           f"min {min(floor):.2f} ms  -> agent step / floor = "
           f"{statistics.median(per_step) / statistics.median(floor):.2f}x")
+    print(f"CPU per step, fake model in a child process: agent {agent_cpu:.3f} ms, raw JSON "
+          f"client {raw_cpu:.3f} ms  -> agent step / floor = {agent_cpu / raw_cpu:.2f}x")
     print(f"peak traced Python memory over 5 runs: {peak / 1024 / 1024:.2f} MB")
 
 

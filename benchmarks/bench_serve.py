@@ -5,6 +5,12 @@ in a new conversation whose open agent answers in one model call; the fake model
 a fixed 200 ms. Reported: sustained turns/s, p50/p99 turn latency minus the model
 latency, the server's CPU per turn (from /proc) and its RSS. The tracker store is the default
 SQLite file.
+
+By default (``--arrivals burst``) all N clients start at the same instant; with a fixed model
+latency they then stay in lock-step, so every turn of a wave queues behind the N-1 others
+(p99 is at least N times the CPU of a turn). ``--arrivals spread`` starts client i at
+i/N of one model latency, as independent users arrive: the same N conversations in flight,
+the same turns, without the artificial waves.
 """
 
 from __future__ import annotations
@@ -85,11 +91,16 @@ async def wait_healthy(base: str) -> None:
 
 
 async def level(client: httpx2.AsyncClient, fake: FakeModelServer, n: int, tag: str,
-                turns: int = 1) -> tuple[float, list[float]]:
-    """n clients, each sending ``turns`` turns in sequence; wall seconds and latencies."""
+                turns: int = 1, spread: bool = False) -> tuple[float, list[float]]:
+    """n clients, each sending ``turns`` turns in sequence; wall seconds and latencies.
+
+    With ``spread`` client i starts i/n of one model latency after the first.
+    """
     fake.add("helper", [{"text": "How can I help?", "delay_ms": MODEL_MS}] * (n * turns))
 
     async def one(i: int) -> list[float]:
+        if spread:
+            await asyncio.sleep(MODEL_MS / 1000 * i / n)
         latencies = []
         for turn in range(turns):
             start = time.perf_counter()
@@ -115,7 +126,8 @@ def raise_fd_limit() -> int:
     return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
-async def run_level(root: Path, fake: FakeModelServer, n: int, turns: int = 1) -> str:
+async def run_level(root: Path, fake: FakeModelServer, n: int, turns: int = 1,
+                    spread: bool = False) -> str:
     """Start a fresh server, warm it up, run n concurrent conversations, stop it."""
     port = free_port()
     log_file = (root / f"server-{n}.log").open("wb")
@@ -130,7 +142,7 @@ async def run_level(root: Path, fake: FakeModelServer, n: int, turns: int = 1) -
         async with httpx2.AsyncClient(base_url=base, timeout=300, limits=limits) as client:
             await level(client, fake, 20, f"warmup{n}")
             server_cpu, own_cpu = cpu_seconds(proc.pid), time.process_time()
-            wall, lat = await level(client, fake, n, f"n{n}", turns)
+            wall, lat = await level(client, fake, n, f"n{n}", turns, spread)
             server_cpu = cpu_seconds(proc.pid) - server_cpu
             own_cpu = time.process_time() - own_cpu
         lat.sort()
@@ -159,22 +171,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="concurrent conversations per level (default: %(default)s)")
     parser.add_argument("--turns", type=int, default=5,
                         help="turns each conversation sends in sequence (default: %(default)s)")
+    parser.add_argument("--arrivals", choices=("burst", "spread"), default="burst",
+                        help="burst: all clients start at once; spread: client i starts i/N "
+                             "of one model latency later (default: %(default)s)")
     return parser.parse_args(argv)
 
 
-async def main(levels: tuple[int, ...] = LEVELS, turns: int = 5) -> None:
+async def main(levels: tuple[int, ...] = LEVELS, turns: int = 5,
+               arrivals: str = "burst") -> None:
     raise_fd_limit()
-    print(f"== serve under load (fake model {MODEL_MS} ms per call, SQLite tracker; "
-          "the client and the fake model share the machine's 2 cores with the server) ==")
+    print(f"== serve under load (fake model {MODEL_MS} ms per call, SQLite tracker, "
+          f"{arrivals} arrivals; the client and the fake model share the machine's 2 cores "
+          "with the server) ==")
     with tempfile.TemporaryDirectory() as tmp:
         async with FakeModelServer() as fake:
             root = Path(tmp)
             write_project(root, fake)
             for n in levels:
-                print(await run_level(root, fake, n, turns), flush=True)
+                print(await run_level(root, fake, n, turns, arrivals == "spread"),
+                      flush=True)
             fake.assert_done()
 
 
 if __name__ == "__main__":
     args = parse_args()
-    asyncio.run(main(args.levels, args.turns))
+    asyncio.run(main(args.levels, args.turns, args.arrivals))

@@ -371,3 +371,28 @@ async def test_a_custom_auth_module_supplies_the_headers():
                              require=("authorization", "Bearer from-module")) as conn:
             who = await conn.call_tool("whoami", {}, timeout=5)
     assert who.result == "Bearer from-module|None"
+
+
+async def test_an_agents_mcp_tools_are_built_once_until_the_server_lists_new_ones():
+    async with serve_mcp(tools_server, "http") as url:
+        pool = MCPPool(endpoints(McpServerConfig(name="tools", type="http", url=url)))
+        try:
+            with anyio.fail_after(30):
+                toolset = MCPToolset(pool, [McpServerRef(name="tools")], agent_name="a")
+                await toolset.start(attempts=1)
+                first = {t.name: t for t in await toolset.tools()}
+                again = {t.name: t for t in await toolset.tools()}
+                conn = pool.connection("tools")
+                await conn.call_tool("register_extra", {}, timeout=5)
+                with anyio.fail_after(5):
+                    await conn.tools_changed.wait()
+                after = {t.name: t for t in await toolset.tools()}
+                extra = await after["extra"].run({}, ctx())
+        finally:
+            with contextlib.suppress(Exception):
+                tools_server.remove_tool("extra")
+            await pool.close()
+    assert all(again[name] is tool for name, tool in first.items())
+    assert after["echo"] is not first["echo"]  # a new listing: the tools are built anew
+    assert after["echo"].schema == first["echo"].schema
+    assert extra.result == "extra"

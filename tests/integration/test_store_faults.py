@@ -217,6 +217,48 @@ async def test_a_held_redis_lock_outlives_its_expiry_while_the_turn_runs():
 
 @pytest.mark.redis
 @needs_redis
+async def test_every_lock_a_worker_holds_is_extended_and_a_released_one_no_longer():
+    from subagents.stores.redis_lock import RedisLockStore
+
+    first, second = (f"lock-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    extended: dict[str, int] = {first: 0, second: 0}
+    both_twice, first_twice_more = anyio.Event(), anyio.Event()
+    since_release: list[str] = []
+
+    def on_extend(sender: str) -> None:
+        extended[sender] += 1
+        if min(extended.values()) >= 2:
+            both_twice.set()
+        if both_twice.is_set():
+            since_release.append(sender)
+            if since_release.count(first) >= 2:
+                first_twice_more.set()
+
+    holder = RedisLockStore(url=REDIS, lock_timeout=1.5, on_extend=on_extend)
+    other = RedisLockStore(url=REDIS, lock_timeout=1.5, wait_timeout=0.01)
+    try:
+        async with holder.lock(first):
+            async with holder.lock(second):
+                with anyio.fail_after(10):
+                    await both_twice.wait()
+            after_release = extended[second]
+            async with other.lock(second):  # released: free at once
+                pass
+            with pytest.raises(LockTimeoutError):  # still held, past its first expiry
+                async with other.lock(first):
+                    pass
+            since_release.clear()
+            with anyio.fail_after(10):  # the keeper goes on for the lock still held
+                await first_twice_more.wait()
+    finally:
+        await holder.close()
+        await other.close()
+    assert extended[second] == after_release
+    assert second not in since_release
+
+
+@pytest.mark.redis
+@needs_redis
 async def test_a_message_waiting_longer_than_the_lock_wait_gets_the_reply(project):
     from subagents.stores.redis_lock import RedisLockStore
 

@@ -60,7 +60,7 @@ from . import _trace
 from ._elicitation import resume as resume_elicitation
 from ._elicitation import settle as settle_elicitation
 from ._images import images_message
-from ._limits import cap_text, capped_render
+from ._limits import cap_text, capped_render, capped_render_async
 from ._model_io import deliver, generate, send_event
 from ._parking import park, resume_approval, resume_client_tools
 from ._plan import (
@@ -97,6 +97,8 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("subagents.agent")
 TEMPLATES = Path(__file__).with_name("templates")
+_INLINE_HISTORY_EVENTS = 500
+"""Above this many events the history is built in a worker thread with the prompt."""
 
 NUDGE_EMPTY = ("Your last reply was empty. Answer the user now: ask for what you still need, "
                "or give your result.")
@@ -507,9 +509,21 @@ class MCPBaseAgent:
 
     # ------------------------------------------------------------------ model call + delivery
     async def _conversation(self, run: AgentRun) -> list[ChatMessage]:
-        """System prompt and history, built in a worker thread: rendering a template never
-        blocks the event loop."""
-        return await anyio.to_thread.run_sync(self.build_messages_for_llm_request, run.input)
+        """System prompt and history. The prompt renders on the event loop for at most a
+        millisecond, then finishes in a worker thread (a thread hop costs more than a typical
+        render); an overridden builder, or a long history, is built in the thread whole."""
+        cls = type(self)
+        if (cls.build_messages_for_llm_request is not MCPBaseAgent.build_messages_for_llm_request
+                or cls.render_prompt_template is not MCPBaseAgent.render_prompt_template
+                or len(run.input.events) > _INLINE_HISTORY_EVENTS):
+            return await anyio.to_thread.run_sync(self.build_messages_for_llm_request,
+                                                  run.input)
+        from ._history import history_messages
+
+        system = await capped_render_async(
+            self._template, self._build_context_for_prompt(run.input), self.max_prompt_chars)
+        return [{"role": "system", "content": system},
+                *history_messages(run.input, self.name, 10)]
 
     async def _messages(self, run: AgentRun) -> list[ChatMessage]:
         return [*await self._conversation(run), *run.tool_messages]

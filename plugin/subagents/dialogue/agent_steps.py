@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from .. import events as ev
+from ..agents._copying import copy_input
 from ..agents.base import MCPBaseAgent
 from ..agents.registry import protocol_type_for
 from ..agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
@@ -229,7 +230,7 @@ class AgentSteps:
         output: AgentOutput | None = None
         for attempt in range(MAX_AGENT_ATTEMPTS):
             try:
-                output = await agent.run(agent_input.model_copy(deep=True), turn.channel)
+                output = await agent.run(copy_input(agent_input), turn.channel)
             except Exception as exc:
                 log.exception("dialogue.agent.crashed", agent=agent.name)
                 return AgentOutput(id=agent.name, status=AgentStatus.FATAL_ERROR,

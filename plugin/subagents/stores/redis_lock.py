@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable
 
 import structlog
@@ -12,11 +13,31 @@ from .locks import LockStore, LockTimeoutError
 
 log = structlog.get_logger("subagents.stores")
 
+# a lock is a key holding its holder's random token; only the holder may extend or delete it
+_EXTEND = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('del', KEYS[1])
+end
+return 0
+"""
+_POLL_SECONDS = 0.1
+"""How often a waiting message tries the lock again."""
+
 
 class RedisLockStore(LockStore):
     """One Redis lock per sender. While a turn holds it, the lock's expiry is pushed forward
     every third of ``lock_timeout``, so a long turn never loses it; a worker that died stops
-    extending and the lock frees itself after ``lock_timeout``."""
+    extending and the lock frees itself after ``lock_timeout``.
+
+    A lock costs two commands per turn (``SET NX PX``, then a compare-and-delete script); one
+    background task per store extends every lock the worker holds.
+    """
 
     def __init__(self, *, url: str | None = None, host: str = "localhost", port: int = 6379,
                  db: int = 0, lock_timeout: float = 120.0, wait_timeout: float = 60.0,
@@ -33,6 +54,11 @@ class RedisLockStore(LockStore):
         self.lock_timeout = lock_timeout
         self.wait_timeout = wait_timeout
         self.on_extend = on_extend
+        self._extend = self.client.register_script(_EXTEND)
+        self._release = self.client.register_script(_RELEASE)
+        self._held: dict[str, tuple[str, str]] = {}
+        """Redis key -> (token, sender id) of each lock this store holds."""
+        self._keeper: asyncio.Task[None] | None = None
 
     @contextlib.asynccontextmanager
     async def lock(self, sender_id: str) -> AsyncIterator[None]:
@@ -41,36 +67,59 @@ class RedisLockStore(LockStore):
         Raises:
             LockTimeoutError: The lock was not free within ``wait_timeout`` seconds.
         """
-        lock = self.client.lock(f"subagents:lock:{sender_id}", timeout=self.lock_timeout,
-                                blocking_timeout=self.wait_timeout)
-        acquired = await lock.acquire()
-        if not acquired:
-            raise LockTimeoutError(f"the conversation was busy for {self.wait_timeout:g}s")
-        keeper = asyncio.ensure_future(self._keep(lock, sender_id))
+        key, token = f"subagents:lock:{sender_id}", os.urandom(16).hex()
+        await self._acquire(key, token)
+        self._held[key] = (token, sender_id)
+        if self._keeper is None or self._keeper.done():
+            self._keeper = asyncio.get_running_loop().create_task(self._keep())
         try:
             yield
         finally:
-            keeper.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeper
+            del self._held[key]
+            if not self._held and self._keeper is not None:
+                self._keeper.cancel()  # nothing left to extend
             with contextlib.suppress(Exception):
-                await lock.release()
+                await self._release(keys=[key], args=[token])
 
-    async def _keep(self, lock: object, sender_id: str) -> None:
-        """Push the lock's expiry forward until cancelled."""
+    async def _acquire(self, key: str, token: str) -> None:
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + self.wait_timeout
+        expiry_ms = int(self.lock_timeout * 1000)
+        while not await self.client.set(key, token, nx=True, px=expiry_ms):
+            if loop.time() + _POLL_SECONDS > give_up_at:
+                raise LockTimeoutError(
+                    f"the conversation was busy for {self.wait_timeout:g}s")
+            await asyncio.sleep(_POLL_SECONDS)
+
+    async def _keep(self) -> None:
+        """Push the expiry of every held lock forward, every third of ``lock_timeout``."""
+        while self._held:
+            await asyncio.sleep(self.lock_timeout / 3)
+            for key, (token, sender_id) in list(self._held.items()):
+                await self._extend_one(key, token, sender_id)
+
+    async def _extend_one(self, key: str, token: str, sender_id: str) -> None:
         from redis.exceptions import RedisError
 
-        while True:
-            await asyncio.sleep(self.lock_timeout / 3)
-            try:
-                await lock.reacquire()  # type: ignore[attr-defined]
-            except (RedisError, OSError) as exc:
-                log.warning("store.lock.extend_failed", sender=sender_id,
-                            error_type=type(exc).__name__)
-                continue
-            if self.on_extend is not None:
-                self.on_extend(sender_id)
+        try:
+            extended = await self._extend(keys=[key],
+                                          args=[token, int(self.lock_timeout * 1000)])
+        except (RedisError, OSError) as exc:
+            log.warning("store.lock.extend_failed", sender=sender_id,
+                        error_type=type(exc).__name__)
+            return
+        if self._held.get(key, ("",))[0] != token:
+            return  # released meanwhile
+        if not extended:
+            log.warning("store.lock.extend_failed", sender=sender_id, error_type="not_owned")
+            return
+        if self.on_extend is not None:
+            self.on_extend(sender_id)
 
     async def close(self) -> None:
-        """Close the Redis client."""
+        """Stop extending and close the Redis client."""
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
         await self.client.aclose()

@@ -7,7 +7,7 @@ import functools
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("subagents.stores")
 _T = TypeVar("_T")
+_PG_POOL_SIZE = 20
 
 
 @dataclass
@@ -40,6 +41,62 @@ def _store_error(exc: BaseException) -> Exception:
     error = StoreError(f"the tracker store failed: {type(exc).__name__}")
     error.__cause__ = exc
     return error
+
+
+def _accept(batch: list[_PendingTurn], stored: dict[str, int]
+            ) -> tuple[dict[int, str], list[dict[str, Any]], list[dict[str, Any]]]:
+    """Which turns of a batch are written (their conversation still has the count the turn
+    loaded) and their rows: refused turns by index with the reason, conversation rows (one
+    per sender), event rows."""
+    refused: dict[int, str] = {}
+    events: list[dict[str, Any]] = []
+    conversations: dict[str, dict[str, Any]] = {}
+    now = time.time()
+    for index, item in enumerate(batch):
+        count = stored.get(item.sender_id, 0)
+        if count != item.previous_count:
+            refused[index] = (f"conversation {item.sender_id!r} changed while a turn ran "
+                              f"({count} events stored, {item.previous_count} expected)")
+            continue
+        stored[item.sender_id] = count + len(item.events)
+        events += [{"sender_id": item.sender_id, "seq": count + i,
+                    "data": json.dumps(e, default=str)}
+                   for i, e in enumerate(item.events)]
+        conversations[item.sender_id] = {
+            "sender_id": item.sender_id, "stack": json.dumps(item.stack, default=str),
+            "event_count": count + len(item.events), "updated_at": now}
+    return refused, list(conversations.values()), events
+
+
+_sql_log = logging.getLogger("subagents.stores.sql")
+# one statement (one snapshot, no transaction needed): the stack as row seq -1, then the
+# events in order
+_LOAD = ("SELECT stack, -1 AS seq FROM subagents_conversations WHERE sender_id = {sender} "
+         "UNION ALL SELECT data, seq FROM subagents_events WHERE sender_id = {sender} "
+         "ORDER BY seq")
+_PG_LOAD = _LOAD.format(sender="$1")
+_PG_COUNTS = ("SELECT sender_id, event_count FROM subagents_conversations "
+              "WHERE sender_id = ANY($1::varchar[])")
+_PG_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_count, updated_at) "
+              "SELECT * FROM unnest($1::varchar[], $2::text[], $3::int[], $4::float8[]) "
+              "ON CONFLICT (sender_id) DO UPDATE SET stack = EXCLUDED.stack, "
+              "event_count = EXCLUDED.event_count, updated_at = EXCLUDED.updated_at")
+_PG_EVENTS = ("INSERT INTO subagents_events (sender_id, seq, data) "
+              "SELECT * FROM unnest($1::varchar[], $2::int[], $3::text[])")
+
+
+def _record(sender_id: str, rows: Any) -> ConversationRecord:
+    """The conversation from the rows of the load statement (none without its stack row)."""
+    if not rows or rows[0][1] != -1:
+        return ConversationRecord(sender_id)
+    return ConversationRecord(sender_id, [json.loads(row[0]) for row in rows[1:]],
+                              json.loads(rows[0][0]))
+
+
+def _log_statement(statement: str) -> None:
+    """Statements run on asyncpg directly are logged at DEBUG, without their data."""
+    if _sql_log.isEnabledFor(logging.DEBUG):
+        _sql_log.debug("%s", statement)
 
 
 def _redact_driver_record(record: logging.LogRecord) -> bool:
@@ -80,8 +137,11 @@ class SQLTrackerStore(TrackerStore):
     A turn is one transaction: its events are inserted and the conversation row updated
     together, so a crash mid-turn leaves the previous turn's state.
 
-    SQLite runs on the stdlib driver in one dedicated thread (a load or a batch of writes is
-    one hop to that thread, not one per cursor call); PostgreSQL runs on asyncpg.
+    A load is one statement; concurrent turns share one write transaction of three
+    statements. SQLite runs on the stdlib driver in one dedicated thread (a load or a batch
+    of writes is one hop to that thread, not one per cursor call). On PostgreSQL, SQLAlchemy
+    keeps the schema and the connection pool, and a turn's statements run on the pooled
+    asyncpg connection directly.
     """
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0,
@@ -111,6 +171,7 @@ class SQLTrackerStore(TrackerStore):
         self.sqlite = url.startswith("sqlite")
         _quiet_driver_logs()
         self.engine: AsyncEngine | None = None
+        self._reader: AsyncEngine | None = None
         self._sync_engine: Engine | None = None
         self._thread: ThreadPoolExecutor | None = None
         if self.sqlite:
@@ -125,9 +186,13 @@ class SQLTrackerStore(TrackerStore):
                               **(connect_args or {})})
             event.listen(self._sync_engine, "connect", _sqlite_pragmas)
         else:
-            self.engine = create_async_engine(url, pool_size=10, max_overflow=20,
+            # a fixed pool: connections opened beyond it would be closed again on return, and
+            # opening one costs more CPU than a whole turn; a burst waits for a free one
+            self.engine = create_async_engine(url, pool_size=_PG_POOL_SIZE, max_overflow=0,
                                               connect_args=dict(connect_args or {}),
                                               hide_parameters=True)
+            # reads are single statements: without BEGIN/ROLLBACK they are one round trip
+            self._reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
         self.meta = MetaData()
         self.conversations = Table(
             "subagents_conversations", self.meta,
@@ -142,6 +207,8 @@ class SQLTrackerStore(TrackerStore):
             Column("seq", Integer, nullable=False),
             Column("data", Text, nullable=False),
             UniqueConstraint("sender_id", "seq"))
+        self._load_statement: Any = None
+        self._upsert_statement: Any = None
         self._ready = False
         self._init_lock = asyncio.Lock()
         self._pending: list[_PendingTurn] = []
@@ -161,7 +228,8 @@ class SQLTrackerStore(TrackerStore):
                 self._thread = ThreadPoolExecutor(1, thread_name_prefix="subagents-sqlite")
             return await asyncio.get_running_loop().run_in_executor(self._thread, call)
         assert self.engine is not None
-        async with self.engine.begin() if write else self.engine.connect() as conn:
+        assert self._reader is not None
+        async with self.engine.begin() if write else self._reader.connect() as conn:
             return await conn.run_sync(function)
 
     async def _init(self) -> None:
@@ -175,19 +243,17 @@ class SQLTrackerStore(TrackerStore):
     async def load(self, sender_id: str) -> ConversationRecord:
         """The conversation of ``sender_id``; empty when there is none."""
         await self._init()
+        if not self.sqlite:
+            return await self._on_driver(functools.partial(self._pg_load, sender_id))
         return await self._run(functools.partial(self._load_rows, sender_id))
 
     def _load_rows(self, sender_id: str, conn: Connection) -> ConversationRecord:
-        from sqlalchemy import select
+        from sqlalchemy import text
 
-        row = conn.execute(select(self.conversations.c.stack).where(
-            self.conversations.c.sender_id == sender_id)).first()
-        if row is None:
-            return ConversationRecord(sender_id)
-        rows = conn.execute(select(self.events.c.data).where(
-            self.events.c.sender_id == sender_id).order_by(self.events.c.seq))
-        return ConversationRecord(sender_id, [json.loads(r[0]) for r in rows],
-                                  json.loads(row[0]))
+        if self._load_statement is None:
+            self._load_statement = text(_LOAD.format(sender=":sender_id"))
+        return _record(sender_id, conn.execute(self._load_statement,
+                                               {"sender_id": sender_id}).all())
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
                         stack: list[dict[str, Any]], previous_count: int) -> None:
@@ -219,7 +285,11 @@ class SQLTrackerStore(TrackerStore):
     async def _write(self, batch: list[_PendingTurn]) -> None:
         """One transaction for the batch; a turn whose conversation changed is refused alone."""
         try:
-            refused = await self._run(functools.partial(self._write_rows, batch), write=True)
+            if self.sqlite:
+                refused = await self._run(functools.partial(self._write_rows, batch),
+                                          write=True)
+            else:
+                refused = await self._on_driver(functools.partial(self._pg_write, batch))
         except BaseException as exc:  # every waiting turn gets the error, refused or not
             for item in batch:
                 if not item.done.done():
@@ -239,38 +309,74 @@ class SQLTrackerStore(TrackerStore):
                 item.done.set_result(None)
 
     def _write_rows(self, batch: list[_PendingTurn], conn: Connection) -> dict[int, str]:
-        """Writes the batch's accepted turns; the refused ones by index, with the reason."""
-        from sqlalchemy import insert, select, update
+        """Writes the batch's accepted turns; the refused ones by index, with the reason.
+
+        Three statements whatever the batch size: the stored counts, one upsert of the
+        conversations and one insert of the events.
+        """
+        from sqlalchemy import select
 
         senders = [item.sender_id for item in batch]
         rows = conn.execute(select(
             self.conversations.c.sender_id, self.conversations.c.event_count).where(
             self.conversations.c.sender_id.in_(senders)))
-        stored = {row[0]: row[1] for row in rows}
-        existing = set(stored)
-        refused: dict[int, str] = {}
-        events: list[dict[str, Any]] = []
-        for index, item in enumerate(batch):
-            count = stored.get(item.sender_id, 0)
-            if count != item.previous_count:
-                refused[index] = (f"conversation {item.sender_id!r} changed while a turn ran "
-                                  f"({count} events stored, {item.previous_count} expected)")
-                continue
-            stored[item.sender_id] = count + len(item.events)
-            events += [{"sender_id": item.sender_id, "seq": count + i,
-                        "data": json.dumps(e, default=str)}
-                       for i, e in enumerate(item.events)]
-            values = {"stack": json.dumps(item.stack, default=str),
-                      "event_count": count + len(item.events), "updated_at": time.time()}
-            if item.sender_id in existing:
-                conn.execute(update(self.conversations).where(
-                    self.conversations.c.sender_id == item.sender_id).values(**values))
-            else:
-                existing.add(item.sender_id)
-                conn.execute(insert(self.conversations).values(sender_id=item.sender_id,
-                                                               **values))
+        refused, conversations, events = _accept(batch, {row[0]: row[1] for row in rows})
+        if conversations:
+            if self._upsert_statement is None:
+                self._upsert_statement = self._upsert()
+            conn.execute(self._upsert_statement, conversations)
         if events:
-            conn.execute(insert(self.events), events)
+            conn.execute(self.events.insert(), events)
+        return refused
+
+    def _upsert(self) -> Any:
+        """SQLite's INSERT ... ON CONFLICT (sender_id) DO UPDATE for the conversations."""
+        from sqlalchemy.dialects import sqlite
+
+        statement = sqlite.insert(self.conversations)
+        return statement.on_conflict_do_update(
+            index_elements=[self.conversations.c.sender_id],
+            set_={name: statement.excluded[name]
+                  for name in ("stack", "event_count", "updated_at")})
+
+    async def _on_driver(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
+        """``work(asyncpg connection)`` on a connection of the engine's pool.
+
+        The two statements of a turn run on asyncpg directly: SQLAlchemy's execution layer
+        costs more CPU than the statements themselves. A connection found dead is dropped
+        with every pooled one (the server went away), as SQLAlchemy does on a disconnect.
+        """
+        assert self.engine is not None
+        assert self._reader is not None
+        async with self._reader.connect() as conn:
+            driver = (await conn.get_raw_connection()).driver_connection
+            try:
+                return await work(driver)
+            except BaseException:
+                if driver is None or driver.is_closed():
+                    await conn.invalidate()
+                    await self.engine.dispose()
+                raise
+
+    async def _pg_load(self, sender_id: str, driver: Any) -> ConversationRecord:
+        _log_statement(_PG_LOAD)
+        return _record(sender_id, await driver.fetch(_PG_LOAD, sender_id))
+
+    async def _pg_write(self, batch: list[_PendingTurn], driver: Any) -> dict[int, str]:
+        """One transaction of three statements, whatever the batch size."""
+        async with driver.transaction():
+            _log_statement(_PG_COUNTS)
+            rows = await driver.fetch(_PG_COUNTS, [item.sender_id for item in batch])
+            refused, conversations, events = _accept(batch, {r[0]: r[1] for r in rows})
+            if conversations:
+                _log_statement(_PG_UPSERT)
+                await driver.execute(_PG_UPSERT, *map(list, zip(*(
+                    (c["sender_id"], c["stack"], c["event_count"], c["updated_at"])
+                    for c in conversations), strict=True)))
+            if events:
+                _log_statement(_PG_EVENTS)
+                await driver.execute(_PG_EVENTS, *map(list, zip(*(
+                    (e["sender_id"], e["seq"], e["data"]) for e in events), strict=True)))
         return refused
 
     async def senders(self) -> list[str]:

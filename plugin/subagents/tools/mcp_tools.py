@@ -66,6 +66,9 @@ class MCPToolset:
         self.refs = refs
         self.agent_name = agent_name
         self.settings = settings or {}
+        # the Tool built for a listed MCP tool, reused while the server's listing keeps that
+        # same tool object (a refreshed listing brings new objects, so new Tools)
+        self._built: dict[tuple[str, str], tuple[MCPTool, Tool]] = {}
 
     async def start(self, attempts: int) -> None:
         """Connect the agent's servers (shared per process)."""
@@ -100,6 +103,14 @@ class MCPToolset:
         return out
 
     def _tool(self, ref: McpServerRef, mcp_tool: MCPTool) -> Tool:
+        built = self._built.get((ref.name, mcp_tool.name))
+        if built is not None and built[0] is mcp_tool:
+            return built[1]
+        tool = self._build(ref, mcp_tool)
+        self._built[(ref.name, mcp_tool.name)] = (mcp_tool, tool)
+        return tool
+
+    def _build(self, ref: McpServerRef, mcp_tool: MCPTool) -> Tool:
         settings = self.settings.get(mcp_tool.name)
         read_only = mcp_tool.read_only
         if settings is not None and settings.read_only is not None:

@@ -1,0 +1,59 @@
+"""Each agent attempt gets a copy of its input that shares nothing mutable with the original."""
+
+from __future__ import annotations
+
+from subagents import events as ev
+from subagents.agents._copying import copy_input, json_copy
+from subagents.types import AgentInput, AgentInputSlot
+
+
+def _input() -> AgentInput:
+    return AgentInput(
+        id="helper", user_message="hi",
+        slots=[AgentInputSlot(name="cart", value={"items": ["tea"]}, allowed_values=["a"],
+                              mappings=[{"type": "from_llm"}])],
+        events=[ev.user_uttered("hi", metadata={"tags": ["x"]})],
+        metadata={"sender_id": "u", "nested": {"list": [1, 2]}}, recipient_id="u")
+
+
+def test_the_copy_is_equal_and_shares_nothing_mutable():
+    original = _input()
+    copied = copy_input(original)
+    assert copied == original
+    copied.events[0]["metadata"]["tags"].append("y")
+    copied.events.append(ev.bot_uttered("extra"))
+    copied.slots[0].value["items"].append("cake")
+    copied.slots[0].mappings[0]["type"] = "changed"
+    copied.slots[0].allowed_values.append("b")
+    copied.metadata["nested"]["list"].append(3)
+    assert original.events[0]["metadata"]["tags"] == ["x"]
+    assert len(original.events) == 1
+    assert original.slots[0].value == {"items": ["tea"]}
+    assert original.slots[0].mappings == [{"type": "from_llm"}]
+    assert original.slots[0].allowed_values == ["a"]
+    assert original.metadata["nested"]["list"] == [1, 2]
+
+
+def test_objects_that_are_not_json_shaped_are_deep_copied():
+    class Box:
+        def __init__(self) -> None:
+            self.items = [1]
+
+    box, inner = Box(), [2]
+    copied = json_copy({"box": box, "tuple": (1, inner)})
+    assert copied["box"] is not box
+    assert copied["box"].items == [1]
+    assert copied["box"].items is not box.items
+    assert copied["tuple"] == (1, [2])
+    assert copied["tuple"][1] is not inner
+
+
+def test_a_subclassed_input_is_deep_copied_whole():
+    class Extended(AgentInput):
+        extra: dict = {}
+
+    original = Extended(id="a", extra={"k": [1]})
+    copied = copy_input(original)
+    assert type(copied) is Extended
+    copied.extra["k"].append(2)
+    assert original.extra == {"k": [1]}
