@@ -89,3 +89,16 @@ async def serve_process(project: Path, *args: str, env: dict[str, str] | None = 
         with anyio.move_on_after(5):
             await reader
         reader.cancel()
+
+
+@contextlib.asynccontextmanager
+async def example_insurer() -> AsyncIterator[dict[str, str]]:
+    """The demo insurer that the example assistant's A2A agent calls, on 127.0.0.1.
+
+    Yields the environment a served copy of the example needs to reach it.
+    """
+    from subagents.demo.a2a_insurer import build_app
+    from subagents.testing.mcp_http import serve_app
+
+    async with serve_app(build_app()) as url:
+        yield {"CLINIC_INSURER_URL": url}

@@ -51,6 +51,7 @@ from .dialogue.client_input import (
     check_sender_id,
 )
 from .dialogue.processor import Assistant
+from .exceptions import SubagentsError
 from .inspector import inspector_routes, wants_trace
 from .mcp.consent_route import consent_routes
 from .recording_export import ExportError, build_fixture, dump_fixture
@@ -406,8 +407,18 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
     """
     import uvicorn
 
+    failed: list[SubagentsError] = []
+
     class _Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
+            # connect the agents before uvicorn's lifespan does (its start is then a no-op), so
+            # that a project that cannot start ends with its one-screen error, not a traceback
+            try:
+                await assistant.start()
+            except SubagentsError as exc:
+                failed.append(exc)
+                self.should_exit = True
+                return
             await super().startup(sockets)
             if self.started:  # listening now: tell whoever started us
                 print(f"subagents: serving on http://{host}:{port}", file=sys.stderr,
@@ -424,3 +435,5 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: None)
     _Server(config).run()
+    if failed:
+        raise failed[0]

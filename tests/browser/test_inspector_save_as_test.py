@@ -35,7 +35,7 @@ from tests.cli_process import run_cli
 from tests.dialogue_harness import write_project
 from tests.integration.test_record_replay import SCRIPT as ACME_SCRIPT
 from tests.integration.test_record_replay import _example_project
-from tests.serve_process import free_port, serve_process
+from tests.serve_process import example_insurer, free_port, serve_process
 
 pytestmark = pytest.mark.skipif(not CHROMIUM, reason="needs Chromium: run .ci/suites/browser.sh")
 
@@ -72,10 +72,10 @@ async def test_a_recorded_conversation_is_saved_from_the_page_and_passes_offline
     project = tmp_path / "assistant"
     project.mkdir()
     e2e = project / "tests" / "e2e"
-    async with FakeModelServer(ACME_SCRIPT) as fake:
+    async with FakeModelServer(ACME_SCRIPT) as fake, example_insurer() as insurer:
         models = fake.base_url("x").rsplit("/x", 1)[0]
         _example_project(project, models)
-        async with serve_process(project, "--record", "--token", TOKEN) as server, \
+        async with serve_process(project, "--record", "--token", TOKEN, env=insurer) as server, \
                 browse(server.url, path=f"/inspect?token={TOKEN}") as page:
             with anyio.fail_after(120):
                 assert "token" not in page.url  # the page keeps the token to itself

@@ -24,7 +24,7 @@ from subagents.testing.mcp_http import serve_app
 
 from tests.dialogue_harness import assistant_for, write_project
 from tests.integration.test_record_replay import REPO, SCRIPT, _cli, _example_project
-from tests.serve_process import ServeProcess, free_port, serve_process
+from tests.serve_process import ServeProcess, example_insurer, free_port, serve_process
 
 POSTGRES = os.environ.get("SUBAGENTS_TEST_POSTGRES_URL")
 REDIS = os.environ.get("SUBAGENTS_TEST_REDIS_URL")
@@ -174,7 +174,8 @@ async def test_a_conversation_recorded_through_one_worker_is_recorded_by_all(tmp
     turns = 3
     script = {name: replies * turns for name, replies in SCRIPT.items()}
     env = {"OPENAI_API_KEY": "unused-by-the-fake-model"}
-    async with FakeModelServer(script) as fake:
+    async with FakeModelServer(script) as fake, example_insurer() as insurer:
+        env.update(insurer)
         models = fake.base_url("x").rsplit("/x", 1)[0]
         project = _shared_project(tmp_path / "assistant", models)
         async with httpx2.AsyncClient(timeout=60) as client, \
@@ -217,7 +218,8 @@ async def test_inspect_record_records_every_conversation(tmp_path):
     project = tmp_path / "assistant"
     project.mkdir()
     env = {"OPENAI_API_KEY": "unused-by-the-fake-model"}
-    async with FakeModelServer(SCRIPT) as fake:
+    async with FakeModelServer(SCRIPT) as fake, example_insurer() as insurer:
+        env.update(insurer)
         _example_project(project, fake.base_url("x").rsplit("/x", 1)[0])
         async with serve_process(project, "--record", env=env, command="inspect") as server, \
                 httpx2.AsyncClient(base_url=server.url, timeout=60) as client:
