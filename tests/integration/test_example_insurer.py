@@ -1,13 +1,15 @@
 """The example assistant's A2A agent (insurance_checker) against the demo insurer, a real
-a2a-sdk server on 127.0.0.1; and what `shell` says when the insurer is not running."""
+a2a-sdk server on 127.0.0.1; and what `shell` and `serve` say when the insurer is not running."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import anyio
+import pytest
 from subagents.demo.a2a_insurer import ASK_NUMBER, build_app
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app
@@ -35,10 +37,11 @@ async def test_the_insurer_asks_for_the_number_then_answers(monkeypatch):
     assert [e["agent_id"] for e in completed] == ["insurance_checker"]
 
 
-def test_shell_without_the_insurer_says_what_to_start(tmp_path):
-    env = {k: v for k, v in __import__("os").environ.items() if k != "CLINIC_INSURER_URL"}
+@pytest.mark.parametrize("command", [["shell"], ["serve", "--port", "0"]])
+def test_shell_and_serve_without_the_insurer_say_what_to_start(tmp_path, command):
+    env = {k: v for k, v in os.environ.items() if k != "CLINIC_INSURER_URL"}
     result = subprocess.run(
-        [sys.executable, "-m", "subagents.cli", "shell", "--no-model-check", "--project",
+        [sys.executable, "-m", "subagents.cli", *command, "--no-model-check", "--project",
          str(REPO)], cwd=tmp_path, env={**env, "OPENAI_API_KEY": "sk-test"},
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
     assert result.returncode == 1
