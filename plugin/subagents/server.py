@@ -316,6 +316,20 @@ class _Api:
         return await self._collect(sender, self.assistant.handle_client_tool_results(
             sender, results, channel), channel)
 
+    def resume_parked_call(self, owner_key: str) -> bool:
+        """Resume, in the background, the agent whose call a user's sign-in let run; False
+        when the conversation's channel cannot send until the user's next message."""
+        sender = owner_key.rpartition(":")[0]
+        if self.assistant.reachable.get(sender) is None:
+            return False
+
+        async def resume() -> None:
+            with contextlib.suppress(TurnFailedError):  # logged, and the user was told
+                await self.assistant.resume_parked_call(owner_key)
+
+        self.track(asyncio.ensure_future(resume()))
+        return True
+
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -368,7 +382,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
               api.guard(api.client_tool_results), methods=["POST"]),
         *extra_routes(api.guard),
         *inspector_routes(api.guard, replay),
-        *consent_routes(),  # reached by users' browsers: authenticated by the OAuth state
+        # reached by users' browsers: authenticated by the OAuth state
+        *consent_routes(api.resume_parked_call),
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]

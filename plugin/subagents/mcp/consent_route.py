@@ -5,12 +5,17 @@ the OAuth ``state`` in the address authenticates it. A state is random, made for
 conversation, tool call, user and server, known only to this process and usable once; anything
 else gets a plain "expired" page. The page never shows the code or a token, and asks the browser
 not to cache it or pass the address on.
+
+Once the authorized call has run, ``subagents serve`` resumes the conversation by itself when
+its channel can reach the user without a request of theirs (a socket, a messaging platform);
+over the REST webhook the page asks the user to send any message, which collects the result.
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
+from collections.abc import Callable
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -23,6 +28,10 @@ CALL_WAIT = 60.0
 """Seconds the page waits for the authorized call to finish, so that the conversation finds
 its result when the user returns."""
 
+Resumer = Callable[[str], bool]
+"""Resumes the conversation of a call (its owner key) in the background; False when the
+conversation's channel cannot reach the user until their next message."""
+
 _HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
             "Content-Security-Policy": "default-src 'none'", "X-Frame-Options": "DENY"}
 
@@ -34,8 +43,9 @@ def _page(title: str, text: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers=_HEADERS)
 
 
-async def oauth_callback(request: Request) -> HTMLResponse:
-    """Hand the authorization code (or the refusal) to the call waiting for it."""
+async def oauth_callback(request: Request, resume: Resumer | None = None) -> HTMLResponse:
+    """Hand the authorization code (or the refusal) to the call waiting for it, then let the
+    conversation continue (by itself when ``resume`` can reach it)."""
     query = request.query_params
     error = query.get("error")
     consent = CONSENTS.finish(query.get("state", ""), code=query.get("code"),
@@ -51,11 +61,23 @@ async def oauth_callback(request: Request) -> HTMLResponse:
     held = ELICITATIONS.held_call(consent.owner_key)
     if held is not None:
         await asyncio.wait({held}, timeout=CALL_WAIT)
+    if resume is not None and resume(consent.owner_key):
+        return _page("You are signed in",
+                     f"{consent.server} is authorized. Go back to the conversation: the answer "
+                     "is on its way there.")
     return _page("You are signed in",
                  f"{consent.server} is authorized. Go back to the conversation and send any "
                  "message to continue.")
 
 
-def consent_routes() -> list[Route]:
-    """The routes ``subagents serve`` mounts for user consent (no API token: see above)."""
-    return [Route(CALLBACK_PATH, oauth_callback, methods=["GET"])]
+def consent_routes(resume: Resumer | None = None) -> list[Route]:
+    """The routes ``subagents serve`` mounts for user consent (no API token: see above).
+
+    Args:
+        resume: Continues the conversation once the authorized call has run (see
+            :data:`Resumer`); without it the user's next message does.
+    """
+    async def callback(request: Request) -> HTMLResponse:
+        return await oauth_callback(request, resume)
+
+    return [Route(CALLBACK_PATH, callback, methods=["GET"])]
