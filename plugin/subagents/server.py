@@ -52,7 +52,8 @@ from .dialogue.client_input import (
 )
 from .dialogue.processor import Assistant
 from .inspector import inspector_routes, wants_trace
-from .mcp.consent_route import consent_routes
+from .mcp.consent_relay import ConsentRelay
+from .mcp.consent_route import consent_relay, consent_routes
 from .recording_export import ExportError, build_fixture, dump_fixture
 from .rest_contract import extra_routes, token_matches, wants_stream
 from .server_security import (
@@ -64,6 +65,7 @@ from .server_security import (
     security_middleware,
     warn_if_exposed,
 )
+from .stores.redis_lock import RedisLockStore
 
 log = structlog.get_logger("subagents.server")
 MAX_BODY = 1_000_000
@@ -190,6 +192,8 @@ class _Api:
         self.token = token
         self.max_body = max_body
         self.inflight: set[asyncio.Task[Any]] = set()
+        self.relay: ConsentRelay | None = None
+        """Hands users' sign-in callbacks between workers sharing a Redis lock store."""
 
     def guard(self, handler: Any) -> Any:
         """Bearer-token check and clear 4xx errors around a handler."""
@@ -339,10 +343,14 @@ class _Api:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         await self.assistant.start()
+        if self.relay is not None:
+            await self.relay.start()
         log.info("server.started", agents=len(self.assistant.agents))
         try:
             yield
         finally:
+            if self.relay is not None:
+                await self.relay.close()
             if self.inflight:
                 log.info("server.draining", turns=len(self.inflight))
                 await asyncio.wait(set(self.inflight), timeout=30)
@@ -371,6 +379,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         a2a_agents: Publish sub agents over A2A at ``/a2a/<name>/`` (``[]``: all of them).
     """
     api = _Api(assistant, token, max_body, body_timeout)
+    if isinstance(assistant.lock_store, RedisLockStore):
+        api.relay = consent_relay(assistant.lock_store.client, api.resume_parked_call)
     routes = [
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
         Route("/webhooks/stream/webhook", api.guard(api.stream), methods=["POST"]),
@@ -383,7 +393,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         *extra_routes(api.guard),
         *inspector_routes(api.guard, replay),
         # reached by users' browsers: authenticated by the OAuth state
-        *consent_routes(api.resume_parked_call),
+        *consent_routes(api.resume_parked_call, api.relay),
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]
