@@ -76,7 +76,9 @@ def texts(received: list[tuple[str, Any, float]]) -> list[str]:
 async def test_the_answer_arrives_on_the_socket_once_the_browser_signs_in(
         tmp_path, monkeypatch):
     script = {"command_generator": ["start flow calendar_flow"],
-              "calendar_agent": calendar_turns("alice")}
+              "calendar_agent": [{"tool_calls": [{"id": "c1", "name": "my_events",
+                                                  "arguments": {}}]},
+                                 *calendar_turns("alice")[1:]]}
     async with served_socket(tmp_path, script, monkeypatch) as (
             auth, fake, assistant, browser, widget, channel):
         with anyio.fail_after(60):
@@ -86,6 +88,9 @@ async def test_the_answer_arrives_on_the_socket_once_the_browser_signs_in(
             answer = await widget.next()  # no message from the user in between
             await channel.turns.drain()
             events = await assistant.tracker("alice-chat")
+            # a late second resume (e.g. another worker's) finds nothing parked: no double run
+            again = await assistant.resume_parked_call("alice-chat:c1")
+            after = await assistant.tracker("alice-chat")
         fake.assert_done()
     assert "the answer is on its way" in page.text
     assert answer[0] == "bot_uttered"
@@ -95,3 +100,5 @@ async def test_the_answer_arrives_on_the_socket_once_the_browser_signs_in(
     bots = [e.get("text") for e in events if e.get("event") == "bot"]
     assert bots.count("alice, you see the dentist on Monday.") == 1
     assert [e.get("event") for e in events].count("mcp_tool_executed") == 1
+    assert again == []
+    assert after == events

@@ -8,9 +8,10 @@ own, under the conversation's lock like any turn, and its reply goes to that cha
 request/response channels (the REST webhook, the SSE stream) nothing can carry the reply, so the
 conversation waits for the user's next message, which collects the call's result as before.
 
-The channel is remembered in memory with the allow-listed metadata of the latest message (the
-resumed agent needs the same user identity, e.g. for a per-user MCP session); the parked call
-lives in this process's memory too, so the worker holding it is the one that resumes.
+The channel is remembered in memory (the parked call lives in this process's memory too, so the
+worker holding it is the one that resumes); the agent gets the allow-listed metadata of the
+conversation's latest user message from the tracker, so it acts for the same user (e.g. with
+the same per-user MCP session).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from .client_input import split_client_metadata
 from .commands import ContinueAgent
 from .stack import Stack
 from .turn import Turn
@@ -34,27 +36,26 @@ PENDING_ELICITATION = "pending_elicitation"
 
 
 class ReachableChannels:
-    """The channel and agent metadata of each conversation's latest message, for channels that
-    can send later (at most ``size`` conversations, the least recent forgotten first)."""
+    """The channel of each conversation's latest message, for channels that can send later
+    (at most ``size`` conversations, the least recent forgotten first)."""
 
     def __init__(self, size: int = 10_000) -> None:
         self.size = size
-        self._latest: OrderedDict[str, tuple[OutputChannel, dict[str, Any]]] = OrderedDict()
+        self._latest: OrderedDict[str, OutputChannel] = OrderedDict()
 
-    def remember(self, sender_id: str, channel: OutputChannel | None,
-                 metadata: dict[str, Any]) -> None:
+    def remember(self, sender_id: str, channel: OutputChannel | None) -> None:
         """Note the channel of ``sender_id``'s latest message (forgotten when it cannot send
         later: the user is then reached on their next request only)."""
         if channel is None or not channel.can_send_later:
             self._latest.pop(sender_id, None)
             return
-        self._latest[sender_id] = (channel, dict(metadata))
+        self._latest[sender_id] = channel
         self._latest.move_to_end(sender_id)
         while len(self._latest) > self.size:
             self._latest.popitem(last=False)
 
-    def get(self, sender_id: str) -> tuple[OutputChannel, dict[str, Any]] | None:
-        """The channel and metadata to resume ``sender_id``'s conversation with, if any."""
+    def get(self, sender_id: str) -> OutputChannel | None:
+        """The channel to resume ``sender_id``'s conversation on, if any."""
         return self._latest.get(sender_id)
 
 
@@ -72,8 +73,16 @@ def parked_on(stack: Stack, call_id: str) -> bool:
     return isinstance(call, dict) and call.get("id") == call_id
 
 
+def latest_metadata(events: list[dict[str, Any]], allowed: frozenset[str]) -> dict[str, Any]:
+    """The allow-listed metadata of the latest user message (what agents saw with it)."""
+    latest = next((e for e in reversed(events) if e.get("event") == "user"), None)
+    recorded = (latest or {}).get("metadata")
+    return split_client_metadata(recorded if isinstance(recorded, dict) else {},
+                                 allowed).for_agents
+
+
 async def resume_turn(assistant: Assistant, sender_id: str, call_id: str,
-                      channel: OutputChannel, metadata: dict[str, Any]) -> list[dict[str, Any]]:
+                      channel: OutputChannel) -> list[dict[str, Any]]:
     """The turn that resumes the agent parked on ``call_id`` (the caller holds the lock).
 
     Returns the turn's events; none when the agent no longer waits for that call (the user's
@@ -84,8 +93,8 @@ async def resume_turn(assistant: Assistant, sender_id: str, call_id: str,
     if not parked_on(stack, call_id):
         log.info("dialogue.resume.nothing_parked", sender=sender_id)
         return []
-    turn = Turn(sender_id, record.events, stack, assistant.project.domain, channel,
-                dict(metadata))
+    metadata = latest_metadata(record.events, assistant.client_metadata_keys)
+    turn = Turn(sender_id, record.events, stack, assistant.project.domain, channel, metadata)
     executor = assistant.executor
     executor.apply_commands(turn, executor.clean_commands(turn, [ContinueAgent()]))
     await executor.advance(turn)

@@ -176,7 +176,7 @@ class Assistant:
         if not self._started:
             await self.start()
         client = split_client_metadata(metadata, self.client_metadata_keys)
-        self.reachable.remember(sender_id, output_channel, client.for_agents)
+        self.reachable.remember(sender_id, output_channel)
         try:
             async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
                 with call_deadline(_model_deadline(self.turn_timeout)):
@@ -286,15 +286,14 @@ class Assistant:
             TurnFailedError: the turn could not complete; nothing of it was recorded.
         """
         sender_id, call_id = split_owner_key(owner_key)
-        reachable = self.reachable.get(sender_id)
-        if reachable is None:
+        channel = self.reachable.get(sender_id)
+        if channel is None:
             log.info("dialogue.resume.waits_for_user", sender=sender_id)
             return None
-        channel, metadata = reachable
         try:
             async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
                 with call_deadline(_model_deadline(self.turn_timeout)):
-                    return await resume_turn(self, sender_id, call_id, channel, metadata)
+                    return await resume_turn(self, sender_id, call_id, channel)
         except Exception as exc:
             raise await self._turn_failed(sender_id, exc, channel) from exc
 
