@@ -8,9 +8,11 @@ sign-in completes, the parked call runs once, and the conversation gets its answ
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -22,7 +24,7 @@ from subagents.mcp.signin import login
 from subagents.testing import FakeModelServer
 
 from tests.integration.test_mcp_consent import Browser, calendar_turns, consent_link
-from tests.serve_process import serve_process
+from tests.serve_process import ServeProcess, serve_process
 from tests.servers.consent_standin import CALLS, consent_standin
 
 pytest.importorskip("cryptography")
@@ -105,22 +107,27 @@ async def _say(client: httpx2.AsyncClient, url: str, sender: str, user: str,
     return [str(m.get("text", "")) for m in reply.json()]
 
 
-async def test_a_callback_on_another_worker_completes_the_sign_in(tmp_path, monkeypatch):
+@contextlib.asynccontextmanager
+async def _workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: dict[str, Any],
+                   *, socket: bool = False) -> AsyncIterator[tuple[Any, ...]]:
+    """The stand-in, the fake model and two workers: ``talker`` sends the links, and the
+    browser comes back to ``other``."""
     from cryptography.fernet import Fernet
     from subagents.config.project import load_project
 
     run = uuid.uuid4().hex[:8]  # the database outlives the test: a fresh server and user
-    server, user, sender = f"calendar_{run}", f"alice-{run}", f"chat-{run}"
+    names = {"server": f"calendar_{run}", "user": f"alice-{run}", "sender": f"chat-{run}"}
     key = Fernet.generate_key().decode()
     monkeypatch.setenv("SUBAGENTS_OAUTH_TOKEN_KEY", key)
     monkeypatch.setenv("CONSENT_PUBLIC_URL", "http://127.0.0.1:9")
-    script: dict[str, list[Any]] = {"command_generator": ["start flow calendar_flow", ""],
-                                    "calendar_agent": calendar_turns("alice")}
     browser = Browser()
     async with consent_standin() as (auth, _, mcp_url), FakeModelServer(script) as fake:
         models = fake.base_url("x").rsplit("/x", 1)[0]
-        root = _project(tmp_path / "assistant", models, mcp_url, server)
-        config = load_project(root).endpoints.mcp_server(server)
+        root = _project(tmp_path / "assistant", models, mcp_url, names["server"])
+        if socket:
+            (root / "credentials.yml").write_text(
+                "socketio:\n  session_persistence: true\n", encoding="utf-8")
+        config = load_project(root).endpoints.mcp_server(names["server"])
         assert config is not None
 
         async def operator(url: str) -> None:
@@ -133,28 +140,73 @@ async def test_a_callback_on_another_worker_completes_the_sign_in(tmp_path, monk
                 serve_process(root, env={**env, "CONSENT_PUBLIC_URL": other.url}) as talker, \
                 httpx2.AsyncClient(timeout=60) as client:
             try:
-                with anyio.fail_after(120):
-                    link = consent_link(await _say(client, talker.url, sender, user,
-                                                   "what is on my calendar?"), auth)
-                    page = await browser.open(link, "alice")
-                    forged = await browser.http.get(f"{other.url}/oauth/callback",
-                                                    params={"state": "forged", "code": "x"})
-                    answer = await _say(client, talker.url, sender, user, "done")
-                    tracker = (await client.get(
-                        f"{other.url}/conversations/{sender}/tracker")).json()
+                yield auth, fake, browser, client, talker, other, names
             finally:
                 await browser.http.aclose()
-            logs = talker.log() + other.log()
         fake.assert_done()
+
+
+def _check_link(link: str, other: ServeProcess, page: httpx2.Response) -> None:
     redirect = parse_qs(urlparse(link).query)["redirect_uri"][0]
     assert redirect == f"{other.url}/oauth/callback"  # the browser comes back to the other
     assert str(page.url).startswith(f"{other.url}/oauth/callback?")
-    assert page.status_code == 200, logs
+    assert page.status_code == 200, other.log()
     assert "You are signed in" in page.text
+
+
+def _executed(tracker: dict[str, Any]) -> int:
+    return sum(e.get("event") == "mcp_tool_executed" for e in tracker["events"])
+
+
+async def test_a_callback_on_another_worker_completes_the_sign_in(tmp_path, monkeypatch):
+    script = {"command_generator": ["start flow calendar_flow", ""],
+              "calendar_agent": calendar_turns("alice")}
+    async with _workers(tmp_path, monkeypatch, script) as (
+            auth, _, browser, client, talker, other, names):
+        user, sender = names["user"], names["sender"]
+        with anyio.fail_after(120):
+            link = consent_link(await _say(client, talker.url, sender, user,
+                                           "what is on my calendar?"), auth)
+            page = await browser.open(link, "alice")
+            forged = await browser.http.get(f"{other.url}/oauth/callback",
+                                            params={"state": "forged", "code": "x"})
+            answer = await _say(client, talker.url, sender, user, "done")
+            tracker = (await client.get(f"{other.url}/conversations/{sender}/tracker")).json()
+        logs = talker.log() + other.log()
+    _check_link(link, other, page)
+    assert "send any message" in page.text  # REST: the next message carries the result
     assert forged.status_code == 400
     assert answer[0] == "alice, you see the dentist on Monday."
     assert CALLS == ["alice"]
-    executed = [e for e in tracker["events"] if e.get("event") == "mcp_tool_executed"]
-    assert len(executed) == 1
-    state = parse_qs(urlparse(link).query)["state"][0]
-    assert state not in logs
+    assert _executed(tracker) == 1
+    assert parse_qs(urlparse(link).query)["state"][0] not in logs
+
+
+async def test_over_socketio_the_answer_arrives_when_the_callback_reached_another_worker(
+        tmp_path, monkeypatch):
+    pytest.importorskip("socketio")
+    from tests.integration.test_socketio_channel import Widget
+
+    script = {"command_generator": ["start flow calendar_flow"],
+              "calendar_agent": calendar_turns("alice")}
+    async with _workers(tmp_path, monkeypatch, script, socket=True) as (
+            auth, _, browser, client, talker, other, names):
+        widget = Widget()
+        with anyio.fail_after(120):
+            await widget.connect(talker.url, session_id=names["sender"])
+            try:
+                await widget.say("what is on my calendar?",
+                                 metadata={"user_id": names["user"]})
+                _, asked, _ = await widget.next()
+                link = consent_link([str(asked.get("text"))], auth)
+                page = await browser.open(link, "alice")
+                _, answer, _ = await widget.next()  # no message from the user in between
+            finally:
+                await widget.client.disconnect()
+            tracker = (await client.get(
+                f"{other.url}/conversations/{names['sender']}/tracker")).json()
+    _check_link(link, other, page)
+    assert "on its way" in page.text
+    assert answer["text"] == "alice, you see the dentist on Monday."
+    assert CALLS == ["alice"]
+    assert _executed(tracker) == 1
