@@ -53,7 +53,8 @@ from .dialogue.client_input import (
 from .dialogue.processor import Assistant
 from .exceptions import SubagentsError
 from .inspector import inspector_routes, wants_trace
-from .mcp.consent_route import consent_routes
+from .mcp.consent_relay import ConsentRelay
+from .mcp.consent_route import consent_relay, consent_routes
 from .recording_export import ExportError, build_fixture, dump_fixture
 from .rest_contract import extra_routes, token_matches, wants_stream
 from .server_security import (
@@ -65,6 +66,7 @@ from .server_security import (
     security_middleware,
     warn_if_exposed,
 )
+from .stores.redis_lock import RedisLockStore
 
 log = structlog.get_logger("subagents.server")
 MAX_BODY = 1_000_000
@@ -191,6 +193,8 @@ class _Api:
         self.token = token
         self.max_body = max_body
         self.inflight: set[asyncio.Task[Any]] = set()
+        self.relay: ConsentRelay | None = None
+        """Hands users' sign-in callbacks between workers sharing a Redis lock store."""
 
     def guard(self, handler: Any) -> Any:
         """Bearer-token check and clear 4xx errors around a handler."""
@@ -320,6 +324,20 @@ class _Api:
         return await self._collect(sender, self.assistant.handle_client_tool_results(
             sender, results, channel), channel)
 
+    def resume_parked_call(self, owner_key: str) -> bool:
+        """Resume, in the background, the agent whose call a user's sign-in let run; False
+        when the conversation's channel cannot send until the user's next message."""
+        sender = owner_key.rpartition(":")[0]
+        if self.assistant.reachable.get(sender) is None:
+            return False
+
+        async def resume() -> None:
+            with contextlib.suppress(TurnFailedError):  # logged, and the user was told
+                await self.assistant.resume_parked_call(owner_key)
+
+        self.track(asyncio.ensure_future(resume()))
+        return True
+
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -329,10 +347,14 @@ class _Api:
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
         await self.assistant.start()
+        if self.relay is not None:
+            await self.relay.start()
         log.info("server.started", agents=len(self.assistant.agents))
         try:
             yield
         finally:
+            if self.relay is not None:
+                await self.relay.close()
             if self.inflight:
                 log.info("server.draining", turns=len(self.inflight))
                 await asyncio.wait(set(self.inflight), timeout=30)
@@ -361,6 +383,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         a2a_agents: Publish sub agents over A2A at ``/a2a/<name>/`` (``[]``: all of them).
     """
     api = _Api(assistant, token, max_body, body_timeout)
+    if isinstance(assistant.lock_store, RedisLockStore):
+        api.relay = consent_relay(assistant.lock_store.client, api.resume_parked_call)
     routes = [
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
         Route("/webhooks/stream/webhook", api.guard(api.stream), methods=["POST"]),
@@ -372,7 +396,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
               api.guard(api.client_tool_results), methods=["POST"]),
         *extra_routes(api.guard),
         *inspector_routes(api.guard, replay),
-        *consent_routes(),  # reached by users' browsers: authenticated by the OAuth state
+        # reached by users' browsers: authenticated by the OAuth state
+        *consent_routes(api.resume_parked_call, api.relay),
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]

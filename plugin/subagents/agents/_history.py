@@ -16,9 +16,14 @@ SIGN_IN_LINK = "[sign-in link]"
 """What the model reads instead of an OAuth sign-in address the user was sent."""
 
 
+def hide_sign_in_links(text: str) -> str:
+    """``text`` with each OAuth sign-in address replaced by ``[sign-in link]``."""
+    return _SIGN_IN_LINK.sub(SIGN_IN_LINK, text)
+
+
 def _bot_text(event: TrackerEvent) -> str:
     text = " ".join(str(event.get("text") or "").split("\n")).strip()
-    text = _SIGN_IN_LINK.sub(SIGN_IN_LINK, text)
+    text = hide_sign_in_links(text)
     buttons = (event.get("data") or {}).get("buttons") or []
     if buttons:
         labels = ", ".join(f'button {i}: "{b.get("title", "")}"' for i, b in

@@ -14,6 +14,10 @@ class OutputChannel:
     """
 
     supports_streaming: bool = False
+    can_send_later: bool = False
+    """True when the channel can reach the user after their request was answered (a socket, a
+    messaging platform's send API); such a channel gets the replies of turns that no user
+    message started, e.g. an agent resumed when a sign-in completed."""
     streaming_chosen: bool | None = None
     """When a bool, overrides ``supports_streaming`` (per request)."""
 

@@ -43,6 +43,7 @@ class SlackOutput(OutputChannel):
 
     name = "slack"
     """The channel name responses can be written for (``channel:`` in a response)."""
+    can_send_later = True
 
     def __init__(self, client: AsyncWebClient, channel: str,
                  thread_ts: str | None = None) -> None:

@@ -43,6 +43,7 @@ class SocketIOOutput(OutputChannel):
 
     name = "socketio"
     """The channel name responses can be written for (``channel:`` in a response)."""
+    can_send_later = True
 
     def __init__(self, sio: socketio.AsyncServer, bot_message_evt: str,
                  namespace: str | None = None) -> None:

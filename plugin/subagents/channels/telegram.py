@@ -63,6 +63,7 @@ class TelegramOutput(OutputChannel):
 
     name = "telegram"
     """The channel name responses can be written for (``channel:`` in a response)."""
+    can_send_later = True
 
     def __init__(self, bot: Bot, choices: dict[str, dict[str, str]]) -> None:
         self.bot = bot

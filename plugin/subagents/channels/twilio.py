@@ -41,6 +41,7 @@ class TwilioOutput(OutputChannel):
 
     name = "twilio"
     """The channel name responses can be written for (``channel:`` in a response)."""
+    can_send_later = True
 
     def __init__(self, client: Client, from_number: str,
                  choices: dict[str, dict[str, str]]) -> None:

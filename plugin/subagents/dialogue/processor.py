@@ -46,6 +46,7 @@ from .client_input import (
 )
 from .commands import CannotHandle, Command, ContinueAgent
 from .flow_executor import FlowExecutor
+from .proactive import ReachableChannels, resume_turn, split_owner_key
 from .stack import Stack
 from .turn import Turn
 from .understanding import CommandGenerator
@@ -108,6 +109,8 @@ class Assistant:
                                      assistant_id=project.assistant_id,
                                      model_id=project.assistant_id, retry_delays=retry_delays,
                                      llm_factory=factory, mcp_pool=self.pool)
+        self.reachable = ReachableChannels()
+        """Conversations whose latest message came over a channel that can send later."""
         self._started = False
 
     @classmethod
@@ -173,6 +176,7 @@ class Assistant:
         if not self._started:
             await self.start()
         client = split_client_metadata(metadata, self.client_metadata_keys)
+        self.reachable.remember(sender_id, output_channel)
         try:
             async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
                 with call_deadline(_model_deadline(self.turn_timeout)):
@@ -271,6 +275,28 @@ class Assistant:
         """Deliver client-executed tool results (``[{"id", "result"}]``) and resume the agent."""
         return await self.handle_message(sender_id, "", {"client_tool_results": results},
                                          output_channel)
+
+    async def resume_parked_call(self, owner_key: str) -> list[dict[str, Any]] | None:
+        """Continue the agent parked on the call ``owner_key`` (``<conversation>:<call id>``)
+        whose answer arrived outside the conversation (a sign-in finished in the browser).
+
+        Returns the turn's events, or None when the conversation's channel cannot send
+        without a request (its next message resumes the agent instead).
+
+        Raises:
+            TurnFailedError: the turn could not complete; nothing of it was recorded.
+        """
+        sender_id, call_id = split_owner_key(owner_key)
+        channel = self.reachable.get(sender_id)
+        if channel is None:
+            log.info("dialogue.resume.waits_for_user", sender=sender_id)
+            return None
+        try:
+            async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
+                with call_deadline(_model_deadline(self.turn_timeout)):
+                    return await resume_turn(self, sender_id, call_id, channel)
+        except Exception as exc:
+            raise await self._turn_failed(sender_id, exc, channel) from exc
 
     @traced_command_generation
     async def understand(self, turn: Turn, text: str) -> list[Command]:

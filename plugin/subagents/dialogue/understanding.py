@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import structlog
 
+from ..agents._history import hide_sign_in_links
 from ..config.project import Project
 from ..llm import LLMClient
 from .command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt
@@ -210,7 +211,7 @@ def transcript(events: list[dict[str, Any]], lines: int) -> str:
             out.append(f"USER: {event.get('text') or ''}")
         elif event.get("event") == "bot" and event.get("text"):
             agent = (event.get("metadata") or {}).get("agent_name")
-            out.append(f"{agent if agent else 'AI'}: {event['text']}")
+            out.append(f"{agent if agent else 'AI'}: {hide_sign_in_links(event['text'])}")
     return "\n".join(out[-lines:])
 
 

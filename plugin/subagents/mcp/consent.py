@@ -8,8 +8,11 @@ the user as a URL-mode elicitation of the call in flight: the agent sends the li
 the call waits in the background. The browser comes back to ``GET /oauth/callback`` on
 ``subagents serve`` (:mod:`subagents.mcp.consent_route`); the ``state`` there picks the waiting
 consent (it was made for one conversation, call, user and server), the code is exchanged, the
-tokens are stored for the user (:mod:`subagents.mcp.token_store`) and the call runs. The user's
-next message resumes the agent with the call's result.
+tokens are stored for the user (:mod:`subagents.mcp.token_store`) and the call runs. The agent
+then continues with the call's result by itself when the conversation's channel can send
+without a request (Socket.IO, Slack, Telegram, Twilio), else on the user's next message. A
+callback that reaches another worker is handed to this one over Redis
+(:mod:`subagents.mcp.consent_relay`).
 
 A token the server refuses (401) before it expires is refreshed first; when the refresh fails the
 user is asked again. Tokens never reach the model, the tracker or the logs.
@@ -91,6 +94,10 @@ class ConsentRegistry:
                                  asyncio.get_running_loop().create_future())
         self._by_state[state] = consent
         return consent
+
+    def pending(self, state: str) -> PendingConsent | None:
+        """The consent waiting for the browser with ``state``, if this process holds it."""
+        return self._by_state.get(state) if state else None
 
     def for_owner(self, owner_key: str) -> PendingConsent | None:
         """The consent the call ``owner_key`` waits for, if any."""

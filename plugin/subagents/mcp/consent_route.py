@@ -2,15 +2,22 @@
 
 The user's browser reaches this route, not the assistant's API client, so it takes no API token:
 the OAuth ``state`` in the address authenticates it. A state is random, made for one
-conversation, tool call, user and server, known only to this process and usable once; anything
-else gets a plain "expired" page. The page never shows the code or a token, and asks the browser
-not to cache it or pass the address on.
+conversation, tool call, user and server, known only to the worker that sent the link and
+usable once (another worker sharing its Redis hands the callback over to it:
+:mod:`subagents.mcp.consent_relay`); anything else gets a plain "expired" page. The page never
+shows the code or a token, and asks the browser not to cache it or pass the address on.
+
+Once the authorized call has run, ``subagents serve`` resumes the conversation by itself when
+its channel can reach the user without a request of theirs (a socket, a messaging platform);
+over the REST webhook the page asks the user to send any message, which collects the result.
 """
 
 from __future__ import annotations
 
 import asyncio
 import html
+from collections.abc import Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -18,10 +25,15 @@ from starlette.routing import Route
 
 from .callbacks import ELICITATIONS
 from .consent import CALLBACK_PATH, CONSENTS
+from .consent_relay import PARAMS, CallbackOutcome, ConsentRelay
 
 CALL_WAIT = 60.0
 """Seconds the page waits for the authorized call to finish, so that the conversation finds
 its result when the user returns."""
+
+Resumer = Callable[[str], bool]
+"""Resumes the conversation of a call (its owner key) in the background; False when the
+conversation's channel cannot reach the user until their next message."""
 
 _HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer",
             "Content-Security-Policy": "default-src 'none'", "X-Frame-Options": "DENY"}
@@ -34,28 +46,73 @@ def _page(title: str, text: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers=_HEADERS)
 
 
-async def oauth_callback(request: Request) -> HTMLResponse:
-    """Hand the authorization code (or the refusal) to the call waiting for it."""
-    query = request.query_params
-    error = query.get("error")
-    consent = CONSENTS.finish(query.get("state", ""), code=query.get("code"),
-                              iss=query.get("iss"), error=error)
+async def complete_callback(params: dict[str, str],
+                            resume: Resumer | None = None) -> CallbackOutcome | None:
+    """Hand the authorization code (or the refusal) to the call waiting for it in this
+    process, wait for the call, then let the conversation continue (by itself when ``resume``
+    can reach it). None when this process holds no consent with the ``state``."""
+    error, code = params.get("error"), params.get("code")
+    consent = CONSENTS.finish(params.get("state", ""), code=code, iss=params.get("iss"),
+                              error=error)
     if consent is None:
-        return _page("This link has expired",
-                     "This sign-in link was already used or is no longer valid. Go back to the "
-                     "conversation and ask again.", 400)
-    if error or not query.get("code"):
-        return _page("Access not granted",
-                     f"{consent.server} was not authorized. You can go back to the "
-                     "conversation.")
+        return None
+    if error or not code:
+        return CallbackOutcome(consent.server, granted=False)
     held = ELICITATIONS.held_call(consent.owner_key)
     if held is not None:
         await asyncio.wait({held}, timeout=CALL_WAIT)
+    resumed = resume is not None and resume(consent.owner_key)
+    return CallbackOutcome(consent.server, granted=True, resumed=resumed)
+
+
+def _outcome_page(outcome: CallbackOutcome | None) -> HTMLResponse:
+    if outcome is None:
+        return _page("This link has expired",
+                     "This sign-in link was already used or is no longer valid. Go back to the "
+                     "conversation and ask again.", 400)
+    if not outcome.granted:
+        return _page("Access not granted",
+                     f"{outcome.server} was not authorized. You can go back to the "
+                     "conversation.")
+    if outcome.resumed:
+        return _page("You are signed in",
+                     f"{outcome.server} is authorized. Go back to the conversation: the answer "
+                     "is on its way there.")
     return _page("You are signed in",
-                 f"{consent.server} is authorized. Go back to the conversation and send any "
+                 f"{outcome.server} is authorized. Go back to the conversation and send any "
                  "message to continue.")
 
 
-def consent_routes() -> list[Route]:
-    """The routes ``subagents serve`` mounts for user consent (no API token: see above)."""
-    return [Route(CALLBACK_PATH, oauth_callback, methods=["GET"])]
+async def oauth_callback(request: Request, resume: Resumer | None = None,
+                         relay: ConsentRelay | None = None) -> HTMLResponse:
+    """Finish the sign-in the browser comes back from: here when this process sent the link,
+    else through ``relay`` by the worker that did."""
+    params = {key: value for key in PARAMS
+              if (value := request.query_params.get(key)) is not None}
+    outcome = await complete_callback(params, resume)
+    if outcome is None and relay is not None and params.get("state"):
+        outcome = await relay.forward(params)
+    return _outcome_page(outcome)
+
+
+def consent_routes(resume: Resumer | None = None,
+                   relay: ConsentRelay | None = None) -> list[Route]:
+    """The routes ``subagents serve`` mounts for user consent (no API token: see above).
+
+    Args:
+        resume: Continues the conversation once the authorized call has run (see
+            :data:`Resumer`); without it the user's next message does.
+        relay: Hands callbacks for another worker's sign-in links to that worker.
+    """
+    async def callback(request: Request) -> HTMLResponse:
+        return await oauth_callback(request, resume, relay)
+
+    return [Route(CALLBACK_PATH, callback, methods=["GET"])]
+
+
+def consent_relay(redis: Any, resume: Resumer | None = None) -> ConsentRelay:
+    """The relay of a worker whose lock store is Redis (``redis``: its client)."""
+    async def complete(params: dict[str, str]) -> CallbackOutcome | None:
+        return await complete_callback(params, resume)
+
+    return ConsentRelay(redis, complete)

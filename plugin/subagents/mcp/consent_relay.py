@@ -1,0 +1,170 @@
+"""Sign-in callbacks that reach another worker are handed over through Redis.
+
+The call waiting for a user's consent, and the secret half of its PKCE exchange, live in the
+worker that sent the sign-in link. Behind a load balancer without sticky sessions the user's
+browser may come back to any worker. When the lock store is Redis, every ``subagents serve``
+worker listens on one Redis channel: a worker that gets a callback whose ``state`` it does not
+hold publishes the callback's parameters there, and the worker holding that state acknowledges
+at once, finishes the sign-in exactly as if the browser had come to it (the code is exchanged,
+the call runs, the conversation resumes where its channel allows), and reports the outcome for
+the page the browser sees. A state nobody acknowledges within :data:`ACK_WAIT` seconds gets the
+"expired" page.
+
+What crosses Redis is what the browser brought (state, code, issuer, error): no token, and a
+code is useless without the PKCE verifier that never leaves its worker. Nothing is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import structlog
+
+from .consent import CONSENTS
+
+log = structlog.get_logger("subagents.mcp")
+
+CHANNEL = "subagents:oauth:callbacks"
+"""The Redis channel every worker listens on for callbacks another worker received."""
+ACK_WAIT = 5.0
+"""Seconds a worker waits for the holder of a state to answer before it says "expired"."""
+RESULT_WAIT = 70.0
+"""Seconds it then waits for the holder to finish (the authorized call runs meanwhile)."""
+PARAMS = ("state", "code", "iss", "error")
+"""The callback's query parameters that are handed over."""
+
+
+@dataclass(frozen=True)
+class CallbackOutcome:
+    """What became of a sign-in callback, for the page its browser sees."""
+
+    server: str
+    granted: bool
+    resumed: bool = False
+    """The conversation was resumed at once (its channel can send without a request)."""
+
+
+Completer = Callable[[dict[str, str]], Awaitable[CallbackOutcome | None]]
+"""Finishes a callback whose state this worker holds (None: it holds none)."""
+
+
+class ConsentRelay:
+    """Hands callbacks between the workers sharing one Redis (see the module's docstring)."""
+
+    def __init__(self, redis: Any, complete: Completer) -> None:
+        """Args:
+            redis: A ``redis.asyncio.Redis`` client (the lock store's).
+            complete: Finishes a callback locally (:func:`~.consent_route.complete_callback`).
+        """
+        self.redis = redis
+        self.complete = complete
+        self._pubsub: Any = None
+        self._listener: asyncio.Task[None] | None = None
+        self._serving: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        """Listen for callbacks other workers received."""
+        self._pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        await self._pubsub.subscribe(CHANNEL)
+        self._listener = asyncio.ensure_future(self._listen())
+
+    async def close(self) -> None:
+        """Stop listening; callbacks being finished here run to their end first."""
+        if self._listener is not None:
+            self._listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listener
+            self._listener = None
+        if self._serving:
+            await asyncio.wait(set(self._serving), timeout=RESULT_WAIT)
+        if self._pubsub is not None:
+            with contextlib.suppress(Exception):
+                await self._pubsub.aclose()
+            self._pubsub = None
+
+    async def _listen(self) -> None:
+        while True:
+            try:
+                async for message in self._pubsub.listen():
+                    self._received(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a broken connection must not end it
+                log.warning("mcp.oauth.relay_listen_failed", error_type=type(exc).__name__)
+                await asyncio.sleep(1.0)  # the client reconnects on the next read
+
+    def _received(self, message: dict[str, Any]) -> None:
+        if message.get("type") != "message":
+            return
+        try:
+            request = json.loads(message["data"])
+            params = {k: str(request[k]) for k in PARAMS if isinstance(request.get(k), str)}
+            reply = str(request["reply"])
+        except (KeyError, TypeError, ValueError):
+            log.warning("mcp.oauth.relay_bad_message")
+            return
+        consent = CONSENTS.pending(params.get("state", ""))
+        if consent is None:
+            return  # another worker's (or nobody's)
+        task = asyncio.ensure_future(self._serve(params, reply, consent.server))
+        self._serving.add(task)
+        task.add_done_callback(self._serving.discard)
+
+    async def _serve(self, params: dict[str, str], reply: str, server: str) -> None:
+        try:
+            await self.redis.publish(reply, json.dumps({"kind": "ack", "server": server}))
+            outcome = await self.complete(params)
+            await self.redis.publish(reply, json.dumps({
+                "kind": "done", "outcome": asdict(outcome) if outcome else None}))
+            log.info("mcp.oauth.relay_completed", granted=bool(outcome and outcome.granted))
+        except Exception as exc:  # noqa: BLE001 - the waiting worker times out and says so
+            log.warning("mcp.oauth.relay_failed", error_type=type(exc).__name__)
+
+    async def forward(self, params: dict[str, str]) -> CallbackOutcome | None:
+        """Hand a callback this worker holds no state for to the worker that does.
+
+        Returns the outcome, or None when no worker holds the state (or Redis failed).
+        """
+        reply = f"{CHANNEL}:reply:{uuid.uuid4().hex}"
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            await pubsub.subscribe(reply)
+            await self.redis.publish(CHANNEL, json.dumps({**params, "reply": reply}))
+            ack = await _next(pubsub, ACK_WAIT)
+            if ack is None:
+                return None
+            done = await _next(pubsub, RESULT_WAIT)
+        except Exception as exc:  # noqa: BLE001 - the page says "expired"; the log says why
+            log.warning("mcp.oauth.relay_forward_failed", error_type=type(exc).__name__)
+            return None
+        finally:
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()
+        if done is None:  # still running over there: the code was handed over
+            return CallbackOutcome(server=str(ack.get("server", "")),
+                                   granted=not params.get("error") and bool(params.get("code")))
+        outcome = done.get("outcome")
+        if not isinstance(outcome, dict):
+            return None
+        return CallbackOutcome(server=str(outcome.get("server", "")),
+                               granted=bool(outcome.get("granted")),
+                               resumed=bool(outcome.get("resumed")))
+
+
+async def _next(pubsub: Any, timeout: float) -> dict[str, Any] | None:
+    """The next message on ``pubsub`` as JSON, or None after ``timeout`` seconds."""
+    try:
+        async with asyncio.timeout(timeout):
+            async for message in pubsub.listen():
+                if message.get("type") == "message":
+                    data = json.loads(message["data"])
+                    return data if isinstance(data, dict) else {}
+    except TimeoutError:
+        return None
+    return None
