@@ -1,11 +1,16 @@
 """The example assistant under `subagents serve`: start-up time and server CPU per turn.
 
 Start-up is the time from spawning ``subagents serve`` (the repository's example project,
-two stdio MCP servers) until ``/health`` answers. A turn is "/stock_research" in a new
-conversation: the stock analyst calls ``get_stock_price`` on the stdio MCP server, then
-answers; two model calls (the fake model answers after 200 ms) and one MCP call per turn.
-The clients send their turns in waves (all first model calls of a wave arrive before any
-second one, which is what keeps the fake model's scripted replies in order).
+two stdio MCP servers, one A2A agent) until ``/health`` answers. The example's A2A agent,
+``insurance_checker``, reads its card from ``$CLINIC_INSURER_URL``: the benchmark starts the
+demo insurer (``subagents.demo.a2a_insurer``) as a child process on a free 127.0.0.1 port first
+and points the variable at it; its CPU is not counted as the server's.
+
+A turn is "/stock_research" in a new conversation: the stock analyst calls
+``get_stock_price`` on the stdio MCP server, then answers; two model calls (the fake model
+answers after 200 ms) and one MCP call per turn. The clients send their turns in waves (all
+first model calls of a wave arrive before any second one, which is what keeps the fake
+model's scripted replies in order).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx2
@@ -51,6 +58,36 @@ def copy_example(root: Path, fake: FakeModelServer) -> None:
         agent=fake.base_url("agent"), commands=fake.base_url("command_generator")))
 
 
+@asynccontextmanager
+async def insurer() -> AsyncIterator[dict[str, str]]:
+    """Run the demo A2A insurer in a child process; yields the environment for ``serve``."""
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "subagents.demo.a2a_insurer", "--host", "127.0.0.1",
+        "--port", str(port), stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx2.AsyncClient() as client:
+            for _ in range(600):
+                if proc.returncode is not None:
+                    raise RuntimeError("the demo insurer exited")
+                try:
+                    card = await client.get(f"{base}/.well-known/agent-card.json")
+                    if card.status_code == 200:
+                        break
+                except httpx2.TransportError:
+                    pass
+                await asyncio.sleep(0.05)
+            else:
+                raise RuntimeError("the demo insurer did not start")
+        yield {**os.environ, "CLINIC_INSURER_URL": base}
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        await proc.wait()
+
+
 def wave(clients: int) -> list[object]:
     call = {"text": "Let me look up the price.", "delay_ms": MODEL_MS,
             "tool_calls": [{"get_stock_price": {"symbol": "ACME"}}]}
@@ -82,7 +119,7 @@ async def main(clients: int = 20, per_client: int = 10) -> None:
     print(f"== example assistant (two stdio MCP servers, SQLite; one MCP call and two model "
           f"calls per turn, fake model {MODEL_MS} ms) ==")
     with tempfile.TemporaryDirectory() as tmp:
-        async with FakeModelServer() as fake:
+        async with FakeModelServer() as fake, insurer() as env:
             root = Path(tmp)
             copy_example(root, fake)
             port = free_port()
@@ -91,7 +128,7 @@ async def main(clients: int = 20, per_client: int = 10) -> None:
                 proc = await asyncio.create_subprocess_exec(
                     sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
                     "--port", str(port), "--no-model-check", stdout=asyncio.subprocess.DEVNULL,
-                    stderr=log_file, env={**os.environ})
+                    stderr=log_file, env=env)
                 base = f"http://127.0.0.1:{port}"
                 try:
                     await wait_healthy(base)
@@ -117,28 +154,34 @@ async def main(clients: int = 20, per_client: int = 10) -> None:
           f"{cpu / total * 1000:.2f} ms/turn")
 
 
+async def _startup(env: dict[str, str], walls: list[float], cpus: list[float]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        async with FakeModelServer() as fake:
+            root = Path(tmp)
+            copy_example(root, fake)
+            port = free_port()
+            started = time.perf_counter()
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
+                "--port", str(port), "--no-model-check", stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL, env=env)
+            try:
+                await wait_healthy(f"http://127.0.0.1:{port}")
+                walls.append(time.perf_counter() - started)
+                cpus.append(cpu_seconds(proc.pid))
+            finally:
+                proc.terminate()
+                await proc.wait()
+
+
 async def startups(count: int) -> None:
     """Start the example assistant ``count`` times; spawn to /health, wall and server CPU."""
     print(f"== start-up of the example assistant, {count} times ==")
-    walls, cpus = [], []
-    for _ in range(count):
-        with tempfile.TemporaryDirectory() as tmp:
-            async with FakeModelServer() as fake:
-                root = Path(tmp)
-                copy_example(root, fake)
-                port = free_port()
-                started = time.perf_counter()
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
-                    "--port", str(port), "--no-model-check", stdout=asyncio.subprocess.DEVNULL,
-                    stderr=asyncio.subprocess.DEVNULL, env={**os.environ})
-                try:
-                    await wait_healthy(f"http://127.0.0.1:{port}")
-                    walls.append(time.perf_counter() - started)
-                    cpus.append(cpu_seconds(proc.pid))
-                finally:
-                    proc.terminate()
-                    await proc.wait()
+    walls: list[float] = []
+    cpus: list[float] = []
+    async with insurer() as env:
+        for _ in range(count):
+            await _startup(env, walls, cpus)
     print(f"wall: min {min(walls):.2f} s, median {statistics.median(walls):.2f} s, max "
           f"{max(walls):.2f} s; server CPU median {statistics.median(cpus):.2f} s "
           f"(load average {os.getloadavg()[0]:.1f})")

@@ -14,9 +14,12 @@ import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .config.project import Project
 
 _EPILOG = """\
 examples:
@@ -405,8 +408,9 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _ready_to_run(args: argparse.Namespace) -> bool:
-    """For shell and serve: the project loads and, unless skipped, every model answers."""
+def _ready_to_run(args: argparse.Namespace) -> Project | None:
+    """For shell and serve: the loaded project if it loads and, unless skipped, every model
+    answers; None otherwise (the problems are printed)."""
     from .config.project import collect_issues
     from .preflight import check_models, format_problems
 
@@ -415,13 +419,13 @@ def _ready_to_run(args: argparse.Namespace) -> bool:
     if project is None:
         print(f"{errors} error(s): the project does not load (subagents validate lists them "
               "too).", file=sys.stderr)
-        return False
+        return None
     if args.model_check:
         problems = asyncio.run(check_models(project))
         if problems:
             print(format_problems(problems, project_dir=str(args.project)), file=sys.stderr)
-            return False
-    return True
+            return None
+    return project
 
 
 def _enable_observability(args: argparse.Namespace) -> bool:
@@ -483,7 +487,8 @@ def _run(args: argparse.Namespace) -> int:
 
         return run_replay(args.replay, args.project.resolve(), host=args.host, port=args.port,
                           token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
-    if not _ready_to_run(args):
+    project = _ready_to_run(args)
+    if project is None:
         return 1
     if args.command == "shell":
         from .shell import run_shell
@@ -502,7 +507,8 @@ def _run(args: argparse.Namespace) -> int:
     if not _enable_observability(args):
         return 1
     channels = load_channels(args.project, args.credentials)
-    serve(Assistant.load(_paths(args)), host=args.host, port=args.port,
+    # the project _ready_to_run loaded and checked: parsing it again would double start-up
+    serve(Assistant(project), host=args.host, port=args.port,
           token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels,
           cors_origins=args.cors,
           a2a_agents=None if args.a2a is None else [

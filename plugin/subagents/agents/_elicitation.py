@@ -16,7 +16,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
-from jsonschema import Draft202012Validator
 from pydantic import BaseModel, Field
 
 from ..exceptions import ToolArgumentsError, ToolInvocationError
@@ -244,6 +243,7 @@ def answer_tool(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
     key = elicitation_key(run.input, pending.call.id)
 
     async def answer(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
+        from jsonschema import Draft202012Validator  # only when a server asks: not at start-up
         from mcp.types import ElicitResult
 
         action = str(arguments.get("action"))
