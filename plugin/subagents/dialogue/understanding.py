@@ -19,7 +19,14 @@ import structlog
 from ..config.project import Project
 from ..llm import LLMClient
 from .command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt
-from .commands import Command, Intent, InternalError, parse_commands, parse_deterministic
+from .commands import (
+    CannotHandle,
+    Command,
+    Intent,
+    InternalError,
+    parse_commands,
+    parse_deterministic,
+)
 from .stack import Stack
 
 if TYPE_CHECKING:
@@ -198,6 +205,11 @@ class CommandGenerator:
                 return [InternalError(PROMPT_FAILED)]
         response = await self.llm.complete([{"role": "user", "content": prompt}], None)
         commands = parse_commands(response.text)
+        if not commands:
+            # as in Rasa: a reply with no command it can read means the message was not
+            # understood, whether or not a flow is running
+            log.warning("dialogue.commands.none_parsed", reply_length=len(response.text or ""))
+            return [CannotHandle()]
         log.info("dialogue.commands.predicted", commands=[type(c).__name__ for c in commands])
         return commands
 
