@@ -202,6 +202,10 @@ class Conversation:
         return channel.texts, events
 
 
+SESSION_START = ["action:action_session_start", "session_started", "action:action_listen"]
+"""What a new conversation records before its first message, as :func:`names` shows it."""
+
+
 def names(events: list[dict[str, Any]]) -> list[str]:
     """Compact: flow_started:x, agent_started:x, bot:text, slot:x=v, action:x ..."""
     out = []

@@ -501,7 +501,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "inspect":
         print(f"subagents inspect: the inspector is at http://{args.host}:{args.port}/inspect",
               file=sys.stderr, flush=True)
-        serve(Assistant.load(args.project), host=args.host, port=args.port,
+        serve(Assistant.load(_paths(args)), host=args.host, port=args.port,
               token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
         return 0
     if not _enable_observability(args):

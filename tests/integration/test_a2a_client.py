@@ -16,7 +16,13 @@ from subagents.exceptions import AgentInitializationError
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import _RequireHeader, serve_app
 
-from tests.dialogue_harness import Conversation, assistant_for, names, write_project
+from tests.dialogue_harness import (
+    SESSION_START,
+    Conversation,
+    assistant_for,
+    names,
+    write_project,
+)
 
 ASK_MODEL = ("Which model are you looking for? We have the Corolla, the Civic and the "
              "Model 3.")
@@ -86,9 +92,10 @@ async def test_input_required_waits_for_the_user_then_the_task_completes(
         texts, turns = await _two_turns(project)
     assert texts[0] == [ASK_MODEL]
     assert names(turns[0]) == [
-        "user:I want to buy a car", "flow_started:buy_car", "agent_started:car_dealer",
-        f"bot:{ASK_MODEL}", "action:action_agent_request_user_input", "action:action_listen"]
-    assert turns[0][2]["metadata"]["protocol"] == "a2a"
+        *SESSION_START, "user:I want to buy a car", "flow_started:buy_car",
+        "agent_started:car_dealer", f"bot:{ASK_MODEL}", "action:action_agent_request_user_input",
+        "action:action_listen"]
+    assert turns[0][len(SESSION_START) + 2]["metadata"]["protocol"] == "a2a"
     offer = "The Civic is in stock at $26,900."
     if streaming:  # the working status text reaches the user as an intermediate message
         assert texts[1][:2] == ["Checking our stock for the Civic...", offer]

@@ -175,3 +175,31 @@ def test_an_unknown_budget_key_is_a_config_error_naming_file_line_and_key(tmp_pa
     assert issue.file.replace("\\", "/").endswith(
         "sub_agents/weather/config.yml")
     assert issue.line == 4
+
+
+async def test_the_cost_cap_prices_the_routed_model_that_answered(tmp_path, tools_url):
+    # the group's first model is free; it fails, and the priced second model answers
+    project = project_with(tmp_path, tools_url,
+                           "{per_run: {cost_usd: 0.001},"
+                           " prices: {gpt-free: {input: 0, output: 0},"
+                           " gpt-dear: {input: 1000, output: 1000}}}")
+    (project / "endpoints.yml").write_text(f"""
+model_groups:
+  - id: llm
+    models:
+      - {{provider: openai, model: gpt-free, input_cost_per_token: 0.0}}
+      - {{provider: openai, model: gpt-dear, input_cost_per_token: 0.001}}
+    router: {{routing_strategy: cost-based-routing}}
+mcp_servers:
+  - {{name: tools, type: http, url: "{tools_url}"}}
+""")
+    script = {"command_generator": ["start flow weather_flow"],
+              "weather_agent": [{"error": {"status": 500, "message": "down"}},
+                                {"tool_calls": [{"echo": {"text": "Berlin"}}]}]}
+    texts, turns, fake = await talk(project, script, ["weather?"])
+    assert [r.body["model"] for r in fake.requests_of("weather_agent")] == \
+        ["gpt-free", "gpt-dear"]
+    [hit] = budget_events(turns[0])
+    assert hit["cap"] == "per_run.cost_usd"
+    assert hit["used"] > 0.001
+    assert texts[0][0] == BUDGET_SENTENCE

@@ -93,3 +93,24 @@ async def test_cancelling_while_no_flow_runs_asks_to_rephrase(project):
         texts, _ = await Conversation(assistant).say("stop it")
         fake.assert_done()
     assert texts == [REPHRASE]
+
+
+@pytest.mark.parametrize("reply", ["", "Sure, happy to help with that!"])
+async def test_a_reply_without_a_command_mid_flow_runs_cannot_handle(tmp_path, tools_url, reply):
+    project = write_project(tmp_path / "assistant", tools_url, {"data/ask_city.yml": """
+        flows:
+          ask_city:
+            description: asks for a city
+            steps:
+              - collect: city
+              - action: utter_booked
+        """})
+    script = {"command_generator": [reply]}
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
+        convo = Conversation(assistant)
+        asked, _ = await convo.say("/ask_city")
+        texts, events = await convo.say("hmm")
+        fake.assert_done()
+    assert texts[0] == REPHRASE
+    assert texts[1:] == asked  # the flow goes on: its question is asked again
+    assert "pattern_cannot_handle" in str(events)

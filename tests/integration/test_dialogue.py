@@ -9,7 +9,13 @@ import anyio
 import pytest
 from subagents.testing import FakeModelServer
 
-from tests.dialogue_harness import Conversation, assistant_for, names, write_project
+from tests.dialogue_harness import (
+    SESSION_START,
+    Conversation,
+    assistant_for,
+    names,
+    write_project,
+)
 
 ASK_CITY = "Which city?"
 
@@ -35,8 +41,9 @@ async def test_an_open_agent_runs_over_two_turns_and_the_flow_continues(project)
             texts2, turn2 = await convo.say("Berlin")
         fake.assert_done()
     assert texts1 == [ASK_CITY]
-    assert names(turn1) == ["user:what's the weather?", "flow_started:weather_flow",
-                            "agent_started:weather_agent", f"bot:{ASK_CITY}",
+    assert names(turn1) == [*SESSION_START, "user:what's the weather?",
+                            "flow_started:weather_flow", "agent_started:weather_agent",
+                            f"bot:{ASK_CITY}",
                             "action:action_agent_request_user_input", "action:action_listen"]
     assert texts2 == ["Let me check.", "It is sunny in Berlin.",
                       "Anything else about the weather?",
@@ -48,7 +55,7 @@ async def test_an_open_agent_runs_over_two_turns_and_the_flow_continues(project)
         "flow_completed:weather_flow", "flow_started:pattern_completed",
         "bot:Is there anything else I can help you with?", "action:utter_can_do_something_else",
         "flow_completed:pattern_completed", "action:action_listen"]
-    started = turn1[2]
+    started = turn1[len(SESSION_START) + 2]
     assert started["metadata"]["protocol"] == "mcp_open"
     assert started["metadata"]["mcp_tools"] == ["echo", "timed_read"]
     for event in turn2[1:6]:
@@ -246,7 +253,8 @@ async def test_messages_of_one_sender_are_serialised(project):
     users = [i for i, e in enumerate(events) if e["event"] == "user"]
     listens = [i for i, e in enumerate(events) if e.get("name") == "action_listen"]
     assert len(users) == 2
-    assert users[0] < listens[0] < users[1]  # the second turn started after the first ended
+    # the session start listens first; the second turn started after the first ended
+    assert listens[0] < users[0] < listens[1] < users[1]
 
 
 async def test_the_command_generator_sees_flows_agents_and_state(project):

@@ -6,7 +6,13 @@ from __future__ import annotations
 import pytest
 from subagents.testing import FakeModelServer
 
-from tests.dialogue_harness import Conversation, assistant_for, names, write_project
+from tests.dialogue_harness import (
+    SESSION_START,
+    Conversation,
+    assistant_for,
+    names,
+    write_project,
+)
 
 EXTRA = {
     "data/intent_flows.yml": """
@@ -121,3 +127,25 @@ async def test_skip_question_runs_the_default_skip_pattern(project):
         texts, _ = await Conversation(assistant).say("skip that")
         fake.assert_done()
     assert texts == ["I need an answer to this question before we can go on."]
+
+
+async def test_a_new_conversation_starts_its_session_without_the_pattern(project):
+    async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant:
+        convo = Conversation(assistant)
+        texts, first = await convo.say("/greet")
+        _, second = await convo.say("/greet")
+        fake.assert_done()
+    assert texts[0] == "Hello!"  # the overridden session start pattern's welcome is not said
+    assert names(first)[:4] == [*SESSION_START, "user:/greet"]
+    assert "flow_started:pattern_session_start" not in names(first)
+    assert "session_started" not in names(second)
+
+
+async def test_session_start_as_the_first_message_starts_one_session(project):
+    async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant:
+        texts, events = await Conversation(assistant).say("/session_start")
+        fake.assert_done()
+    assert texts == ["Welcome!"]
+    assert names(events)[:4] == [*SESSION_START, "user:/session_start"]
+    # the pattern's action_session_start step finds the session started for this message
+    assert names(events).count("session_started") == 1

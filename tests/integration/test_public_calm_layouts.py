@@ -77,3 +77,27 @@ def _only_issue(issues, code):
     found = [i for i in issues if i.code == code]
     assert len(found) == 1, [i.format() for i in issues]
     return found[0]
+
+
+def test_a_session_config_asking_for_expiry_or_no_carry_over_is_a_warning(make_project):
+    root = make_project({"data/session.yml": """
+        session_config:
+          session_expiration_time: 60
+          carry_over_slots_to_new_session: false
+        """})
+    _, issues = collect_issues(root)
+    found = [(i.severity, i.file, i.key, i.line) for i in issues
+             if i.code == "domain.session_config.unsupported"]
+    assert found == [
+        ("warning", "data/session.yml", "session_config.session_expiration_time", 2),
+        ("warning", "data/session.yml", "session_config.carry_over_slots_to_new_session", 3)]
+
+
+def test_a_session_config_rasa_runs_as_here_loads_without_a_warning(make_project):
+    root = make_project({"data/session.yml": """
+        session_config:
+          session_expiration_time: 0
+          carry_over_slots_to_new_session: true
+        """})
+    _, issues = collect_issues(root)
+    assert [i.code for i in issues] == []

@@ -35,9 +35,12 @@ def _recording_off():
 
 
 def _listens(state: dict) -> list[dict]:
-    """The turns' closing ``action_listen`` events (not the recording switches)."""
-    return [e for e in state["events"] if e["event"] == "action" and e["name"] == "action_listen"
-            and not recording.is_switch_event(e)]
+    """The turns' closing ``action_listen`` events (not the recording switches, nor the listen
+    of the session start before the first message)."""
+    events = state["events"]
+    return [e for i, e in enumerate(events) if e["event"] == "action"
+            and e["name"] == "action_listen" and not recording.is_switch_event(e)
+            and not (i and events[i - 1]["event"] == "session_started")]
 
 
 async def test_recording_is_turned_on_per_conversation_through_the_api(project):

@@ -16,7 +16,7 @@ async def generate(llm: LLMClient, run: AgentRun, messages: list[ChatMessage],
         response = await llm.complete(messages, tools or None)
     else:
         response = await _stream(llm, channel, recipient, messages, tools)
-    run.usage.add(response.usage)
+    run.add_usage(response.usage, response.model)
     return response
 
 

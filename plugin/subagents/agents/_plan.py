@@ -138,6 +138,8 @@ class AgentRun:
     results: dict[str, AgentToolResult] = field(default_factory=dict)
     structured: list[JsonObject] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
+    model_usage: dict[str, Usage] = field(default_factory=dict)
+    """The run's usage by the model that answered (a routed group may use several)."""
     steps: int = 0
     unavailable_rounds: int = 0
     completion_pending: bool = False
@@ -159,6 +161,12 @@ class AgentRun:
     def recipient_id(self) -> str | None:
         """Who the agent talks to (for the output channel)."""
         return self.input.recipient_id or self.input.metadata.get("sender_id")
+
+    def add_usage(self, usage: Usage, model: str | None) -> None:
+        """Count one model reply's tokens, in total and for the model that gave it."""
+        self.usage.add(usage)
+        if model is not None:
+            self.model_usage.setdefault(model, Usage()).add(usage)
 
     def count_tool(self, name: str) -> None:
         """Count one executed call of ``name``."""

@@ -87,9 +87,16 @@ class BudgetGuard:
 
     def _run_usage(self, run: AgentRun) -> _Used:
         return _Used(tokens=run.usage.total_tokens, calls=run.steps,
-                     tools=sum(run.tool_counts.values()),
-                     cost=self._cost(self.model, run.usage.prompt_tokens,
-                                     run.usage.completion_tokens))
+                     tools=sum(run.tool_counts.values()), cost=self._run_cost(run))
+
+    def _run_cost(self, run: AgentRun) -> float:
+        """Each model's tokens at its own price; tokens of no known model at the agent's."""
+        cost, prompt, completion = 0.0, run.usage.prompt_tokens, run.usage.completion_tokens
+        for model, usage in run.model_usage.items():
+            cost += self._cost(model, usage.prompt_tokens, usage.completion_tokens)
+            prompt -= usage.prompt_tokens
+            completion -= usage.completion_tokens
+        return cost + self._cost(self.model, max(0, prompt), max(0, completion))
 
     def _conversation_usage(self, run: AgentRun) -> _Used:
         this_run = self._run_usage(run)

@@ -175,6 +175,7 @@ class _Loader(_SettingsLoader, _AgentsLoader):
         for name in part.responses:
             self.response_docs[name] = doc
         self.check_builtin_overrides(doc)
+        self.check_session_config(doc)
         domain.merge(Domain(slots=part.slots, responses=part.responses, actions=part.actions))
 
     def check_builtin_overrides(self, doc: YamlDoc) -> None:
@@ -190,6 +191,28 @@ class _Loader(_SettingsLoader, _AgentsLoader):
                     "always runs", ("actions", index),
                     hint="remove it from actions, or give your action its own name and run it "
                     "from a flow step", severity="warning"))
+
+    def check_session_config(self, doc: YamlDoc) -> None:
+        """Sessions here never expire and always keep their slots: say so for a
+        ``session_config`` that asks for anything else."""
+        config = doc.data.get("session_config")
+        if not isinstance(config, dict):
+            return
+        expiry = config.get("session_expiration_time")
+        if isinstance(expiry, int | float) and not isinstance(expiry, bool) and expiry > 0:
+            self.issues.append(doc.issue(
+                "domain.session_config.unsupported", "session_expiration_time is not supported: "
+                "a conversation here stays in one session however long the user is away",
+                ("session_config", "session_expiration_time"),
+                hint="set it to 0 (sessions never expire), or start a new session from the "
+                "client with the message /session_start", severity="warning"))
+        if config.get("carry_over_slots_to_new_session") is False:
+            self.issues.append(doc.issue(
+                "domain.session_config.unsupported", "carry_over_slots_to_new_session: false "
+                "is not supported: slots always carry over into a new session here",
+                ("session_config", "carry_over_slots_to_new_session"),
+                hint="remove the key, or reset the slots in your pattern_session_start",
+                severity="warning"))
 
     def load_flows_part(self, doc: YamlDoc, flows: dict[str, tuple[FlowModel, YamlDoc]],
                         own: dict[str, YamlDoc]) -> None:

@@ -42,6 +42,19 @@ def lifecycle_event(kind: str) -> dict[str, Any]:
     return {"event": kind, "timestamp": time.time()}
 
 
+def session_start_events() -> list[dict[str, Any]]:
+    """What Rasa records before a new conversation's first message: ``action_session_start``
+    ran, a session started, and the assistant listened (no pattern runs)."""
+    return [ev.action_executed("action_session_start"), lifecycle_event("session_started"),
+            ev.action_executed("action_listen")]
+
+
+def start_session(turn: Turn) -> None:
+    """Add :func:`session_start_events` to a new conversation's first turn."""
+    for event in session_start_events():
+        turn.add(event)
+
+
 def _joined(names: list[str]) -> str:
     """``a``, ``a or b``, ``a, b or c``."""
     if len(names) <= 1:
@@ -114,12 +127,16 @@ class BuiltinActions:
         return StepResult.WAIT
 
     async def _session_start(self, turn: Turn, frame: FlowFrame) -> StepResult:
-        """Start a session, unless one started since the user's latest message."""
+        """Start a session, unless one started for the user's latest message (just before it,
+        as for a new conversation's first message, or since)."""
+        users = 0
         for event in reversed(turn.events):
             if event.get("event") == "session_started":
                 return StepResult.NEXT
             if event.get("event") == "user":
-                break
+                users += 1
+                if users > 1:
+                    break
         turn.add(lifecycle_event("session_started"))
         return StepResult.NEXT
 

@@ -33,6 +33,7 @@ from ..stores import (
 )
 from ..usage import conversation_usage, turn_metadata
 from .actions import ActionRunner
+from .builtin_actions import start_session
 from .client_input import (
     ClientInputError,
     ClientMetadata,
@@ -209,6 +210,8 @@ class Assistant:
         if result_only:
             commands: list[Command] = [ContinueAgent()]
         else:
+            if not record.events:  # a new conversation starts its first session, as in Rasa
+                start_session(turn)
             user = turn.add(ev.user_uttered(text, metadata=dict(client.recorded)))
             user["message_id"] = message_id
             try:

@@ -20,7 +20,14 @@ from ..agents._history import hide_sign_in_links
 from ..config.project import Project
 from ..llm import LLMClient
 from .command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt
-from .commands import Command, Intent, InternalError, parse_commands, parse_deterministic
+from .commands import (
+    CannotHandle,
+    Command,
+    Intent,
+    InternalError,
+    parse_commands,
+    parse_deterministic,
+)
 from .stack import Stack
 
 if TYPE_CHECKING:
@@ -199,6 +206,11 @@ class CommandGenerator:
                 return [InternalError(PROMPT_FAILED)]
         response = await self.llm.complete([{"role": "user", "content": prompt}], None)
         commands = parse_commands(response.text)
+        if not commands:
+            # as in Rasa: a reply with no command it can read means the message was not
+            # understood, whether or not a flow is running
+            log.warning("dialogue.commands.none_parsed", reply_length=len(response.text or ""))
+            return [CannotHandle()]
         log.info("dialogue.commands.predicted", commands=[type(c).__name__ for c in commands])
         return commands
 

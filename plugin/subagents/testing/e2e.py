@@ -30,6 +30,7 @@ import structlog
 from .. import events as ev
 from ..channels.base import CollectingOutputChannel
 from ..config.project import ProjectPaths
+from ..dialogue.builtin_actions import session_start_events
 from ..exceptions import ConfigError, ConfigIssue
 from ..stores import InMemoryTrackerStore
 from .assertions import (
@@ -524,7 +525,9 @@ class _Conversation:
 
     async def run(self) -> None:
         if self.case.slot_presets:
-            presets = [ev.slot_set(k, v) for k, v in self.case.slot_presets.items()]
+            # as in Rasa, the conversation's session starts before the fixtures' slots are set
+            presets = [*session_start_events(),
+                       *(ev.slot_set(k, v) for k, v in self.case.slot_presets.items())]
             await self.assistant.tracker_store.save_turn(self.sender, presets, [], 0)
             self.current.events += presets
         if self.case.simulated_user is not None:
