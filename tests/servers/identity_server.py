@@ -19,10 +19,15 @@ _ALL_MET = asyncio.Event()
 
 
 def reset() -> None:
-    """Forget every session's notes (between tests)."""
+    """Forget every session's notes (between tests).
+
+    The event is made anew: an asyncio event belongs to the loop that first waited on it, and
+    each test runs its own loop.
+    """
+    global _ALL_MET
     NOTES.clear()
     _MET.clear()
-    _ALL_MET.clear()
+    _ALL_MET = asyncio.Event()
 
 
 def _who(ctx: Context) -> tuple[str, str]:
