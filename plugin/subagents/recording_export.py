@@ -2,18 +2,24 @@
 
 The test has the conversation's user messages as steps, its bot messages as expectations, an
 ``llm_script`` per caller made of the recorded model replies, and a ``tool_script`` with the
-recorded results of MCP tools, so it runs with neither the model nor the MCP servers. Used by
-``subagents test export`` and by the HTTP API (``GET /conversations/{sender}/test``).
+recorded results of MCP tools, so it runs with neither the model nor the MCP servers; the
+project's A2A agents the conversation never called get a stand-in that expects no call. Used by
+``subagents test export`` and by the HTTP API (``GET /conversations/{sender}/test``), which
+therefore export the same test.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from . import recording
 from .exceptions import ConfigError, ConfigIssue
+
+if TYPE_CHECKING:
+    from .config.project import Project
 
 
 class ExportError(ConfigError):
@@ -24,8 +30,22 @@ def _fail(code: str, message: str, hint: str | None = None) -> ExportError:
     return ExportError(ConfigIssue(code, message, hint=hint))
 
 
-def build_fixture(sender_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+def a2a_agent_names(project: Project) -> list[str]:
+    """The names of the project's A2A agents (remote agents reached over the A2A protocol)."""
+    return [name for name, spec in project.agents.items()
+            if spec.config.agent.protocol.value == "A2A"]
+
+
+def build_fixture(sender_id: str, events: list[dict[str, Any]],
+                  a2a_agents: Iterable[str] = ()) -> dict[str, Any]:
     """The conversation-test document for a recorded conversation's events.
+
+    Args:
+        sender_id: The conversation's id (names the test case).
+        events: The conversation's tracker events.
+        a2a_agents: The project's A2A agents. Each one the conversation never called gets a
+            stand-in that expects no call (``a2a_script: {agent: []}``), so the test needs
+            none of the remote agents.
 
     Raises:
         ExportError: the conversation has no events, or a turn of it was not recorded.
@@ -61,6 +81,10 @@ def build_fixture(sender_id: str, events: list[dict[str, Any]]) -> dict[str, Any
         case["llm_script"] = script
     if tools:
         case["tool_script"] = tools
+    called = {e.get("agent_id") for e in events if e.get("event") == "agent_started"}
+    quiet: dict[str, list[Any]] = {name: [] for name in a2a_agents if name not in called}
+    if quiet:
+        case["a2a_script"] = quiet
     case["steps"] = steps
     return {"test_cases": [case]}
 
