@@ -2,8 +2,9 @@
 
 The test has the conversation's user messages as steps, its bot messages as expectations, an
 ``llm_script`` per caller made of the recorded model replies, and a ``tool_script`` with the
-recorded results of MCP tools, so it runs with neither the model nor the MCP servers; the
-project's A2A agents the conversation never called get a stand-in that expects no call. Used by
+recorded results of MCP tools and an ``a2a_script`` with the recorded answers of A2A agents, so
+it runs with neither the model nor the MCP servers nor the remote agents; the project's A2A
+agents the conversation never called get a stand-in that expects no call. Used by
 ``subagents test export`` and by the HTTP API (``GET /conversations/{sender}/test``), which
 therefore export the same test.
 """
@@ -56,6 +57,7 @@ def build_fixture(sender_id: str, events: list[dict[str, Any]],
     steps: list[dict[str, Any]] = []
     script: dict[str, list[Any]] = {}
     tools: dict[str, list[dict[str, Any]]] = {}
+    remote: dict[str, list[Any]] = {}
     unrecorded = 0
     for event in events:
         if recording.is_switch_event(event):
@@ -66,7 +68,7 @@ def build_fixture(sender_id: str, events: list[dict[str, Any]],
                 unrecorded += 1
                 continue
             for entry in entries:
-                _add_entry(entry, script, tools)
+                _add_entry(entry, script, tools, remote)
         else:
             step = _step(event, bool(steps))
             if step is not None:
@@ -79,12 +81,13 @@ def build_fixture(sender_id: str, events: list[dict[str, Any]],
     case: dict[str, Any] = {"test_case": _case_name(sender_id)}
     if script:
         case["llm_script"] = script
-    if tools:
-        case["tool_script"] = tools
+    # Always there (even empty): every MCP server is then replaced by a stand-in, so the test
+    # needs none of them, also those the conversation never called.
+    case["tool_script"] = tools
     called = {e.get("agent_id") for e in events if e.get("event") == "agent_started"}
-    quiet: dict[str, list[Any]] = {name: [] for name in a2a_agents if name not in called}
-    if quiet:
-        case["a2a_script"] = quiet
+    remote.update({name: [] for name in a2a_agents if name not in called and name not in remote})
+    if remote:
+        case["a2a_script"] = remote
     case["steps"] = steps
     return {"test_cases": [case]}
 
@@ -112,8 +115,11 @@ def _bot_step(event: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _add_entry(entry: dict[str, Any], script: dict[str, list[Any]],
-               tools: dict[str, list[dict[str, Any]]]) -> None:
-    if entry.get("kind") == "model":
+               tools: dict[str, list[dict[str, Any]]], remote: dict[str, list[Any]]) -> None:
+    if entry.get("kind") == "a2a":
+        if isinstance(entry.get("reply"), dict):
+            remote.setdefault(str(entry.get("agent")), []).append(dict(entry["reply"]))
+    elif entry.get("kind") == "model":
         caller = str(entry.get("caller") or "llm")
         if entry.get("error"):
             script.setdefault(caller, []).append({"error": dict(entry["error"])})
@@ -157,6 +163,7 @@ def dump_fixture(document: dict[str, Any], sender_id: str) -> str:
     yaml.allow_unicode = True
     out = io.StringIO()
     out.write(f"# Exported from the recorded conversation {sender_id!r}: the recorded model "
-              "replies\n# (llm_script) and MCP tool results (tool_script) replay it offline.\n")
+              "replies\n# (llm_script), MCP tool results (tool_script) and A2A agent answers "
+              "(a2a_script)\n# replay it offline.\n")
     yaml.dump(document, out)
     return out.getvalue()

@@ -2,9 +2,10 @@
 
 The test has the conversation's user messages as steps, its bot messages as expectations, an
 ``llm_script`` per caller made of the recorded model replies, and a ``tool_script`` with the
-recorded results of MCP tools, so it runs with neither the model nor the MCP servers. The
-project's A2A agents that the conversation never called get a stand-in that expects no call
-(``a2a_script: {agent: []}``), so the test needs none of the remote agents either.
+recorded results of MCP tools and an ``a2a_script`` with the recorded answers of the A2A agents
+it called, so it runs with neither the model nor the MCP servers. The project's A2A agents that
+the conversation never called get a stand-in that expects no call (``a2a_script: {agent: []}``),
+so the test needs none of the remote agents either.
 """
 
 from __future__ import annotations
