@@ -1,8 +1,9 @@
-"""Recording conversations: every model call and every tool call of a turn, kept with the tracker.
+"""Recording conversations: every model, tool and A2A call of a turn, kept with the tracker.
 
 With recording on (``subagents serve --record`` for every conversation of a process, or
 :func:`switch_conversation` for one), each turn collects what its model calls were asked and
-answered and what its tool calls were given and returned. The processor stores the collection in
+answered, what its tool calls were given and returned, and what remote A2A agents answered.
+The processor stores the collection in
 the metadata of the turn's closing ``action_listen`` event (key ``recording``), so it lives with
 the tracker in any store; ``subagents test export`` turns it into a conversation test.
 
@@ -197,6 +198,14 @@ def record_tool_call(tool: Any, arguments: Any, result: Any) -> None:
           "description": getattr(schema, "description", None),
           "input_schema": getattr(schema, "parameters", None),
           "arguments": _plain(arguments), "result": _plain(dumped)})
+
+
+def record_a2a_call(agent: str, reply: dict[str, Any]) -> None:
+    """Record what a remote A2A agent answered one call, as an ``a2a_script`` reply
+    (``message``, or ``state`` with ``text``, ``artifacts`` and ``working``; or ``error``)."""
+    if not active():
+        return
+    _add({"kind": "a2a", "agent": agent, "reply": _plain(reply)})
 
 
 def turn_metadata(base: dict[str, Any] | None) -> dict[str, Any] | None:

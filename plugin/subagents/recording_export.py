@@ -2,18 +2,25 @@
 
 The test has the conversation's user messages as steps, its bot messages as expectations, an
 ``llm_script`` per caller made of the recorded model replies, and a ``tool_script`` with the
-recorded results of MCP tools, so it runs with neither the model nor the MCP servers. Used by
-``subagents test export`` and by the HTTP API (``GET /conversations/{sender}/test``).
+recorded results of MCP tools and an ``a2a_script`` with the recorded answers of A2A agents, so
+it runs with neither the model nor the MCP servers nor the remote agents; the project's A2A
+agents the conversation never called get a stand-in that expects no call. Used by
+``subagents test export`` and by the HTTP API (``GET /conversations/{sender}/test``), which
+therefore export the same test.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from . import recording
 from .exceptions import ConfigError, ConfigIssue
+
+if TYPE_CHECKING:
+    from .config.project import Project
 
 
 class ExportError(ConfigError):
@@ -24,8 +31,22 @@ def _fail(code: str, message: str, hint: str | None = None) -> ExportError:
     return ExportError(ConfigIssue(code, message, hint=hint))
 
 
-def build_fixture(sender_id: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+def a2a_agent_names(project: Project) -> list[str]:
+    """The names of the project's A2A agents (remote agents reached over the A2A protocol)."""
+    return [name for name, spec in project.agents.items()
+            if spec.config.agent.protocol.value == "A2A"]
+
+
+def build_fixture(sender_id: str, events: list[dict[str, Any]],
+                  a2a_agents: Iterable[str] = ()) -> dict[str, Any]:
     """The conversation-test document for a recorded conversation's events.
+
+    Args:
+        sender_id: The conversation's id (names the test case).
+        events: The conversation's tracker events.
+        a2a_agents: The project's A2A agents. Each one the conversation never called gets a
+            stand-in that expects no call (``a2a_script: {agent: []}``), so the test needs
+            none of the remote agents.
 
     Raises:
         ExportError: the conversation has no events, or a turn of it was not recorded.
@@ -36,6 +57,7 @@ def build_fixture(sender_id: str, events: list[dict[str, Any]]) -> dict[str, Any
     steps: list[dict[str, Any]] = []
     script: dict[str, list[Any]] = {}
     tools: dict[str, list[dict[str, Any]]] = {}
+    remote: dict[str, list[Any]] = {}
     unrecorded = 0
     for event in events:
         if recording.is_switch_event(event):
@@ -46,7 +68,7 @@ def build_fixture(sender_id: str, events: list[dict[str, Any]]) -> dict[str, Any
                 unrecorded += 1
                 continue
             for entry in entries:
-                _add_entry(entry, script, tools)
+                _add_entry(entry, script, tools, remote)
         else:
             step = _step(event, bool(steps))
             if step is not None:
@@ -59,8 +81,13 @@ def build_fixture(sender_id: str, events: list[dict[str, Any]]) -> dict[str, Any
     case: dict[str, Any] = {"test_case": _case_name(sender_id)}
     if script:
         case["llm_script"] = script
-    if tools:
-        case["tool_script"] = tools
+    # Always there (even empty): every MCP server is then replaced by a stand-in, so the test
+    # needs none of them, also those the conversation never called.
+    case["tool_script"] = tools
+    called = {e.get("agent_id") for e in events if e.get("event") == "agent_started"}
+    remote.update({name: [] for name in a2a_agents if name not in called and name not in remote})
+    if remote:
+        case["a2a_script"] = remote
     case["steps"] = steps
     return {"test_cases": [case]}
 
@@ -88,8 +115,11 @@ def _bot_step(event: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _add_entry(entry: dict[str, Any], script: dict[str, list[Any]],
-               tools: dict[str, list[dict[str, Any]]]) -> None:
-    if entry.get("kind") == "model":
+               tools: dict[str, list[dict[str, Any]]], remote: dict[str, list[Any]]) -> None:
+    if entry.get("kind") == "a2a":
+        if isinstance(entry.get("reply"), dict):
+            remote.setdefault(str(entry.get("agent")), []).append(dict(entry["reply"]))
+    elif entry.get("kind") == "model":
         caller = str(entry.get("caller") or "llm")
         if entry.get("error"):
             script.setdefault(caller, []).append({"error": dict(entry["error"])})
@@ -133,6 +163,7 @@ def dump_fixture(document: dict[str, Any], sender_id: str) -> str:
     yaml.allow_unicode = True
     out = io.StringIO()
     out.write(f"# Exported from the recorded conversation {sender_id!r}: the recorded model "
-              "replies\n# (llm_script) and MCP tool results (tool_script) replay it offline.\n")
+              "replies\n# (llm_script), MCP tool results (tool_script) and A2A agent answers "
+              "(a2a_script)\n# replay it offline.\n")
     yaml.dump(document, out)
     return out.getvalue()

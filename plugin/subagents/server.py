@@ -55,7 +55,7 @@ from .exceptions import SubagentsError
 from .inspector import inspector_routes, wants_trace
 from .mcp.consent_relay import ConsentRelay
 from .mcp.consent_route import consent_relay, consent_routes
-from .recording_export import ExportError, build_fixture, dump_fixture
+from .recording_export import ExportError, a2a_agent_names, build_fixture, dump_fixture
 from .rest_contract import extra_routes, token_matches, wants_stream
 from .server_security import (
     HEADER_TIMEOUT,
@@ -303,7 +303,8 @@ class _Api:
         sender = check_sender_id(request.path_params["sender"])
         record = await self.assistant.tracker_store.load(sender)
         try:
-            text = dump_fixture(build_fixture(sender, record.events), sender)
+            text = dump_fixture(build_fixture(
+                sender, record.events, a2a_agent_names(self.assistant.project)), sender)
         except ExportError as exc:
             status = 404 if exc.code == "export.no_conversation" else 409
             return JSONResponse({"error": exc.issue.message, "code": exc.code},

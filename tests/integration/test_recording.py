@@ -324,3 +324,15 @@ async def test_a_recorded_call_matches_when_the_caller_fills_in_schema_defaults(
     async with Runner(root) as runner:
         result = await runner.run_case(loaded.cases[0])
     assert result.passed, result.failures
+
+
+async def test_the_projects_uncalled_a2a_agents_get_a_stand_in_that_expects_no_call(project):
+    script = {"command_generator": ["start flow weather_flow"], "weather_agent": TURN}
+    recording.enable()
+    async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
+        await assistant.handle_message("u3", "weather?")
+        events = (await assistant.state("u3"))["events"]
+    case = build_fixture("u3", events, ["insurer", "weather_agent"])["test_cases"][0]
+    assert case["a2a_script"] == {"insurer": []}
+    assert list(case)[-1] == "steps"
+    assert "a2a_script" not in build_fixture("u3", events)["test_cases"][0]

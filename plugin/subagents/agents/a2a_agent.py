@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import structlog
 
+from .. import recording
 from ..config._base import resolve_env
 from ..config.sub_agent import AgentConfiguration, SubAgentConfig
 from ..exceptions import AgentInitializationError, ConfigError, MCPConnectionError
@@ -65,6 +66,9 @@ TASK_ID_KEY = "a2a_task_id"
 CONTEXT_ID_KEY = "a2a_context_id"
 _FINAL_ERROR_STATES = {"TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED",
                        "TASK_STATE_AUTH_REQUIRED"}
+_SCRIPT_STATES = {"input-required", "completed", "failed", "canceled", "rejected",
+                  "auth-required", "working", "submitted"}
+"""The task states a recorded reply can replay."""
 _WAITING_STATES = {"TASK_STATE_SUBMITTED", "TASK_STATE_WORKING"}
 
 
@@ -87,6 +91,8 @@ class _Reply:
         self.context_id: str | None = None
         self.structured: list[dict[str, Any]] = []
         self.message_reply = False
+        self.artifacts: list[dict[str, Any] | None] = []
+        """Each artifact as an ``a2a_script`` artifact (None: it has no such form)."""
 
     def add_text(self, text: str) -> None:
         if text and text not in self.text:
@@ -362,12 +368,16 @@ class A2AAgent(MCPBaseAgent):
                 if reply.events and reply.state in _WAITING_STATES and reply.task_id:
                     await self._poll(reply, agent_input, output_channel, events)
         except TimeoutError:
-            return self._fail(agent_input, events, AgentStatus.FATAL_ERROR,
-                              f"the remote agent did not finish within {self._timeout:g}s")
+            message = f"the remote agent did not finish within {self._timeout:g}s"
+            recording.record_a2a_call(self.name, {"error": message})
+            return self._fail(agent_input, events, AgentStatus.FATAL_ERROR, message)
         except (A2AError, httpx.HTTPError, OSError, ValueError) as exc:
             status = _error_status(exc)
+            recording.record_a2a_call(self.name, {"error": f"{type(exc).__name__}: {exc}"})
             return self._fail(agent_input, events, status,
                               f"the remote agent failed: {type(exc).__name__}: {exc}")
+        if recording.active():
+            recording.record_a2a_call(self.name, _script_reply(reply, events))
         output = self._finish(agent_input, reply, events)
         if output.status == AgentStatus.INPUT_REQUIRED and output.response_message and \
                 output_channel is not None and agent_input.recipient_id is not None:
@@ -422,6 +432,7 @@ class A2AAgent(MCPBaseAgent):
         from a2a.helpers import get_data_parts
 
         index = len(reply.structured)
+        reply.artifacts.append(_script_artifact(artifact))
         for part_index, part in enumerate(artifact.parts):
             if part.HasField("text"):
                 reply.add_text(part.text)
@@ -499,6 +510,64 @@ class A2AAgent(MCPBaseAgent):
         log.warning("agent.a2a.failed", agent=self.name, status=status.value, error=message)
         return AgentOutput(id=self.name, status=status, events=events, error_message=message,
                            exit_reason="error")
+
+
+def _script_reply(reply: _Reply, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """The remote agent's answer as an ``a2a_script`` reply, for recording.
+
+    Artifacts keep their text and data parts when replaying them gives the same response text;
+    otherwise the texts become one status text (in the order the client joined them) and the
+    artifacts keep only their data parts.
+    """
+    text = "\n".join(reply.text)
+    if reply.message_reply:
+        return {"message": text}
+    artifacts = reply.artifacts if all(a is not None for a in reply.artifacts) else None
+    status = [t for t in reply.text
+              if artifacts is None or all(t != a.get("text") for a in artifacts if a)]
+    if artifacts is None or _replayed_text([a or {} for a in artifacts], status) != text:
+        artifacts = [{"data": item["result"]} for item in reply.structured
+                     if item.get("type") == "data" and isinstance(item.get("result"), dict)]
+        status = list(reply.text)
+    state = reply.state.removeprefix("TASK_STATE_").lower().replace("_", "-")
+    if reply.state == "POLLING_TIMED_OUT":
+        state = "working"
+    entry: dict[str, Any] = {"state": state if state in _SCRIPT_STATES else "failed"}
+    if status:
+        entry["text"] = "\n".join(status)
+    if artifacts:
+        entry["artifacts"] = artifacts
+    working = [str(e.get("text")) for e in events if e.get("text")]
+    if working:
+        entry["working"] = working
+    return entry
+
+
+def _script_artifact(artifact: Any) -> dict[str, Any] | None:
+    """An artifact as ``{name?, text?, data?}``: at most one text part, then one data part."""
+    from a2a.helpers import get_data_parts
+
+    item: dict[str, Any] = {"name": artifact.name} if artifact.name else {}
+    for part in artifact.parts:
+        if part.HasField("text") and "text" not in item and "data" not in item:
+            item["text"] = part.text
+        elif part.HasField("data") and "data" not in item:
+            data = get_data_parts([part])[0]
+            if not isinstance(data, dict):
+                return None
+            item["data"] = data
+        else:
+            return None
+    return item
+
+
+def _replayed_text(artifacts: list[dict[str, Any]], status: list[str]) -> str:
+    """The response text a stand-in answering with these artifacts and status text gives."""
+    texts: list[str] = []
+    for text in [*(a.get("text") or "" for a in artifacts), "\n".join(status)]:
+        if text and text not in texts:
+            texts.append(text)
+    return "\n".join(texts)
 
 
 def _state_name(state: int) -> str:

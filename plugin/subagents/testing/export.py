@@ -2,9 +2,10 @@
 
 The test has the conversation's user messages as steps, its bot messages as expectations, an
 ``llm_script`` per caller made of the recorded model replies, and a ``tool_script`` with the
-recorded results of MCP tools, so it runs with neither the model nor the MCP servers. The
-project's A2A agents that the conversation never called get a stand-in that expects no call
-(``a2a_script: {agent: []}``), so the test needs none of the remote agents either.
+recorded results of MCP tools and an ``a2a_script`` with the recorded answers of the A2A agents
+it called, so it runs with neither the model nor the MCP servers. The project's A2A agents that
+the conversation never called get a stand-in that expects no call (``a2a_script: {agent: []}``),
+so the test needs none of the remote agents either.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..exceptions import ConfigError
-from ..recording_export import ExportError, build_fixture, dump_fixture
+from ..recording_export import ExportError, a2a_agent_names, build_fixture, dump_fixture
 
 
 async def load_events(project_dir: Path, sender_id: str) -> list[dict[str, Any]]:
@@ -40,29 +41,15 @@ def export(project_dir: Path, sender_id: str, out: Path | None) -> str:
     Raises:
         ExportError: see :func:`build_fixture`.
     """
+    from ..config.project import load_project
+
     events = asyncio.run(load_events(project_dir, sender_id))
-    document = build_fixture(sender_id, events)
-    _quiet_remote_agents(project_dir, events, document)
+    document = build_fixture(sender_id, events, a2a_agent_names(load_project(project_dir)))
     text = dump_fixture(document, sender_id)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text, encoding="utf-8")
     return text
-
-
-def _quiet_remote_agents(project_dir: Path, events: list[dict[str, Any]],
-                        document: dict[str, Any]) -> None:
-    from ..config.project import load_project
-
-    project = load_project(project_dir)
-    called = {e.get("agent_id") for e in events if e.get("event") == "agent_started"}
-    quiet: dict[str, list[Any]] = {
-        name: [] for name, spec in project.agents.items()
-        if spec.config.agent.protocol.value == "A2A" and name not in called}
-    if quiet:
-        for index, case in enumerate(document["test_cases"]):
-            steps = case.pop("steps", None)
-            document["test_cases"][index] = {**case, "a2a_script": quiet, "steps": steps}
 
 
 def cmd_export(project_dir: Path, senders: list[str], out: Path | None) -> int:
