@@ -54,7 +54,8 @@ async def save_by_keyboard(page: Any) -> None:
     await page.locator("#save-test").focus()
     await page.keyboard.press("Enter")
     await page.locator("#save:not([hidden])").wait_for()
-    assert await page.evaluate("document.activeElement.id") == "save-title"
+    # the panel may still show an earlier answer: wait (bounded) for this answer's focus move
+    await page.wait_for_function("document.activeElement?.id === 'save-title'", timeout=30_000)
 
 
 async def download_test(page: Any, folder: Path) -> Path:
