@@ -31,9 +31,11 @@ CHROMIUM = os.environ.get("SUBAGENTS_CHROMIUM") or shutil.which("chromium") or "
 AXE_JS = os.environ.get("SUBAGENTS_AXE_JS", "")
 HAS_AXE = bool(AXE_JS) and Path(AXE_JS).is_file()
 
-pytestmark = pytest.mark.skipif(
+NEEDS_BROWSER = pytest.mark.skipif(
     not CHROMIUM or importlib.util.find_spec("playwright") is None,
     reason="needs Chromium and Playwright: run .ci/suites/browser.sh")
+"""Skips a browser test unless both Chromium and Playwright's package are present."""
+pytestmark = NEEDS_BROWSER
 
 BOOKING = """
     agent: {name: booking_agent, description: Books a table.}

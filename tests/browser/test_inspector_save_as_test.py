@@ -24,8 +24,8 @@ from subagents.testing.mcp_http import serve_app
 
 from tests.browser.test_inspector_page import (
     ARTIFACTS,
-    CHROMIUM,
     HAS_AXE,
+    NEEDS_BROWSER,
     axe_violations,
     browse,
     inspector,
@@ -37,7 +37,7 @@ from tests.integration.test_record_replay import SCRIPT as ACME_SCRIPT
 from tests.integration.test_record_replay import _example_project
 from tests.serve_process import example_insurer, free_port, serve_process
 
-pytestmark = pytest.mark.skipif(not CHROMIUM, reason="needs Chromium: run .ci/suites/browser.sh")
+pytestmark = NEEDS_BROWSER
 
 TOKEN = "inspector-save-token"
 
