@@ -9,8 +9,6 @@ sign-in completes, the parked call runs once, and the conversation gets its answ
 from __future__ import annotations
 
 import contextlib
-import os
-import textwrap
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,66 +21,29 @@ import pytest
 from subagents.mcp.signin import login
 from subagents.testing import FakeModelServer
 
-from tests.integration.test_mcp_consent import Browser, calendar_turns, consent_link
+from tests.integration.test_mcp_consent import FILES, Browser, calendar_turns, consent_link
 from tests.serve_process import ServeProcess, serve_process
 from tests.servers.consent_standin import CALLS, consent_standin
+from tests.shared_workers import MARKS, workers_project
 
 pytest.importorskip("cryptography")
 
-POSTGRES = os.environ.get("SUBAGENTS_TEST_POSTGRES_URL")
-REDIS = os.environ.get("SUBAGENTS_TEST_REDIS_URL")
-
-pytestmark = [
-    pytest.mark.postgres, pytest.mark.redis,
-    pytest.mark.skipif(not (POSTGRES and REDIS), reason=(
-        "needs SUBAGENTS_TEST_POSTGRES_URL and SUBAGENTS_TEST_REDIS_URL: "
-        'eval "$(bash .ci/services.sh)" starts both')),
-]
+pytestmark = MARKS
 
 
 def _project(root: Path, models: str, mcp_url: str, server: str) -> Path:
-    files = {
-        "config.yml": """
-            assistant_id: consent_workers
-            pipeline:
-              - name: CompactLLMCommandGenerator
-                llm: {model_group: command_llm}
-            """,
-        "endpoints.yml": f"""
-            model_groups:
-              - id: command_llm
-                models:
-                  - {{provider: openai, model: fake, api_base: "{models}/command_generator/v1"}}
-              - id: agent_llm
-                models:
-                  - {{provider: openai, model: fake, api_base: "{models}/calendar_agent/v1"}}
-            mcp_servers:
-              - name: {server}
-                type: http
-                url: {mcp_url}
-                session: {{per_user: metadata.user_id}}
-                oauth:
-                  grant: authorization_code
-                  per_user: true
-                  public_url: ${{CONSENT_PUBLIC_URL}}
-            tracker_store:
-              type: sql
-              url: {POSTGRES}
-            lock_store:
-              type: redis
-              url: {REDIS}
-            """,
-        "data/flows.yml": """
-            flows:
-              calendar_flow:
-                description: look at the user's calendar
-                steps:
-                  - call: calendar_agent
-            """,
-        "data/domain.yml": """
-            responses:
-              utter_placeholder: [{text: "ok"}]
-            """,
+    return workers_project(root, "consent_workers", models, "calendar_agent", f"""
+        - name: {server}
+          type: http
+          url: {mcp_url}
+          session: {{per_user: metadata.user_id}}
+          oauth:
+            grant: authorization_code
+            per_user: true
+            public_url: ${{CONSENT_PUBLIC_URL}}
+        """, {
+        "data/flows.yml": FILES["data/flows.yml"],
+        "data/domain.yml": FILES["data/domain.yml"],
         "sub_agents/calendar/config.yml": f"""
             agent: {{name: calendar_agent, description: Reads the user's calendar.}}
             configuration:
@@ -91,12 +52,7 @@ def _project(root: Path, models: str, mcp_url: str, server: str) -> Path:
             connections:
               mcp_servers: [{{name: {server}}}]
             """,
-    }
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    return root
+    })
 
 
 async def _say(client: httpx2.AsyncClient, url: str, sender: str, user: str,

@@ -10,30 +10,20 @@ between the workers, so both workers serve both users, in both orders.
 from __future__ import annotations
 
 import ast
-import os
-import textwrap
 import uuid
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2
-import pytest
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_mcp
 
 from tests.serve_process import ServeProcess, serve_process
 from tests.servers import identity_server
+from tests.shared_workers import MARKS, workers_project
 
-POSTGRES = os.environ.get("SUBAGENTS_TEST_POSTGRES_URL")
-REDIS = os.environ.get("SUBAGENTS_TEST_REDIS_URL")
-
-pytestmark = [
-    pytest.mark.postgres, pytest.mark.redis,
-    pytest.mark.skipif(not (POSTGRES and REDIS), reason=(
-        "needs SUBAGENTS_TEST_POSTGRES_URL and SUBAGENTS_TEST_REDIS_URL: "
-        'eval "$(bash .ci/services.sh)" starts both')),
-]
+pytestmark = MARKS
 
 TURNS = 4
 USERS = ("alice", "bob")
@@ -47,35 +37,14 @@ NOTE_TURN = {"text": "Noted.", "tool_calls": [
 
 
 def _project(root: Path, models: str, mcp_url: str) -> Path:
-    files = {
-        "config.yml": """
-            assistant_id: two_workers
-            pipeline:
-              - name: CompactLLMCommandGenerator
-                llm: {model_group: command_llm}
-            """,
-        "endpoints.yml": f"""
-            model_groups:
-              - id: command_llm
-                models:
-                  - {{provider: openai, model: fake, api_base: "{models}/command_generator/v1"}}
-              - id: agent_llm
-                models:
-                  - {{provider: openai, model: fake, api_base: "{models}/notes_agent/v1"}}
-            mcp_servers:
-              - name: notes
-                type: http
-                url: {mcp_url}
-                session: per_conversation
-                headers:
-                  Authorization: "Bearer {{{{ metadata.user_token }}}}"
-            tracker_store:
-              type: sql
-              url: {POSTGRES}
-            lock_store:
-              type: redis
-              url: {REDIS}
-            """,
+    return workers_project(root, "two_workers", models, "notes_agent", f"""
+        - name: notes
+          type: http
+          url: {mcp_url}
+          session: per_conversation
+          headers:
+            Authorization: "Bearer {{{{ metadata.user_token }}}}"
+        """, {
         "data/flows.yml": """
             flows:
               notes_flow:
@@ -95,12 +64,7 @@ def _project(root: Path, models: str, mcp_url: str) -> Path:
             connections:
               mcp_servers: [{name: notes}]
             """,
-    }
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
-    return root
+    })
 
 
 async def _talk(client: httpx2.AsyncClient, workers: list[ServeProcess], sender: str,

@@ -11,9 +11,7 @@ without a valid token, and tells the MCP app which account the token belongs to 
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import hashlib
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -25,9 +23,15 @@ from mcp.server.mcpserver import Context, MCPServer
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
-from subagents.testing.mcp_http import serve_app
+
+from tests.servers.oauth_standin import (
+    auth_app,
+    metadata_body,
+    pkce_verified,
+    send_response,
+    serve_gated,
+)
 
 calendar = MCPServer("calendar")
 CALLS: list[str] = []
@@ -72,13 +76,8 @@ class UserAuthServer:
 
     def app(self) -> Starlette:
         async def metadata(request: Request) -> JSONResponse:
-            return JSONResponse({
-                "issuer": self.base, "authorization_endpoint": f"{self.base}/authorize",
-                "token_endpoint": f"{self.base}/token",
-                "registration_endpoint": f"{self.base}/register",
-                "code_challenge_methods_supported": ["S256"],
-                "grant_types_supported": ["authorization_code", "refresh_token"],
-                "token_endpoint_auth_methods_supported": ["none"]})
+            return JSONResponse(metadata_body(
+                self.base, ["authorization_code", "refresh_token"], ["none"]))
 
         async def register(request: Request) -> JSONResponse:
             body = await request.json()
@@ -109,8 +108,7 @@ class UserAuthServer:
             if form.get("grant_type") == "authorization_code":
                 client, redirect, challenge, account = self.codes.pop(
                     form.get("code", ""), ("", "", "", ""))
-                digest = hashlib.sha256(form.get("code_verifier", "").encode()).digest()
-                verified = base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == challenge
+                verified = pkce_verified(form.get("code_verifier", ""), challenge)
                 if not verified or (form.get("client_id"), form.get("redirect_uri")) != \
                         (client, redirect):
                     return JSONResponse({"error": "invalid_grant"}, status_code=400)
@@ -122,11 +120,7 @@ class UserAuthServer:
                 return self._issue(account)
             return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
 
-        return Starlette(routes=[
-            Route("/.well-known/oauth-authorization-server", metadata),
-            Route("/register", register, methods=["POST"]),
-            Route("/authorize", authorize),
-            Route("/token", token, methods=["POST"])])
+        return auth_app(metadata, register, authorize, token)
 
 
 class AccountGate:
@@ -143,25 +137,18 @@ class AccountGate:
         host = dict(headers)[b"host"].decode()
         if scope["path"].startswith("/.well-known/oauth-protected-resource"):
             body = {"resource": f"http://{host}/mcp", "authorization_servers": [self.auth.base]}
-            await _send(send, 200, json.dumps(body).encode(), b"application/json")
+            await send_response(send, 200, json.dumps(body).encode(), b"application/json")
             return
         token = dict(headers).get(b"authorization", b"").decode().removeprefix("Bearer ")
         account = self.auth.access.get(token)
         if account is None:
             challenge = (f'Bearer resource_metadata="http://{host}/.well-known/'
                          'oauth-protected-resource/mcp"')
-            await _send(send, 401, b"unauthorized", b"text/plain",
+            await send_response(send, 401, b"unauthorized", b"text/plain",
                         [(b"www-authenticate", challenge.encode())])
             return
         scope = {**scope, "headers": [*headers, (b"x-account", account.encode())]}
         await self.app(scope, receive, send)
-
-
-async def _send(send: Send, status: int, body: bytes, content_type: bytes,
-                extra: list[tuple[bytes, bytes]] | None = None) -> None:
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type), *(extra or [])]})
-    await send({"type": "http.response.body", "body": body})
 
 
 @contextlib.asynccontextmanager
@@ -169,11 +156,9 @@ async def consent_standin() -> AsyncIterator[tuple[UserAuthServer, AccountGate, 
     """Serve the authorization server and the gated calendar; yield both and the MCP URL."""
     auth = UserAuthServer()
     CALLS.clear()
-    async with serve_app(auth.app()) as auth_base:
-        auth.base = auth_base
-        gate = AccountGate(calendar.streamable_http_app(), auth)
-        async with serve_app(gate) as base:
-            yield auth, gate, f"{base}/mcp"
+    gate = AccountGate(calendar.streamable_http_app(), auth)
+    async with serve_gated(auth, lambda: gate) as url:
+        yield auth, gate, url
 
 
 def with_account(url: str, account: str, **extra: Any) -> str:

@@ -12,7 +12,7 @@ import base64
 import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -60,8 +60,7 @@ class AuthServer:
         self.grants.append({**form, "auth_method": "none"})
         if form["grant_type"] == "authorization_code":
             client_id, redirect, challenge = self.codes.pop(form.get("code", ""), ("", "", ""))
-            digest = hashlib.sha256(form.get("code_verifier", "").encode()).digest()
-            verified = base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == challenge
+            verified = pkce_verified(form.get("code_verifier", ""), challenge)
             if not verified or (form.get("client_id"), form.get("redirect_uri")) != \
                     (client_id, redirect):
                 return JSONResponse({"error": "invalid_grant"}, status_code=400)
@@ -75,15 +74,9 @@ class AuthServer:
 
     def app(self) -> Starlette:
         async def metadata(request: Request) -> JSONResponse:
-            return JSONResponse({
-                "issuer": self.base, "authorization_endpoint": f"{self.base}/authorize",
-                "token_endpoint": f"{self.base}/token",
-                "registration_endpoint": f"{self.base}/register",
-                "code_challenge_methods_supported": ["S256"],
-                "grant_types_supported": ["client_credentials", "authorization_code",
-                                          "refresh_token"],
-                "token_endpoint_auth_methods_supported": ["client_secret_basic",
-                                                          "client_secret_post"]})
+            return JSONResponse(metadata_body(
+                self.base, ["client_credentials", "authorization_code", "refresh_token"],
+                ["client_secret_basic", "client_secret_post"]))
 
         async def register(request: Request) -> JSONResponse:
             body = await request.json()
@@ -125,11 +118,7 @@ class AuthServer:
             return JSONResponse({"access_token": issued, "token_type": "Bearer",
                                  "expires_in": 3600})
 
-        return Starlette(routes=[
-            Route("/.well-known/oauth-authorization-server", metadata),
-            Route("/register", register, methods=["POST"]),
-            Route("/authorize", authorize),
-            Route("/token", token, methods=["POST"])])
+        return auth_app(metadata, register, authorize, token)
 
 
 class BearerGate:
@@ -146,31 +135,64 @@ class BearerGate:
         origin = f"http://{headers[b'host'].decode()}"
         if scope["path"].startswith("/.well-known/oauth-protected-resource") and self.advertise:
             body = {"resource": f"{origin}/mcp", "authorization_servers": [self.auth.base]}
-            await _send(send, 200, json.dumps(body).encode(), b"application/json")
+            await send_response(send, 200, json.dumps(body).encode(), b"application/json")
             return
         token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
         if token not in self.auth.valid:
             challenge = (f'Bearer resource_metadata="{origin}/.well-known/oauth-protected-resource'
                          f'/mcp"' if self.advertise else "Bearer")
-            await _send(send, 401, b"unauthorized", b"text/plain",
+            await send_response(send, 401, b"unauthorized", b"text/plain",
                         [(b"www-authenticate", challenge.encode())])
             return
         await self.app(scope, receive, send)
 
 
-async def _send(send: Send, status: int, body: bytes, content_type: bytes,
-                extra: list[tuple[bytes, bytes]] | None = None) -> None:
+def pkce_verified(verifier: str, challenge: str) -> bool:
+    """Whether ``verifier`` hashes (S256) to ``challenge``."""
+    digest = hashlib.sha256(verifier.encode()).digest()
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode() == challenge
+
+
+def metadata_body(base: str, grant_types: list[str], auth_methods: list[str]) -> dict[str, Any]:
+    """The RFC 8414 metadata of an authorization server at ``base``."""
+    return {"issuer": base, "authorization_endpoint": f"{base}/authorize",
+            "token_endpoint": f"{base}/token", "registration_endpoint": f"{base}/register",
+            "code_challenge_methods_supported": ["S256"],
+            "grant_types_supported": grant_types,
+            "token_endpoint_auth_methods_supported": auth_methods}
+
+
+def auth_app(metadata: Any, register: Any, authorize: Any, token: Any) -> Starlette:
+    """The authorization server's app from its four endpoints."""
+    return Starlette(routes=[
+        Route("/.well-known/oauth-authorization-server", metadata),
+        Route("/register", register, methods=["POST"]),
+        Route("/authorize", authorize),
+        Route("/token", token, methods=["POST"])])
+
+
+async def send_response(send: Send, status: int, body: bytes, content_type: bytes,
+                        extra: list[tuple[bytes, bytes]] | None = None) -> None:
+    """Send a whole HTTP response from ASGI middleware."""
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", content_type), *(extra or [])]})
     await send({"type": "http.response.body", "body": body})
 
 
 @contextlib.asynccontextmanager
+async def serve_gated(auth: Any, gate: Callable[[], ASGIApp]) -> AsyncIterator[str]:
+    """Serve ``auth``'s app (setting its ``base``) and what ``gate`` builds; yield the MCP URL."""
+    async with serve_app(auth.app()) as auth_base:
+        auth.base = auth_base
+        async with serve_app(gate()) as base:
+            yield f"{base}/mcp"
+
+
+@contextlib.asynccontextmanager
 async def protected_mcp(server: Any, auth: AuthServer, *, advertise: bool = True
                         ) -> AsyncIterator[str]:
     """Serve the authorization server and the gated MCP server; yield the MCP URL."""
-    async with serve_app(auth.app()) as auth_base:
-        auth.base = auth_base
-        gated = BearerGate(server.streamable_http_app(), auth, advertise=advertise)
-        async with serve_app(gated) as base:
-            yield f"{base}/mcp"
+    async with serve_gated(
+            auth, lambda: BearerGate(server.streamable_http_app(), auth, advertise=advertise)
+    ) as url:
+        yield url

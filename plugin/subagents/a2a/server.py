@@ -196,21 +196,43 @@ class SubAgentExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Mark the task cancelled (a running agent is not interrupted)."""
-        if context.task_id and context.context_id:
-            await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+        await cancel_task(context, event_queue)
 
 
-def sub_agent_card(agent: MCPBaseAgent) -> AgentCard:
-    """The agent card of one of our sub agents."""
+def agent_card(name: str, description: str, skill: AgentSkill, *,
+               streaming: bool = True) -> AgentCard:
+    """A card for an agent with one skill that takes and gives text and JSON over JSON-RPC.
+
+    Args:
+        name: The agent's name.
+        description: What the agent does.
+        skill: Its one skill.
+        streaming: Whether it streams its task updates.
+
+    Returns:
+        The card; its interface URL is a placeholder that :func:`a2a_routes` fills in per request.
+    """
     return AgentCard(
-        name=agent.name, description=agent.description.strip(), version="1.0.0",
-        capabilities=AgentCapabilities(streaming=True),
+        name=name, description=description, version="1.0.0",
+        capabilities=AgentCapabilities(streaming=streaming),
         supported_interfaces=[AgentInterface(url="/", protocol_binding="JSONRPC",
                                              protocol_version="1.0")],
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
-        skills=[AgentSkill(id=agent.name, name=agent.name, tags=["sub-agent"],
-                           description=agent.description.strip())])
+        skills=[skill])
+
+
+async def cancel_task(context: RequestContext, event_queue: EventQueue) -> None:
+    """Mark the context's task cancelled (an executor's ``cancel``)."""
+    if context.task_id and context.context_id:
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+
+def sub_agent_card(agent: MCPBaseAgent) -> AgentCard:
+    """The agent card of one of our sub agents."""
+    return agent_card(agent.name, agent.description.strip(), AgentSkill(
+        id=agent.name, name=agent.name, tags=["sub-agent"],
+        description=agent.description.strip()))
 
 
 def published_agents(assistant: Assistant, names: Sequence[str] | None) -> list[MCPBaseAgent]:

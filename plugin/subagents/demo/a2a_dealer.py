@@ -28,10 +28,10 @@ from a2a.helpers import get_data_parts, new_data_part, new_task_from_user_messag
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part
+from a2a.types import AgentCard, AgentSkill, Part
 from starlette.applications import Starlette
 
-from ..a2a.server import a2a_routes
+from ..a2a.server import a2a_routes, agent_card, cancel_task
 
 STOCK = {"corolla": 24500, "civic": 26900, "model 3": 41990}
 
@@ -115,21 +115,15 @@ class DealerExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Cancel the running task."""
-        if context.task_id and context.context_id:
-            await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+        await cancel_task(context, event_queue)
 
 
 def dealer_card(*, streaming: bool = True) -> AgentCard:
     """The dealer's agent card (the interface URL is filled in per request)."""
-    return AgentCard(
-        name="car_dealer", description="Checks whether a car model is in stock and its price.",
-        version="1.0.0", capabilities=AgentCapabilities(streaming=streaming),
-        supported_interfaces=[AgentInterface(url="/", protocol_binding="JSONRPC",
-                                             protocol_version="1.0")],
-        default_input_modes=["text/plain", "application/json"],
-        default_output_modes=["text/plain", "application/json"],
-        skills=[AgentSkill(id="stock", name="Stock check", tags=["cars"],
-                           description="Price and availability of a car model.")])
+    return agent_card(
+        "car_dealer", "Checks whether a car model is in stock and its price.",
+        AgentSkill(id="stock", name="Stock check", tags=["cars"],
+                   description="Price and availability of a car model."), streaming=streaming)
 
 
 def build_app(*, streaming: bool = True) -> Starlette:

@@ -28,10 +28,10 @@ from a2a.helpers import get_data_parts, new_data_part, new_task_from_user_messag
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
-from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, Part
+from a2a.types import AgentCard, AgentSkill, Part
 from starlette.applications import Starlette
 
-from ..a2a.server import a2a_routes
+from ..a2a.server import a2a_routes, agent_card, cancel_task
 
 DEFAULT_PORT = 8767
 ASK_NUMBER = "Which insurance number is on the patient's card? It starts with INS-."
@@ -83,21 +83,15 @@ class InsurerExecutor(AgentExecutor):
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Cancel the running task."""
-        if context.task_id and context.context_id:
-            await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+        await cancel_task(context, event_queue)
 
 
 def insurer_card() -> AgentCard:
     """The insurer's agent card (the interface URL is filled in per request)."""
-    return AgentCard(
-        name="clinic_insurer", description="Checks whether a patient's insurance covers a visit.",
-        version="1.0.0", capabilities=AgentCapabilities(streaming=True),
-        supported_interfaces=[AgentInterface(url="/", protocol_binding="JSONRPC",
-                                             protocol_version="1.0")],
-        default_input_modes=["text/plain", "application/json"],
-        default_output_modes=["text/plain", "application/json"],
-        skills=[AgentSkill(id="coverage", name="Coverage check", tags=["insurance"],
-                           description="Whether a policy covers a visit, and the co-payment.")])
+    return agent_card(
+        "clinic_insurer", "Checks whether a patient's insurance covers a visit.",
+        AgentSkill(id="coverage", name="Coverage check", tags=["insurance"],
+                   description="Whether a policy covers a visit, and the co-payment."))
 
 
 def build_app() -> Starlette:

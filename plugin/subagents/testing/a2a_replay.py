@@ -178,6 +178,7 @@ def _executor(agent: ScriptedAgent) -> Any:
     from a2a.server.tasks import TaskUpdater
     from a2a.types import Part
 
+    from ..a2a.server import cancel_task
     from ..agents.a2a_agent import HEALTH_CHECK_TEXT
 
     class _Executor(AgentExecutor):
@@ -212,8 +213,7 @@ def _executor(agent: ScriptedAgent) -> Any:
             await _task_reply(updater, entry)
 
         async def cancel(self, context: Any, event_queue: Any) -> None:
-            if context.task_id and context.context_id:
-                await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+            await cancel_task(context, event_queue)
 
     return _Executor()
 
@@ -240,17 +240,13 @@ async def _task_reply(updater: Any, entry: dict[str, Any]) -> None:
 
 
 def _card(name: str) -> Any:
-    from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill
+    from a2a.types import AgentSkill
 
-    return AgentCard(
-        name=name, description=f"{name} (scripted stand-in)", version="1.0.0",
-        capabilities=AgentCapabilities(streaming=True),
-        supported_interfaces=[AgentInterface(url="/", protocol_binding="JSONRPC",
-                                             protocol_version="1.0")],
-        default_input_modes=["text/plain", "application/json"],
-        default_output_modes=["text/plain", "application/json"],
-        skills=[AgentSkill(id="scripted", name="Scripted replies", tags=["test"],
-                           description="Answers from the test case's a2a_script.")])
+    from ..a2a.server import agent_card
+
+    return agent_card(name, f"{name} (scripted stand-in)", AgentSkill(
+        id="scripted", name="Scripted replies", tags=["test"],
+        description="Answers from the test case's a2a_script."))
 
 
 class A2AStandins:
