@@ -99,7 +99,8 @@ def _transcript(events: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _incoming_slots(context: RequestContext) -> dict[str, Any]:
+def incoming_slots(context: RequestContext) -> dict[str, Any]:
+    """The slots an A2A client sent with its message (the ``slots`` of a data part)."""
     if context.message is None:
         return {}
     for data in get_data_parts(list(context.message.parts)):
@@ -137,7 +138,7 @@ class SubAgentExecutor(AgentExecutor):
             await updater.start_work(updater.new_agent_message([Part(text=text)]))
 
         text = context.get_user_input()
-        conversation.slots.update(_incoming_slots(context))
+        conversation.slots.update(incoming_slots(context))
         agent_input = self._input(text, conversation, context_id)
         conversation.events.append({"event": "user", "text": text})
         try:

@@ -24,14 +24,14 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from a2a.helpers import get_data_parts, new_data_part, new_task_from_user_message, new_text_message
+from a2a.helpers import new_data_part, new_task_from_user_message, new_text_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import AgentCard, AgentSkill, Part
 from starlette.applications import Starlette
 
-from ..a2a.server import a2a_routes, agent_card, cancel_task
+from ..a2a.server import a2a_routes, agent_card, cancel_task, incoming_slots
 
 STOCK = {"corolla": 24500, "civic": 26900, "model 3": 41990}
 
@@ -49,15 +49,6 @@ def _wanted_model(text: str, slots: dict[str, Any]) -> str | None:
             if model in lowered:
                 return model
     return None
-
-
-def _slots(context: RequestContext) -> dict[str, Any]:
-    if context.message is None:
-        return {}
-    for data in get_data_parts(list(context.message.parts)):
-        if isinstance(data, dict) and isinstance(data.get("slots"), dict):
-            return dict(data["slots"])
-    return {}
 
 
 def _message_metadata(context: RequestContext) -> dict[str, Any]:
@@ -99,7 +90,7 @@ class DealerExecutor(AgentExecutor):
         if "call it off" in text.lower():
             await updater.cancel(updater.new_agent_message([Part(text="Cancelled.")]))
             return
-        model = _wanted_model(text, _slots(context))
+        model = _wanted_model(text, incoming_slots(context))
         if model is None:
             await updater.requires_input(updater.new_agent_message([Part(
                 text="Which model are you looking for? We have the Corolla, the Civic and the "

@@ -22,16 +22,15 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Sequence
-from typing import Any
 
-from a2a.helpers import get_data_parts, new_data_part, new_task_from_user_message
+from a2a.helpers import new_data_part, new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import AgentCard, AgentSkill, Part
 from starlette.applications import Starlette
 
-from ..a2a.server import a2a_routes, agent_card, cancel_task
+from ..a2a.server import a2a_routes, agent_card, cancel_task, incoming_slots
 
 DEFAULT_PORT = 8767
 ASK_NUMBER = "Which insurance number is on the patient's card? It starts with INS-."
@@ -44,10 +43,7 @@ def _latest_user_text(text: str) -> str:
 
 
 def _policy(text: str, context: RequestContext) -> str | None:
-    slots: dict[str, Any] = {}
-    for data in get_data_parts(list(context.message.parts)) if context.message else []:
-        if isinstance(data, dict) and isinstance(data.get("slots"), dict):
-            slots.update(data["slots"])
+    slots = incoming_slots(context)
     for candidate in (str(slots.get("insurance_number") or ""), text):
         found = _NUMBER.search(candidate)
         if found:
