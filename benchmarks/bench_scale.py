@@ -14,7 +14,6 @@ import os
 import statistics
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -23,32 +22,12 @@ from bench_serve import (
     MODEL_MS,
     cpu_seconds,
     free_port,
+    level,
     raise_fd_limit,
     wait_healthy,
     write_project,
 )
 from subagents.testing import FakeModelServer
-
-
-async def _turns(clients: list[httpx2.AsyncClient], fake: FakeModelServer, n: int, turns: int,
-                 tag: str) -> tuple[float, list[float]]:
-    fake.add("helper", [{"text": "How can I help?", "delay_ms": MODEL_MS}] * (n * turns))
-
-    async def one(i: int) -> list[float]:
-        latencies = []
-        for turn in range(turns):
-            client = clients[(i + turn) % len(clients)]
-            start = time.perf_counter()
-            response = await client.post("/webhooks/rest/webhook", json={
-                "sender": f"{tag}-{i}-{turn}", "message": "/help_flow"})
-            response.raise_for_status()
-            assert response.json()[0]["text"] == "How can I help?", response.json()
-            latencies.append((time.perf_counter() - start) * 1000 - MODEL_MS)
-        return latencies
-
-    start = time.perf_counter()
-    results = await asyncio.gather(*(one(i) for i in range(n)))
-    return time.perf_counter() - start, [ms for lat in results for ms in lat]
 
 
 async def run(root: Path, fake: FakeModelServer, workers: int, n: int, turns: int,
@@ -70,9 +49,9 @@ async def run(root: Path, fake: FakeModelServer, workers: int, n: int, turns: in
                    for base in bases]
         try:
             tag = uuid.uuid4().hex[:8]
-            await _turns(clients, fake, 20, 1, f"warmup-{tag}")
+            await level(clients, fake, 20, f"warmup-{tag}")
             before = sum(cpu_seconds(p.pid) for p in procs)
-            wall, lat = await _turns(clients, fake, n, turns, f"run-{tag}")
+            wall, lat = await level(clients, fake, n, f"run-{tag}", turns)
             cpu = sum(cpu_seconds(p.pid) for p in procs) - before
         finally:
             for client in clients:

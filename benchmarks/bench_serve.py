@@ -24,6 +24,7 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx2
@@ -90,11 +91,13 @@ async def wait_healthy(base: str) -> None:
     raise RuntimeError("the server did not start")
 
 
-async def level(client: httpx2.AsyncClient, fake: FakeModelServer, n: int, tag: str,
+async def level(clients: Sequence[httpx2.AsyncClient], fake: FakeModelServer, n: int, tag: str,
                 turns: int = 1, spread: bool = False) -> tuple[float, list[float]]:
     """n clients, each sending ``turns`` turns in sequence; wall seconds and latencies.
 
-    With ``spread`` client i starts i/n of one model latency after the first.
+    Turn t of client i goes through ``clients[(i + t) % len(clients)]`` (one HTTP client per
+    worker spreads the turns over the workers). With ``spread`` client i starts i/n of one
+    model latency after the first.
     """
     fake.add("helper", [{"text": "How can I help?", "delay_ms": MODEL_MS}] * (n * turns))
 
@@ -103,6 +106,7 @@ async def level(client: httpx2.AsyncClient, fake: FakeModelServer, n: int, tag: 
             await asyncio.sleep(MODEL_MS / 1000 * i / n)
         latencies = []
         for turn in range(turns):
+            client = clients[(i + turn) % len(clients)]
             start = time.perf_counter()
             response = await client.post("/webhooks/rest/webhook", json={
                 "sender": f"{tag}-{i}-{turn}", "message": "/help_flow"})
@@ -140,9 +144,9 @@ async def run_level(root: Path, fake: FakeModelServer, n: int, turns: int = 1,
         await wait_healthy(base)
         limits = httpx2.Limits(max_connections=n + 100, max_keepalive_connections=n + 100)
         async with httpx2.AsyncClient(base_url=base, timeout=300, limits=limits) as client:
-            await level(client, fake, 20, f"warmup{n}")
+            await level([client], fake, 20, f"warmup{n}")
             server_cpu, own_cpu = cpu_seconds(proc.pid), time.process_time()
-            wall, lat = await level(client, fake, n, f"n{n}", turns, spread)
+            wall, lat = await level([client], fake, n, f"n{n}", turns, spread)
             server_cpu = cpu_seconds(proc.pid) - server_cpu
             own_cpu = time.process_time() - own_cpu
         lat.sort()
