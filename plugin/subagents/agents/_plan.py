@@ -176,6 +176,13 @@ class AgentRun:
         """Add a system message for the model's next call."""
         self.tool_messages.append({"role": "system", "content": text})
 
+    def release(self) -> None:
+        """Drop the run's toolset and progress reporter once the run is over: they point back
+        at the run, and without this every finished run is left for the cyclic garbage
+        collector instead of being freed at once."""
+        self.toolset = self.approvals = self.progress = None
+        self.tools = {}
+
 
 def repair_name(name: str, offered: set[str], taken: set[str]) -> tuple[str, bool]:
     """Return (name, available). Repairs ``task_completed" />`` style suffixes; otherwise

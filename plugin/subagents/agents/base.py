@@ -325,6 +325,7 @@ class MCPBaseAgent:
         settle_elicitation(run, outcome)
         output = self._output(run, outcome)
         await _trace.run_finished(run, self.name, output)
+        run.release()
         log.info("agent.run.finished", agent=self.name, status=output.status.value,
                  exit_reason=output.exit_reason, steps=output.steps, tool_calls=output.tool_calls,
                  prompt_tokens=run.usage.prompt_tokens,

@@ -209,6 +209,8 @@ class SQLTrackerStore(TrackerStore):
             UniqueConstraint("sender_id", "seq"))
         self._load_statement: Any = None
         self._upsert_statement: Any = None
+        self._counts_statement: Any = None
+        self._insert_statement: Any = None
         self._ready = False
         self._init_lock = asyncio.Lock()
         self._pending: list[_PendingTurn] = []
@@ -314,19 +316,21 @@ class SQLTrackerStore(TrackerStore):
         Three statements whatever the batch size: the stored counts, one upsert of the
         conversations and one insert of the events.
         """
-        from sqlalchemy import select
+        if self._counts_statement is None:  # built once: a statement per batch is garbage
+            from sqlalchemy import bindparam, select
 
-        senders = [item.sender_id for item in batch]
-        rows = conn.execute(select(
-            self.conversations.c.sender_id, self.conversations.c.event_count).where(
-            self.conversations.c.sender_id.in_(senders)))
+            columns = self.conversations.c
+            self._counts_statement = select(columns.sender_id, columns.event_count).where(
+                columns.sender_id.in_(bindparam("senders", expanding=True)))
+            self._upsert_statement = self._upsert()
+            self._insert_statement = self.events.insert()
+        rows = conn.execute(self._counts_statement,
+                            {"senders": [item.sender_id for item in batch]})
         refused, conversations, events = _accept(batch, {row[0]: row[1] for row in rows})
         if conversations:
-            if self._upsert_statement is None:
-                self._upsert_statement = self._upsert()
             conn.execute(self._upsert_statement, conversations)
         if events:
-            conn.execute(self.events.insert(), events)
+            conn.execute(self._insert_statement, events)
         return refused
 
     def _upsert(self) -> Any:

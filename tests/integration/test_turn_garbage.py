@@ -1,0 +1,154 @@
+"""A finished turn leaves no reference cycles behind.
+
+``subagents serve`` freezes its start-up heap and collects the young generation only every
+50,000 net allocations (``server.settle_heap``). That holds up only while turns free their own
+state: a cycle left by every turn (an agent run pointing at its toolset and back, a statement
+object built per write) would be left for the collector, whose passes then walk all the turns
+in flight. These tests run whole turns with the collector off and count what only it could
+free.
+"""
+
+from __future__ import annotations
+
+import collections
+import gc
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from subagents.stores.sql import SQLTrackerStore
+from subagents.testing import FakeModelServer
+
+from tests.dialogue_harness import Conversation, assistant_for
+
+FILES = {
+    "config.yml": """
+        assistant_id: garbage
+        pipeline:
+          - name: CompactLLMCommandGenerator
+            llm: {model_group: llm}
+        """,
+    "data/flows.yml": """
+        flows:
+          help_flow:
+            description: help
+            steps:
+              - call: helper
+              - action: utter_helped
+          booking_flow:
+            description: book a table
+            steps:
+              - call: booking
+                exit_if: [slots.city is not null]
+              - action: utter_booked
+        """,
+    "data/domain.yml": """
+        slots:
+          city: {type: text}
+        responses:
+          utter_helped: [{text: "Glad to help."}]
+          utter_booked: [{text: "Booked in {city}."}]
+        """,
+    "sub_agents/helper/config.yml": """
+        agent: {name: helper, description: Helps.}
+        configuration: {include_date_time: false}
+        """,
+    "sub_agents/booking/config.yml": """
+        agent: {name: booking, description: Books a table.}
+        configuration: {include_date_time: false}
+        """,
+}
+HELPER = [{"text": "Here you are.", "tool_calls": [{"task_completed": {}}]}]
+BOOKING = [{"tool_calls": [{"set_slot_city": {"slot_value": "Berlin"}}]}]
+
+
+def write_project(root: Path, extra: dict[str, str] | None = None) -> Path:
+    files = {**FILES, "endpoints.yml": """
+        model_groups:
+          - id: llm
+            models: [{provider: openai, model: gpt-test}]
+        """, **(extra or {})}
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"), encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def only_cycles_collected() -> Iterator[None]:
+    """The collector off, and what it finds kept in ``gc.garbage`` until a test looks."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        if was_enabled:
+            gc.enable()
+
+
+def _cycles() -> collections.Counter[str]:
+    """What the collector finds now, by type; then it is freed for real."""
+    gc.collect()
+    kinds = collections.Counter(f"{type(o).__module__}.{type(o).__qualname__}"
+                                for o in gc.garbage)
+    gc.garbage.clear()
+    gc.set_debug(0)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    return kinds
+
+
+async def _turns(project: Any, count: int) -> collections.Counter[str]:
+    script = {"command_generator": ["start flow help_flow", "start flow booking_flow"]
+              * (count + 1),
+              "helper": HELPER * (count + 1), "booking": BOOKING * (count + 1)}
+    store = SQLTrackerStore(f"sqlite+aiosqlite:///{project}/turns.db")
+    async with FakeModelServer(script) as fake, \
+            assistant_for(project, fake, tracker_store=store) as assistant:
+        with anyio.fail_after(60):
+            # the first turns import and build what later turns reuse
+            await Conversation(assistant, "warm-up").say("help")
+            await Conversation(assistant, "warm-up").say("book a table")
+            _cycles()
+            for number in range(count):
+                convo = Conversation(assistant, f"user-{number}")
+                texts, _ = await convo.say("help")
+                assert texts[:2] == ["Here you are.", "Glad to help."]
+                texts, _ = await convo.say("book a table")
+                assert texts[0] == "Booked in Berlin."
+            return _cycles()
+
+
+async def test_agent_turns_on_sqlite_leave_no_reference_cycles(tmp_path, only_cycles_collected):
+    project = write_project(tmp_path / "assistant")
+    left = await _turns(project, 5)
+    assert left == collections.Counter(), f"cyclic garbage left by 10 turns: {dict(left)}"
+
+
+async def test_the_check_sees_a_cycle_a_turn_leaves(tmp_path, only_cycles_collected):
+    """The same turns with an agent that keeps a cycle per run: the check above would see it."""
+    project = write_project(tmp_path / "assistant", {
+        "sub_agents/helper/config.yml": """
+            agent: {name: helper, description: Helps.}
+            configuration: {include_date_time: false, module: garbage_test_cyclic.Cyclic}
+            """,
+        "garbage_test_cyclic.py": """
+            from subagents import MCPOpenAgent
+
+
+            class Cyclic(MCPOpenAgent):
+                async def process_input(self, input):
+                    loop = {}
+                    loop["self"] = loop
+                    return input
+            """})
+    left = await _turns(project, 3)
+    assert left["builtins.dict"] >= 3
