@@ -366,6 +366,14 @@ class LLMClient:
                                         self.settings.max_retries)
         return self._json
 
+    async def prepare(self) -> None:
+        """Open the connection pool of plain (non-streamed) calls now, on the running event
+        loop: the first turn then does not import the HTTP client or build the TLS context,
+        and a server can count those objects as start-up state (see ``serve``). A model
+        without its key or address still fails at its first call, with that error."""
+        with contextlib.suppress(ConfigError):
+            self._transport().open()
+
     async def close(self) -> None:
         """Close the underlying client if one was created."""
         if self._client is not None:
@@ -406,11 +414,9 @@ class LLMClient:
     async def _call(self, body: dict[str, Any], stream: bool, on_text: TextCallback | None,
                     started: float, left: float | None) -> LLMResponse:
         """One call with its retries; every failure becomes LLMError."""
-        import openai
-
         try:
             if stream:
-                return await self._stream(body, on_text, started, left)
+                return await self._sdk_stream(body, on_text, started, left)
             return _parse_completion(await self._transport().post(body, left))
         except _HTTPStatusError as exc:
             raise LLMError(f"the model endpoint answered HTTP {exc.status}: {exc.detail}",
@@ -422,6 +428,19 @@ class LLMClient:
         except _ConnectionFailedError as exc:
             raise LLMError(f"connection to the model endpoint failed: {exc}",
                            code="llm.connection") from exc
+        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
+            # a body that is not JSON, or JSON of the wrong shape
+            raise LLMError(f"the model endpoint sent a malformed response "
+                           f"({type(exc).__name__})", code="llm.bad_response") from exc
+
+    async def _sdk_stream(self, body: dict[str, Any], on_text: TextCallback | None,
+                          started: float, left: float | None) -> LLMResponse:
+        """A streamed call through the openai SDK, its errors as LLMError. Only streamed calls
+        import the SDK (a third of a second of CPU): plain calls never need it."""
+        import openai
+
+        try:
+            return await self._stream(body, on_text, started, left)
         except openai.APITimeoutError as exc:
             raise LLMError(f"the model {self.settings.model!r} did not answer within "
                            f"{self.settings.timeout:g}s", code="llm.timeout") from exc
@@ -436,10 +455,6 @@ class LLMClient:
                            code=f"llm.http_{exc.status_code}") from exc
         except openai.OpenAIError as exc:
             raise LLMError(f"model call failed: {exc}") from exc
-        except (ValueError, TypeError, AttributeError, KeyError, IndexError) as exc:
-            # a body that is not JSON, or JSON of the wrong shape
-            raise LLMError(f"the model endpoint sent a malformed response "
-                           f"({type(exc).__name__})", code="llm.bad_response") from exc
 
     async def _post(self, body: dict[str, Any], *, stream: bool,
                     left: float | None = None) -> Any:
@@ -544,6 +559,11 @@ class RoutedLLMClient(LLMClient):
     def client(self) -> AsyncOpenAI:
         """The SDK client of the group's first model."""
         return self.members[0].client
+
+    async def prepare(self) -> None:
+        """Open every model's connection pool (see :meth:`LLMClient.prepare`)."""
+        for member in self.members:
+            await member.prepare()
 
     async def close(self) -> None:
         """Close every model's client."""
@@ -682,7 +702,8 @@ class _JsonTransport:
         """False once the session belongs to another (or a closed) event loop."""
         return self._loop is None or self._loop is _running_loop()
 
-    def _open(self) -> aiohttp.ClientSession:
+    def open(self) -> aiohttp.ClientSession:
+        """The keep-alive session, created on first use on the running event loop."""
         if self._session is None:
             import ssl
 
@@ -725,7 +746,7 @@ class _JsonTransport:
         seconds = self.timeout if left is None else max(0.01, min(self.timeout, left))
         timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
         try:
-            async with self._open().post(self.url, data=data, headers=self.headers,
+            async with self.open().post(self.url, data=data, headers=self.headers,
                                          timeout=timeout, proxy=self.proxy) as response:
                 raw = await response.read()
                 if response.status >= 400:

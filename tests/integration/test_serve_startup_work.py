@@ -62,3 +62,81 @@ def test_serve_does_not_import_libraries_the_project_does_not_use(tmp_path):
     assert isinstance(modules, list)
     loaded = sorted({name.split(".")[0] for name in modules} & set(_NOT_NEEDED))
     assert loaded == []
+
+
+_HEAP_DRIVER = textwrap.dedent("""
+    import gc, json, sys
+    import uvicorn
+    from subagents.dialogue.processor import Assistant
+    from subagents.server import serve
+
+    async def report_then_stop(self):
+        print(json.dumps({"frozen": gc.get_freeze_count(), "thresholds": gc.get_threshold()}))
+        self.should_exit = True
+
+    uvicorn.Server.main_loop = report_then_stop  # listening by now: report, then shut down
+    frozen_before = gc.get_freeze_count()
+    assistant = Assistant.load(sys.argv[1])
+    serve(assistant, port=0)
+    print(json.dumps({"frozen_before": frozen_before}))
+""")
+
+
+def test_serve_freezes_its_start_up_heap_before_it_answers(tmp_path):
+    project = str(write_project(tmp_path, "http://127.0.0.1:9/mcp", {
+        # no MCP server to reach: the agents here only need a model
+        "sub_agents/weather/config.yml": """
+            agent: {name: weather_agent, description: Tells the weather.}
+            """,
+        "sub_agents/booking/config.yml": """
+            agent: {name: booking_agent, description: Books a table.}
+            """}))
+    done = subprocess.run([sys.executable, "-c", _HEAP_DRIVER, project], capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    serving, after = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
+    assert after["frozen_before"] == 0
+    # the modules, the project and the model clients' pools: far more than a few objects
+    assert serving["frozen"] > 10_000
+    assert tuple(serving["thresholds"]) == (50_000, 10, 10)
+
+
+_PLAIN_CALL_DRIVER = textwrap.dedent("""
+    import asyncio, json, sys
+    from subagents.dialogue.processor import Assistant
+    from subagents.stores import InMemoryTrackerStore
+    from subagents.testing import FakeModelServer
+
+    async def main():
+        script = {"command_generator": ["start flow weather_flow"],
+                  "weather_agent": ["Where are you?"]}
+        async with FakeModelServer(script) as fake:
+            assistant = Assistant.load(sys.argv[1], llm_factory=fake.llm_factory(),
+                                       tracker_store=InMemoryTrackerStore())
+            async with assistant:
+                started = {"aiohttp": "aiohttp" in sys.modules}
+                events = await assistant.handle_message("u1", "weather?")
+            fake.assert_done()
+        texts = [e["text"] for e in events if e["event"] == "bot"]
+        print(json.dumps({**started, "texts": texts, "openai": "openai" in sys.modules}))
+
+    asyncio.run(main())
+""")
+
+
+def test_the_model_clients_open_at_start_and_plain_calls_never_import_the_sdk(tmp_path):
+    project = str(write_project(tmp_path, "http://127.0.0.1:9/mcp", {
+        "sub_agents/weather/config.yml": """
+            agent: {name: weather_agent, description: Tells the weather.}
+            configuration: {include_date_time: false}
+            """,
+        "sub_agents/booking/config.yml": """
+            agent: {name: booking_agent, description: Books a table.}
+            """}))
+    done = subprocess.run([sys.executable, "-c", _PLAIN_CALL_DRIVER, project],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["texts"] == ["Where are you?"]
+    assert result["aiohttp"] is True  # the connection pools opened during start-up
+    assert result["openai"] is False  # only streamed calls go through the SDK

@@ -200,9 +200,11 @@ class MCPBaseAgent:
         return (TEMPLATES / cls.TEMPLATE_FILE).read_text(encoding="utf-8")
 
     async def connect(self) -> None:
-        """Connect the agent's MCP servers (shared per process); retried with backoff."""
+        """Connect the agent's MCP servers (shared per process), retried with backoff, and open
+        the model client's connection pool."""
         if self.mcp_toolset is not None:
             await self.mcp_toolset.start(self.configuration.max_retries or 5)
+        await self.llm.prepare()
 
     async def disconnect(self) -> None:
         """Release the model client (MCP connections belong to the shared pool)."""

@@ -134,6 +134,7 @@ class Assistant:
             if isinstance(result, BaseException):  # e.g. an A2A agent's card or health check
                 await self.close()
                 raise result
+        await self.command_llm.prepare()
         self._started = True
 
     async def close(self) -> None:
