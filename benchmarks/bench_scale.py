@@ -17,9 +17,12 @@ import tempfile
 import uuid
 from pathlib import Path
 
-import httpx2
 from bench_serve import (
     MODEL_MS,
+    ChildFake,
+    Client,
+    FakeModel,
+    client_session,
     cpu_seconds,
     free_port,
     level,
@@ -27,10 +30,9 @@ from bench_serve import (
     wait_healthy,
     write_project,
 )
-from subagents.testing import FakeModelServer
 
 
-async def run(root: Path, fake: FakeModelServer, workers: int, n: int, turns: int,
+async def run(root: Path, fake: FakeModel, workers: int, n: int, turns: int,
               label: str) -> str:
     procs, bases = [], []
     for index in range(workers):
@@ -44,9 +46,7 @@ async def run(root: Path, fake: FakeModelServer, workers: int, n: int, turns: in
     try:
         for base in bases:
             await wait_healthy(base)
-        limits = httpx2.Limits(max_connections=n + 100, max_keepalive_connections=n + 100)
-        clients = [httpx2.AsyncClient(base_url=base, timeout=300, limits=limits)
-                   for base in bases]
+        clients = [Client(client_session(n), base) for base in bases]
         try:
             tag = uuid.uuid4().hex[:8]
             await level(clients, fake, 20, f"warmup-{tag}")
@@ -55,7 +55,7 @@ async def run(root: Path, fake: FakeModelServer, workers: int, n: int, turns: in
             cpu = sum(cpu_seconds(p.pid) for p in procs) - before
         finally:
             for client in clients:
-                await client.aclose()
+                await client.session.close()
     finally:
         for proc in procs:
             proc.terminate()
@@ -71,7 +71,7 @@ async def run(root: Path, fake: FakeModelServer, workers: int, n: int, turns: in
 async def main(n: int, turns: int, postgres: str, redis: str) -> None:
     raise_fd_limit()
     print(f"== scale-out (fake model {MODEL_MS} ms, {n} clients x {turns} turns) ==")
-    async with FakeModelServer() as fake:
+    async with ChildFake() as fake:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             write_project(root, fake)
@@ -84,7 +84,7 @@ async def main(n: int, turns: int, postgres: str, redis: str) -> None:
                                 f'lock_store: {{type: redis, url: "{redis}"}}\n')
             print(await run(root, fake, 1, n, turns, "1 worker, PostgreSQL+Redis"), flush=True)
             print(await run(root, fake, 2, n, turns, "2 workers, PostgreSQL+Redis"), flush=True)
-        fake.assert_done()
+        await fake.assert_done()
 
 
 if __name__ == "__main__":
