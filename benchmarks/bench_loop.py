@@ -96,7 +96,7 @@ import asyncio, json, sys
 from subagents.testing import FakeModelServer
 
 async def main():
-    async with FakeModelServer({"bench": json.loads(sys.argv[1])}) as fake:
+    async with FakeModelServer({"bench": json.loads(sys.argv[1]) * int(sys.argv[2])}) as fake:
         print(fake.base_url("bench"), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
@@ -110,7 +110,7 @@ async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float]:
 
     runs = 3 + RUNS
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _CHILD, json.dumps(script() * runs * 2),
+        sys.executable, "-c", _CHILD, json.dumps(script()), str(runs * 2),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env={**os.environ})
     assert proc.stdout is not None
     assert proc.stdin is not None

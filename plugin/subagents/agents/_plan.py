@@ -156,6 +156,12 @@ class AgentRun:
     """Turns progress of running calls into messages (None when they are off)."""
     budget: BudgetGuard | None = None
     """Checks the run against ``configuration.budgets`` (None without caps)."""
+    prompt_cache: tuple[dict[str, Any], str] | None = None
+    """The last prompt context and the system prompt rendered from it."""
+    history_cache: tuple[tuple[Any, ...], list[ChatMessage]] | None = None
+    """The history messages and what they were built from."""
+    offered_cache: tuple[tuple[Tool, ...], list[JsonObject]] | None = None
+    """The offered tools and their schemas in the model's format."""
 
     @property
     def recipient_id(self) -> str | None:
@@ -180,7 +186,7 @@ class AgentRun:
         """Drop the run's toolset and progress reporter once the run is over: they point back
         at the run, and without this every finished run is left for the cyclic garbage
         collector instead of being freed at once."""
-        self.toolset = self.approvals = self.progress = None
+        self.toolset = self.approvals = self.progress = self.offered_cache = None
         self.tools = {}
 
 

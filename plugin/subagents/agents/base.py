@@ -108,8 +108,19 @@ LAST_STEP = ("You have used all the steps you may take for this request. Do not 
              "Reply to the user now with what you have found so far, in a few sentences.")
 
 
+def _prompt_context_from_input(cls: type) -> bool:
+    """Whether the class's ``_build_context_for_prompt`` is one of ours, which builds every
+    value afresh from the agent input (so equal contexts render equal prompts)."""
+    for klass in cls.__mro__:
+        if "_build_context_for_prompt" in vars(klass):
+            return bool(vars(klass).get("_PROMPT_CONTEXT_FROM_INPUT", False))
+    return False
+
+
 class MCPBaseAgent:
     """Base class of the MCP sub agents. Subclass an agent and override the hooks."""
+
+    _PROMPT_CONTEXT_FROM_INPUT: ClassVar[bool] = True
 
     PROTOCOL_TYPE: ClassVar[str] = ""
     TEMPLATE_FILE: ClassVar[str] = ""
@@ -514,25 +525,52 @@ class MCPBaseAgent:
     async def _conversation(self, run: AgentRun) -> list[ChatMessage]:
         """System prompt and history. The prompt renders on the event loop for at most a
         millisecond, then finishes in a worker thread (a thread hop costs more than a typical
-        render); an overridden builder, or a long history, is built in the thread whole."""
+        render); an overridden builder, or a long history, is built in the thread whole.
+
+        Within a run the rendered prompt is reused while its context is unchanged (a slot set
+        during the run renders it again), and the history while no event was added; an
+        overridden ``_build_context_for_prompt`` renders on every step."""
         cls = type(self)
         if (cls.build_messages_for_llm_request is not MCPBaseAgent.build_messages_for_llm_request
                 or cls.render_prompt_template is not MCPBaseAgent.render_prompt_template
                 or len(run.input.events) > _INLINE_HISTORY_EVENTS):
             return await anyio.to_thread.run_sync(self.build_messages_for_llm_request,
                                                   run.input)
+        return [{"role": "system", "content": await self._system_prompt(run)},
+                *self._history(run)]
+
+    async def _system_prompt(self, run: AgentRun) -> str:
+        values = self._build_context_for_prompt(run.input)
+        cached = run.prompt_cache
+        if cached is not None and cached[0] == values:
+            return cached[1]
+        system = await capped_render_async(self._template, values, self.max_prompt_chars)
+        if _prompt_context_from_input(type(self)):
+            run.prompt_cache = (values, system)
+        return system
+
+    def _history(self, run: AgentRun) -> list[ChatMessage]:
         from ._history import history_messages
 
-        system = await capped_render_async(
-            self._template, self._build_context_for_prompt(run.input), self.max_prompt_chars)
-        return [{"role": "system", "content": system},
-                *history_messages(run.input, self.name, 10)]
+        events, metadata = run.input.events, run.input.metadata
+        key = (id(events), len(events), id(events[-1]) if events else None,
+               run.input.user_message, metadata.get("restarted"))
+        cached = run.history_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        messages = history_messages(run.input, self.name, 10)
+        run.history_cache = (key, messages)
+        return messages
 
     async def _messages(self, run: AgentRun) -> list[ChatMessage]:
         return [*await self._conversation(run), *run.tool_messages]
 
     def _offered(self, run: AgentRun) -> list[JsonObject]:
-        return [tool.schema.to_openai() for tool in run.tools.values()]
+        tools = tuple(run.tools.values())
+        cached = run.offered_cache
+        if cached is None or cached[0] != tools:
+            cached = run.offered_cache = (tools, [tool.schema.to_openai() for tool in tools])
+        return list(cached[1])
 
     def _record_text(self, run: AgentRun, text: str, response: LLMResponse | None,
                      message_type: str) -> TrackerEvent:

@@ -1,0 +1,109 @@
+"""What one step of the agent loop does again, and what it does once per run.
+
+The system prompt renders once per run while its context is unchanged and again as soon as a
+slot it shows changes; a lone tool call runs in the agent's own task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+from subagents.agents.open_agent import MCPOpenAgent
+from subagents.agents.schemas import (
+    AgentInput,
+    AgentInputSlot,
+    AgentStatus,
+    AgentToolContext,
+    AgentToolResult,
+)
+from subagents.agents.task_agent import MCPTaskAgent
+from subagents.testing import FakeModelServer
+
+from tests.agent_harness import agent_input, build_agent, close
+
+
+class RenderProbe:
+    """A slot value that counts how often a prompt showed it."""
+
+    def __init__(self) -> None:
+        self.renders = 0
+
+    def __str__(self) -> str:
+        self.renders += 1
+        return "probe"
+
+
+class NoopAgent(MCPOpenAgent):
+    """Offers one read-only tool that notes the task it ran in."""
+
+    ran_in: list[asyncio.Task[Any] | None]
+
+    def get_custom_tool_definitions(self) -> list[dict[str, Any]]:
+        self.ran_in = []
+
+        def noop(arguments: dict[str, Any], context: AgentToolContext) -> AgentToolResult:
+            self.ran_in.append(asyncio.current_task())
+            return AgentToolResult(tool_name="noop", result="ok")
+
+        return [{"type": "function", "function": {
+            "name": "noop", "description": "Do nothing.",
+            "parameters": {"type": "object", "properties": {}}},
+            "tool_executor": noop, "read_only": True}]
+
+
+STEPS = [{"text": "Working.", "tool_calls": [{"noop": {}}]},
+         {"text": "Still working.", "tool_calls": [{"noop": {}}]},
+         {"text": "Done.", "tool_calls": [{"task_completed": {}}]}]
+
+
+async def _run(fake: FakeModelServer, agent_cls: type, inp: AgentInput, name: str,
+               configuration: dict[str, Any]) -> Any:
+    agent = await build_agent(fake, None, cls=agent_cls, name=name,
+                              configuration=configuration)
+    try:
+        with anyio.fail_after(30):
+            return agent, await agent.run(inp)
+    finally:
+        await close(agent)
+
+
+async def test_an_unchanged_prompt_renders_once_per_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompt.jinja2").write_text("You help. Probe: {{ slots.probe }}")
+    probe = RenderProbe()
+    inp = agent_input(slots=[AgentInputSlot(name="probe", type="any", value=probe)])
+    async with FakeModelServer({"weather_agent": STEPS}) as fake:
+        _, output = await _run(fake, NoopAgent, inp, "weather_agent",
+                               {"prompt_template": "prompt.jinja2"})
+        fake.assert_done()
+    assert output.status == AgentStatus.COMPLETED
+    assert [r.messages[0]["content"] for r in fake.requests] == ["You help. Probe: probe"] * 3
+    assert probe.renders == 1
+
+
+async def test_a_slot_set_during_the_run_shows_in_the_next_prompt(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "prompt.jinja2").write_text("City: {{ slots.city or 'unknown' }}")
+    slots = [AgentInputSlot(name="city", type="text", value=None),
+             AgentInputSlot(name="guests", type="float", value=None)]
+    inp = agent_input("A table for 2 in Berlin", name="booking_agent", slots=slots,
+                      metadata={"exit_if": ["slots.city is not null", "slots.guests > 1"]})
+    script = [{"tool_calls": [{"set_slot_city": {"slot_value": "Berlin"}}]},
+              {"tool_calls": [{"set_slot_guests": {"slot_value": 2}}]}]
+    async with FakeModelServer({"booking_agent": script}) as fake:
+        _, output = await _run(fake, MCPTaskAgent, inp, "booking_agent",
+                               {"prompt_template": "prompt.jinja2"})
+        fake.assert_done()
+    assert output.status == AgentStatus.COMPLETED
+    assert [r.messages[0]["content"] for r in fake.requests] == ["City: unknown",
+                                                                  "City: Berlin"]
+
+
+async def test_a_lone_tool_call_runs_in_the_agents_own_task():
+    async with FakeModelServer({"weather_agent": STEPS}) as fake:
+        agent, output = await _run(fake, NoopAgent, agent_input(), "weather_agent", {})
+        fake.assert_done()
+    assert output.tool_calls == {"noop": 2, "task_completed": 1}
+    assert agent.ran_in == [asyncio.current_task()] * 2
