@@ -160,6 +160,8 @@ class AgentRun:
     """The last prompt context and the system prompt rendered from it."""
     history_cache: tuple[tuple[Any, ...], list[ChatMessage]] | None = None
     """The history messages and what they were built from."""
+    handled: set[str] = field(default_factory=set)
+    """Built-in tool names the agent handles itself (``task_completed``)."""
     offered_cache: tuple[tuple[Tool, ...], list[JsonObject]] | None = None
     """The offered tools and their schemas in the model's format."""
 

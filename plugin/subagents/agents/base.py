@@ -503,13 +503,21 @@ class MCPBaseAgent:
                   for c in self._custom_tools]
         plain = FunctionToolset([*mcp_tools, *self._builtin_tools(run), *custom],
                                 max_result_chars=self.max_tool_result_chars)
-        run.approvals = ApprovalToolset(
-            ElicitationToolset(plain, self.configuration.elicitation_timeout), settings)
-        toolset: Toolset = ClientToolset(run.approvals, self.configuration.client_tools)
+        # a wrapper that could change nothing in this run is left out (one call layer less)
+        toolset: Toolset = plain
+        if any(tool.source.startswith("mcp:") for tool in mcp_tools):
+            toolset = ElicitationToolset(toolset, self.configuration.elicitation_timeout)
+        run.approvals = ApprovalToolset(toolset, settings)
+        if any(s.requires_approval for s in settings.values()):
+            toolset = run.approvals
+        if self.configuration.client_tools:
+            toolset = ClientToolset(toolset, self.configuration.client_tools)
         if self.configuration.tool_result_budget:
             toolset = ResultBudgetToolset(toolset, self.configuration.tool_result_budget)
-        toolset = StateMappingToolset(toolset, settings)
+        if any(s.inputs_from_state or s.outputs_to_state for s in settings.values()):
+            toolset = StateMappingToolset(toolset, settings)
         run.toolset = toolset
+        run.handled = self._handled_builtins()
         run.tools = {}
         for tool in toolset.tools():
             run.tools.setdefault(tool.name, tool)
@@ -585,7 +593,7 @@ class MCPBaseAgent:
     # ------------------------------------------------------------------ planning
     def _plan(self, run: AgentRun, response: LLMResponse) -> Plan:
         """Resolve each call against the offered tools; nothing runs yet."""
-        handled = self._handled_builtins()
+        handled = run.handled
         offered = set(run.tools) | handled
         taken: set[str] = set()
         plan = Plan(response=response,
@@ -608,8 +616,10 @@ class MCPBaseAgent:
 
     # ------------------------------------------------------------------ tool execution
     def _call_context(self, run: AgentRun) -> CallContext:
-        return CallContext(run.input, AgentToolContext(metadata=dict(run.input.metadata)),
-                           timeout=self.configuration.tool_timeout, on_progress=run.progress)
+        # a plain copy of the input's metadata needs no validation
+        context = AgentToolContext.model_construct(metadata=dict(run.input.metadata))
+        return CallContext(run.input, context, timeout=self.configuration.tool_timeout,
+                           on_progress=run.progress)
 
     async def _execute(self, run: AgentRun, plan: Plan) -> Executed:
         """Run the plan's calls through the toolset, answer every call, record events."""

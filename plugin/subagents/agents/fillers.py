@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import statistics
 import time
@@ -55,6 +56,7 @@ class LatencyBook:
         return True
 
 
+@functools.lru_cache(maxsize=1024)
 def _wording(text: str) -> str:
     return " ".join(_WORDS.findall(text.casefold()))
 
