@@ -614,7 +614,10 @@ class RoutedLLMClient(LLMClient):
             self.router.succeeded(index, seconds, response.usage.total_tokens)
             return response
         assert last is not None
-        raise last
+        try:
+            raise last
+        finally:
+            last = None  # the raised error's traceback holds this frame: no cycle through it
 
 
 async def _pause(round_: int) -> bool:

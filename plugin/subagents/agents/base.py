@@ -616,10 +616,8 @@ class MCPBaseAgent:
 
     # ------------------------------------------------------------------ tool execution
     def _call_context(self, run: AgentRun) -> CallContext:
-        # a plain copy of the input's metadata needs no validation
-        context = AgentToolContext.model_construct(metadata=dict(run.input.metadata))
-        return CallContext(run.input, context, timeout=self.configuration.tool_timeout,
-                           on_progress=run.progress)
+        return CallContext(run.input, AgentToolContext(metadata=dict(run.input.metadata)),
+                           timeout=self.configuration.tool_timeout, on_progress=run.progress)
 
     async def _execute(self, run: AgentRun, plan: Plan) -> Executed:
         """Run the plan's calls through the toolset, answer every call, record events."""
