@@ -97,7 +97,11 @@ class Plan:
 
     def called(self, name: str) -> bool:
         """Whether the response calls ``name`` (an offered or a handled tool)."""
-        return any(c.name == name for c in [*self.builtin, *self.calls])
+        for calls in (self.builtin, self.calls):
+            for call in calls:
+                if call.name == name:
+                    return True
+        return False
 
 
 @dataclass
@@ -160,6 +164,8 @@ class AgentRun:
     """The last prompt context and the system prompt rendered from it."""
     history_cache: tuple[tuple[Any, ...], list[ChatMessage]] | None = None
     """The history messages and what they were built from."""
+    traced: bool | None = None
+    """Whether the channel wants trace records (looked up once per run)."""
     handled: set[str] = field(default_factory=set)
     """Built-in tool names the agent handles itself (``task_completed``)."""
     offered_cache: tuple[tuple[Tool, ...], list[JsonObject]] | None = None

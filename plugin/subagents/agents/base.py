@@ -324,15 +324,12 @@ class MCPBaseAgent:
         run = AgentRun(agent_input, output_channel)
         timeout = self.configuration.timeout
         outcome: Outcome | None = None
-        with anyio.move_on_after(timeout if timeout else float("inf")) as scope:
-            try:
-                outcome = await self._loop(run)
-            except LLMError as exc:
-                outcome = Outcome.fatal(f"the model call failed: {exc}")
-            except Exception as exc:
-                log.exception("agent.run.failed", agent=self.name)
-                outcome = Outcome.fatal(f"{type(exc).__name__}: {exc}")
-        if scope.cancelled_caught or outcome is None:
+        if timeout:
+            with anyio.move_on_after(timeout):
+                outcome = await self._guarded_loop(run)
+        else:  # no deadline: no cancel scope to enter and leave
+            outcome = await self._guarded_loop(run)
+        if outcome is None:
             outcome = Outcome.fatal(f"agent {self.name!r} did not finish within {timeout:g}s "
                                     "(configuration.timeout)", reason=ExitReason.TIMEOUT)
         settle_elicitation(run, outcome)
@@ -344,6 +341,16 @@ class MCPBaseAgent:
                  prompt_tokens=run.usage.prompt_tokens,
                  completion_tokens=run.usage.completion_tokens)
         return output
+
+    async def _guarded_loop(self, run: AgentRun) -> Outcome:
+        """The loop; a failure ends the run with a fatal outcome instead of raising."""
+        try:
+            return await self._loop(run)
+        except LLMError as exc:
+            return Outcome.fatal(f"the model call failed: {exc}")
+        except Exception as exc:
+            log.exception("agent.run.failed", agent=self.name)
+            return Outcome.fatal(f"{type(exc).__name__}: {exc}")
 
     async def _loop(self, run: AgentRun) -> Outcome:
         """Resume parked calls, then step until a step finishes or parks the run."""
