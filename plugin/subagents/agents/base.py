@@ -505,8 +505,9 @@ class MCPBaseAgent:
     def _prepare(self, run: AgentRun, mcp_tools: list[Tool]) -> None:
         """Compose the run's toolset: plain tools, then one wrapper per feature."""
         settings = self.configuration.tools
-        custom = [custom_tool(c, settings.get(c.tool_name),
-                              self.build_custom_tool_call_metadata, self.name)
+        hook = None if type(self).build_custom_tool_call_metadata is \
+            MCPBaseAgent.build_custom_tool_call_metadata else self.build_custom_tool_call_metadata
+        custom = [custom_tool(c, settings.get(c.tool_name), hook, self.name)
                   for c in self._custom_tools]
         plain = FunctionToolset([*mcp_tools, *self._builtin_tools(run), *custom],
                                 max_result_chars=self.max_tool_result_chars)
@@ -630,12 +631,14 @@ class MCPBaseAgent:
         """Run the plan's calls through the toolset, answer every call, record events."""
         assert run.toolset is not None
         run.tool_messages.append(assistant_message(plan))
-        outcomes = await execute_calls(run.toolset, plan.calls, self._call_context(run),
-                                       max_parallel=self.configuration.max_parallel_tools)
+        outcomes = await execute_calls(
+            run.toolset, plan.calls, self._call_context(run),
+            max_parallel=self.configuration.max_parallel_tools) if plan.calls else []
         executed = Executed(outcomes)
         await _trace.tool_calls(run, self.name, outcomes)
         answers: dict[str, str] = {}
-        for outcome in executed.ran:
+        ran = executed.ran
+        for outcome in ran:
             if outcome.call.tool is not None and outcome.call.tool.source != "builtin":
                 self._latency.observe(outcome.call.name, outcome.duration_ms)
             answers[outcome.call.id], event = record_tool(
@@ -651,10 +654,12 @@ class MCPBaseAgent:
                 run.tool_messages.append(tool_message(raw.id, answers.pop(raw.id)))
         if self.configuration.tool_result_images and not executed.deferred():
             # after every answer of the step (a deferred call is answered later: no images then)
-            shown = images_message(executed.ran)
+            shown = images_message(ran)
             if shown is not None:
                 run.tool_messages.append(shown)
-        current = {o.call.id: o.result for o in executed.ran
+        if type(self).process_tool_output is MCPBaseAgent.process_tool_output:
+            return executed  # the hook is not overridden: it adds nothing
+        current = {o.call.id: o.result for o in ran
                    if not o.result.is_error and o.call.tool and o.call.tool.source != "builtin"}
         if current:
             await self._apply_hook_events(run, current)

@@ -92,8 +92,10 @@ async def invoke_tool(tool: Tool, arguments: JsonObject, ctx: CallContext) -> Ag
     try:
         args = validate_arguments(tool, arguments)
         async with asyncio.timeout(timeout + 1.0):  # the runner enforces `timeout`: a backstop
-            outcome: Any = tool.run(args, CallContext(ctx.agent_input, ctx.tool_context, timeout,
-                                                      ctx.effects, ctx.on_progress))
+            if timeout != ctx.timeout:
+                ctx = CallContext(ctx.agent_input, ctx.tool_context, timeout, ctx.effects,
+                                  ctx.on_progress)
+            outcome: Any = tool.run(args, ctx)
             result = await outcome if inspect.isawaitable(outcome) else outcome
         if not isinstance(result, AgentToolResult):
             raise ToolInvocationError(f"tool {tool.name!r} returned {type(result).__name__}, "
