@@ -107,3 +107,30 @@ async def test_a_lone_tool_call_runs_in_the_agents_own_task():
         fake.assert_done()
     assert output.tool_calls == {"noop": 2, "task_completed": 1}
     assert agent.ran_in == [asyncio.current_task()] * 2
+
+
+async def test_default_hooks_replaced_on_the_instance_are_still_called():
+    """Conversation tests count hook calls by wrapping the hooks on the agent instance."""
+    calls: list[str] = []
+    async with FakeModelServer({"weather_agent": STEPS}) as fake:
+        agent = await build_agent(fake, None, cls=NoopAgent)
+        tool_output, metadata = agent.process_tool_output, agent.build_custom_tool_call_metadata
+
+        async def counted_tool_output(*args: Any) -> Any:
+            calls.append("process_tool_output")
+            return await tool_output(*args)
+
+        async def counted_metadata(*args: Any) -> Any:
+            calls.append("build_custom_tool_call_metadata")
+            return await metadata(*args)
+
+        agent.process_tool_output = counted_tool_output  # type: ignore[method-assign]
+        agent.build_custom_tool_call_metadata = counted_metadata  # type: ignore[method-assign]
+        try:
+            with anyio.fail_after(30):
+                output = await agent.run(agent_input())
+        finally:
+            await close(agent)
+        fake.assert_done()
+    assert output.tool_calls == {"noop": 2, "task_completed": 1}
+    assert calls == ["build_custom_tool_call_metadata", "process_tool_output"] * 2

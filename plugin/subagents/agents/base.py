@@ -505,8 +505,8 @@ class MCPBaseAgent:
     def _prepare(self, run: AgentRun, mcp_tools: list[Tool]) -> None:
         """Compose the run's toolset: plain tools, then one wrapper per feature."""
         settings = self.configuration.tools
-        hook = None if type(self).build_custom_tool_call_metadata is \
-            MCPBaseAgent.build_custom_tool_call_metadata else self.build_custom_tool_call_metadata
+        hook = self.build_custom_tool_call_metadata \
+            if self._hook_replaced("build_custom_tool_call_metadata") else None
         custom = [custom_tool(c, settings.get(c.tool_name), hook, self.name)
                   for c in self._custom_tools]
         plain = FunctionToolset([*mcp_tools, *self._builtin_tools(run), *custom],
@@ -657,13 +657,18 @@ class MCPBaseAgent:
             shown = images_message(ran)
             if shown is not None:
                 run.tool_messages.append(shown)
-        if type(self).process_tool_output is MCPBaseAgent.process_tool_output:
-            return executed  # the hook is not overridden: it adds nothing
+        if not self._hook_replaced("process_tool_output"):
+            return executed  # the default hook adds nothing
         current = {o.call.id: o.result for o in ran
                    if not o.result.is_error and o.call.tool and o.call.tool.source != "builtin"}
         if current:
             await self._apply_hook_events(run, current)
         return executed
+
+    def _hook_replaced(self, name: str) -> bool:
+        """Whether hook ``name`` is overridden by the class or replaced on the instance (the
+        default hooks do nothing, so they need not be called)."""
+        return getattr(getattr(self, name), "__func__", None) is not getattr(MCPBaseAgent, name)
 
     def _builtin_answer(self, run: AgentRun, call: PlannedCall) -> str:
         return "ok"
