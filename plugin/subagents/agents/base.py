@@ -561,7 +561,8 @@ class MCPBaseAgent:
         if cached is not None and cached[0] == values:
             return cached[1]
         system = await capped_render_async(self._template, values, self.max_prompt_chars)
-        if _prompt_context_from_input(type(self)):
+        if _prompt_context_from_input(type(self)) \
+                and "_build_context_for_prompt" not in vars(self):
             run.prompt_cache = (values, system)
         return system
 
