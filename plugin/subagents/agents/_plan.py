@@ -164,6 +164,10 @@ class AgentRun:
     """The last prompt context and the system prompt rendered from it."""
     history_cache: tuple[tuple[Any, ...], list[ChatMessage]] | None = None
     """The history messages and what they were built from."""
+    filler_wordings: set[str] = field(default_factory=set)
+    """Wordings of the fillers sent in the conversation so far (``fillers.said_before``)."""
+    filler_scan: tuple[int, int] = (0, 0)
+    """How many input and run events ``filler_wordings`` has looked at."""
     traced: bool | None = None
     """Whether the channel wants trace records (looked up once per run)."""
     handled: set[str] = field(default_factory=set)

@@ -62,18 +62,28 @@ def _wording(text: str) -> str:
 
 
 def said_before(run: AgentRun, text: str) -> bool:
-    """Whether a filler with the same wording was already sent in this conversation."""
+    """Whether a filler with the same wording was already sent in this conversation.
+
+    The wordings of the conversation's fillers are collected once per run; later calls look
+    only at the events added since (events are only ever appended)."""
     wording = _wording(text)
     if not wording:
         return False
-    for event in [*run.input.events, *run.events]:
+    seen_input, seen_run = run.filler_scan
+    _collect_fillers(run.input.events, seen_input, run.filler_wordings)
+    _collect_fillers(run.events, seen_run, run.filler_wordings)
+    run.filler_scan = (len(run.input.events), len(run.events))
+    return wording in run.filler_wordings
+
+
+def _collect_fillers(events: list[Any], start: int, wordings: set[str]) -> None:
+    for index in range(start, len(events)):
+        event = events[index]
         if event.get("event") != "bot":
             continue
         meta = event.get("metadata") or {}
-        if meta.get("agent_message_type") == "filler_message" \
-                and _wording(str(event.get("text") or "")) == wording:
-            return True
-    return False
+        if meta.get("agent_message_type") == "filler_message":
+            wordings.add(_wording(str(event.get("text") or "")))
 
 
 class ProgressReporter:
