@@ -21,7 +21,7 @@ from subagents.agents.schemas import (
 from subagents.agents.task_agent import MCPTaskAgent
 from subagents.testing import FakeModelServer
 
-from tests.agent_harness import agent_input, build_agent, close
+from tests.agent_harness import TimedChannel, agent_input, build_agent, close
 
 
 class RenderProbe:
@@ -134,3 +134,22 @@ async def test_default_hooks_replaced_on_the_instance_are_still_called():
         fake.assert_done()
     assert output.tool_calls == {"noop": 2, "task_completed": 1}
     assert calls == ["build_custom_tool_call_metadata", "process_tool_output"] * 2
+
+
+async def test_a_filler_repeated_later_in_the_same_run_is_held():
+    """The fillers seen so far are kept per run: one sent in an earlier step still counts."""
+    script = [{"text": "Working.", "tool_calls": [{"noop": {}}]},
+              {"text": "Checking again.", "tool_calls": [{"noop": {}}]},
+              {"text": "Working!", "tool_calls": [{"noop": {}}]},
+              {"text": "Done.", "tool_calls": [{"task_completed": {}}]}]
+    channel = TimedChannel()
+    async with FakeModelServer({"weather_agent": script}) as fake:
+        agent = await build_agent(fake, None, cls=NoopAgent)
+        try:
+            with anyio.fail_after(30):
+                output = await agent.run(agent_input(), channel)
+        finally:
+            await close(agent)
+        fake.assert_done()
+    assert output.status == AgentStatus.COMPLETED
+    assert channel.texts == ["Working.", "Checking again.", "Done."]
