@@ -170,6 +170,9 @@ class AgentRun:
     """How many input and run events ``filler_wordings`` has looked at."""
     traced: bool | None = None
     """Whether the channel wants trace records (looked up once per run)."""
+    tool_output_hook: bool = True
+    """Whether the agent's ``process_tool_output`` is more than the default (which adds
+    nothing); looked up once per run."""
     handled: set[str] = field(default_factory=set)
     """Built-in tool names the agent handles itself (``task_completed``)."""
     offered_cache: tuple[tuple[Tool, ...], list[JsonObject]] | None = None

@@ -526,6 +526,7 @@ class MCPBaseAgent:
             toolset = StateMappingToolset(toolset, settings)
         run.toolset = toolset
         run.handled = self._handled_builtins()
+        run.tool_output_hook = self._hook_replaced("process_tool_output")
         run.tools = {}
         for tool in toolset.tools():
             run.tools.setdefault(tool.name, tool)
@@ -658,7 +659,7 @@ class MCPBaseAgent:
             shown = images_message(ran)
             if shown is not None:
                 run.tool_messages.append(shown)
-        if not self._hook_replaced("process_tool_output"):
+        if not run.tool_output_hook:
             return executed  # the default hook adds nothing
         current = {o.call.id: o.result for o in ran
                    if not o.result.is_error and o.call.tool and o.call.tool.source != "builtin"}
