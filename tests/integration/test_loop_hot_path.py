@@ -153,3 +153,31 @@ async def test_a_filler_repeated_later_in_the_same_run_is_held():
         fake.assert_done()
     assert output.status == AgentStatus.COMPLETED
     assert channel.texts == ["Working.", "Checking again.", "Done."]
+
+
+class StuckAgent(MCPOpenAgent):
+    """Offers a custom tool that never returns (nothing enforces its timeout but the loop)."""
+
+    def get_custom_tool_definitions(self) -> list[dict[str, Any]]:
+        async def stuck(arguments: dict[str, Any], context: AgentToolContext) -> AgentToolResult:
+            await asyncio.Event().wait()
+            raise AssertionError("never reached")
+
+        return [{"type": "function", "function": {
+            "name": "stuck", "description": "Never returns.",
+            "parameters": {"type": "object", "properties": {}}},
+            "tool_executor": stuck}]
+
+
+async def test_a_custom_tool_that_never_returns_becomes_an_error_result():
+    script = [{"text": "Trying.", "tool_calls": [{"stuck": {}}]},
+              {"text": "That did not work.", "tool_calls": [{"task_completed": {}}]}]
+    async with FakeModelServer({"weather_agent": script}) as fake:
+        _, output = await _run(fake, StuckAgent, agent_input(), "weather_agent",
+                               {"tool_timeout": 0.05})
+        fake.assert_done()
+    assert output.status == AgentStatus.COMPLETED
+    [executed] = [e for e in output.events if e["event"] == "mcp_tool_executed"]
+    assert executed["is_error"] is True
+    assert fake.requests[1].messages[-1]["role"] == "tool"
+    assert fake.requests[1].messages[-1]["content"].startswith("Error: ")
