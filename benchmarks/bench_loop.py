@@ -6,7 +6,10 @@ as ``subagents serve`` sets it (WARNING), so filtered-out log calls cost what th
 
 Two figures per step: wall time minus the fake model's handler time (fake model in this
 process), and this process's CPU time with the fake model in a child process, so that only
-the client side is counted. CPU time is the figure that holds on a loaded machine.
+the client side is counted. CPU time is the figure that holds on a loaded machine. The CPU
+figure is split once more: the same bodies sent through the agent's model client alone
+(``LLMClient.complete``) show what the client adds to the raw post, and the rest of a step is
+the loop's own work (prompt, plan, tool call, events) and what it costs the call around it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from subagents.logs import configure_logging
 from subagents.testing import FakeModelServer
 
 RUNS = 40
+CPU_RUNS = 200
+"""Runs whose CPU time is measured (more than RUNS: CPU time of a few runs is noisy)."""
 STEPS = 5
 
 
@@ -96,7 +101,7 @@ import asyncio, json, sys
 from subagents.testing import FakeModelServer
 
 async def main():
-    async with FakeModelServer({"bench": json.loads(sys.argv[1])}) as fake:
+    async with FakeModelServer({"bench": json.loads(sys.argv[1]) * int(sys.argv[2])}) as fake:
         print(fake.base_url("bench"), flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
@@ -104,13 +109,14 @@ asyncio.run(main())
 """
 
 
-async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float]:
-    """CPU ms of this process per agent step and per raw call, fake model in a child."""
+async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """CPU ms of this process per agent step, per model call of the agent's client alone and
+    per raw call, fake model in a child."""
     import aiohttp
 
-    runs = 3 + RUNS
+    runs = 3 + CPU_RUNS
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _CHILD, json.dumps(script() * runs * 2),
+        sys.executable, "-c", _CHILD, json.dumps(script()), str(runs * 3),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env={**os.environ})
     assert proc.stdout is not None
     assert proc.stdin is not None
@@ -130,8 +136,19 @@ async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float]:
 
         await agent_runs(3)
         start = time.process_time()
-        await agent_runs(RUNS)
-        agent_cpu = (time.process_time() - start) * 1000 / (RUNS * STEPS)
+        await agent_runs(CPU_RUNS)
+        agent_cpu = (time.process_time() - start) * 1000 / (CPU_RUNS * STEPS)
+
+        async def client_runs(count: int) -> None:
+            for _ in range(count):
+                for body in bodies:
+                    reply = await llm.complete(body["messages"], body.get("tools"))
+                    assert reply.tool_calls
+
+        await client_runs(3)
+        start = time.process_time()
+        await client_runs(CPU_RUNS)
+        client_cpu = (time.process_time() - start) * 1000 / (CPU_RUNS * STEPS)
         await agent.disconnect()
         headers = {"Authorization": "Bearer x", "Content-Type": "application/json"}
         async with aiohttp.ClientSession() as session:
@@ -146,12 +163,12 @@ async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float]:
 
             await raw_runs(3)
             start = time.process_time()
-            await raw_runs(RUNS)
-            raw_cpu = (time.process_time() - start) * 1000 / (RUNS * STEPS)
+            await raw_runs(CPU_RUNS)
+            raw_cpu = (time.process_time() - start) * 1000 / (CPU_RUNS * STEPS)
     finally:
         proc.stdin.close()
         await proc.wait()
-    return agent_cpu, raw_cpu
+    return agent_cpu, client_cpu, raw_cpu
 
 
 async def main() -> None:
@@ -172,7 +189,7 @@ async def main() -> None:
         await _raw_floor(fake, bodies, 3)
         floor = await _raw_floor(fake, bodies, RUNS)
         fake.assert_done()
-    agent_cpu, raw_cpu = await _cpu_per_step(bodies)
+    agent_cpu, client_cpu, raw_cpu = await _cpu_per_step(bodies)
     print(f"per step (wall minus fake-server time): median {statistics.median(per_step):.2f} ms"
           f", min {min(per_step):.2f} ms, max {max(per_step):.2f} ms  (n={len(per_step)} runs)")
     print(f"raw JSON client floor per call: median {statistics.median(floor):.2f} ms, "
@@ -180,6 +197,9 @@ async def main() -> None:
           f"{statistics.median(per_step) / statistics.median(floor):.2f}x")
     print(f"CPU per step, fake model in a child process: agent {agent_cpu:.3f} ms, raw JSON "
           f"client {raw_cpu:.3f} ms  -> agent step / floor = {agent_cpu / raw_cpu:.2f}x")
+    print(f"  of which the model call through the agent's client (LLMClient.complete alone, "
+          f"same bodies): {client_cpu:.3f} ms; the loop's own work and its effect on the "
+          f"call: {agent_cpu - client_cpu:.3f} ms")
     print(f"peak traced Python memory over 5 runs: {peak / 1024 / 1024:.2f} MB")
 
 

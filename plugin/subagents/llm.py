@@ -398,8 +398,11 @@ class LLMClient:
             raise LLMError(f"no time was left in this turn to call the model "
                            f"{self.settings.model!r}", code="llm.deadline")
         try:
-            async with asyncio.timeout(left):
+            if left is None:
                 response = await self._call(body, stream, on_text, started, left)
+            else:
+                async with asyncio.timeout(left):
+                    response = await self._call(body, stream, on_text, started, left)
         except TimeoutError as exc:
             raise LLMError(f"the model {self.settings.model!r} did not answer before the turn's "
                            f"deadline", code="llm.deadline") from exc
@@ -611,7 +614,10 @@ class RoutedLLMClient(LLMClient):
             self.router.succeeded(index, seconds, response.usage.total_tokens)
             return response
         assert last is not None
-        raise last
+        try:
+            raise last
+        finally:
+            last = None  # the raised error's traceback holds this frame: no cycle through it
 
 
 async def _pause(round_: int) -> bool:
@@ -697,6 +703,8 @@ class _JsonTransport:
         self.proxy = _env_proxy(self.url)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._timeout: aiohttp.ClientTimeout | None = None
+        """The timeouts of a call without a deadline (built once)."""
 
     def usable(self) -> bool:
         """False once the session belongs to another (or a closed) event loop."""
@@ -743,8 +751,14 @@ class _JsonTransport:
     async def _attempt(self, data: bytes, left: float | None) -> Any:
         import aiohttp
 
-        seconds = self.timeout if left is None else max(0.01, min(self.timeout, left))
-        timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
+        if left is None:
+            if self._timeout is None:
+                self._timeout = aiohttp.ClientTimeout(total=None, connect=self.timeout,
+                                                      sock_read=self.timeout)
+            timeout = self._timeout
+        else:
+            seconds = max(0.01, min(self.timeout, left))
+            timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
         try:
             async with self.open().post(self.url, data=data, headers=self.headers,
                                          timeout=timeout, proxy=self.proxy) as response:

@@ -309,7 +309,12 @@ def traced_model_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         if not recording.active():
-            return await _model_call(fn, args, kwargs)
+            if _state.on:
+                return await _model_call(fn, args, kwargs)
+            result = await fn(*args, **kwargs)  # neither traced nor recorded: count tokens only
+            _count_tokens(str(getattr(getattr(args[0], "settings", None), "model", "unknown")),
+                          result)
+            return result
         caller = str(getattr(args[0], "name", "llm"))
         try:
             result = await _model_call(fn, args, kwargs)
@@ -364,7 +369,7 @@ def traced_tool_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        result = await _tool_call(fn, args, kwargs)
+        result = await (_tool_call(fn, args, kwargs) if _state.on else fn(*args, **kwargs))
         if recording.active():
             recording.record_tool_call(_arg(args, kwargs, 0, "tool"),
                                        _arg(args, kwargs, 1, "arguments"), result)

@@ -152,3 +152,92 @@ async def test_the_check_sees_a_cycle_a_turn_leaves(tmp_path, only_cycles_collec
             """})
     left = await _turns(project, 3)
     assert left["builtins.dict"] >= 3
+
+
+async def test_agent_runs_with_tool_calls_and_failures_leave_no_reference_cycles(
+        only_cycles_collected):
+    """Runs with a working, a failing and an unknown tool, invalid arguments and a failed model
+    call: nothing of them is left for the collector."""
+    from subagents import events as ev
+    from subagents.agents.open_agent import MCPOpenAgent
+    from subagents.agents.schemas import AgentInput, AgentStatus, AgentToolResult
+    from subagents.channels.base import CollectingOutputChannel
+    from subagents.config.sub_agent import AgentConfiguration
+    from subagents.llm import LLMClient, ModelSettings
+
+    class Tools(MCPOpenAgent):
+        def get_custom_tool_definitions(self) -> list[dict[str, Any]]:
+            def echo(arguments: dict[str, Any], context: Any) -> AgentToolResult:
+                return AgentToolResult(tool_name="echo", result=str(arguments.get("n")))
+
+            def boom(arguments: dict[str, Any], context: Any) -> AgentToolResult:
+                raise ValueError("boom")
+
+            params = {"type": "object", "properties": {"n": {"type": "integer"}}}
+            return [{"type": "function", "function": {"name": name, "description": name,
+                                                      "parameters": params},
+                     "tool_executor": run, "read_only": True}
+                    for name, run in (("echo", echo), ("boom", boom))]
+
+    script = [{"text": "On it.", "tool_calls": [{"echo": {"n": 1}}, {"boom": {}}]},
+              {"tool_calls": [{"echo": {"n": "not a number"}}, {"missing": {}}]},
+              {"tool_calls": [{"echo": {"n": 2}}]},
+              {"error": {"status": 400, "message": "refused"}}]
+    async with FakeModelServer({"tools": script * 5}) as fake:
+        llm = LLMClient(ModelSettings(model="m", api_base=fake.base_url("tools"),
+                                      max_retries=0), name="tools")
+        agent = Tools("tools", "Uses tools.", llm=llm,
+                      configuration=AgentConfiguration(include_date_time=False))
+
+        async def run() -> None:
+            inp = AgentInput(id="tools", user_message="go", events=[ev.user_uttered("go")],
+                             recipient_id="u", metadata={"sender_id": "u"})
+            output = await agent.run(inp, CollectingOutputChannel())
+            assert output.status == AgentStatus.FATAL_ERROR
+            assert output.tool_calls == {"echo": 3, "boom": 1}
+
+        try:
+            with anyio.fail_after(60):
+                await run()  # the first run imports and builds what later runs reuse
+                _cycles()
+                for _ in range(4):
+                    await run()
+                left = _cycles()
+        finally:
+            await agent.disconnect()
+    assert left == collections.Counter(), f"cyclic garbage left by 4 runs: {dict(left)}"
+
+
+async def test_a_routed_call_whose_models_all_fail_leaves_no_reference_cycles(
+        only_cycles_collected):
+    from subagents.exceptions import LLMError
+    from subagents.llm import ModelSettings, RoutedGroup, RoutedLLMClient
+    from subagents.llm_routing import RouterSettings
+
+    failing = [{"error": {"status": 503, "message": "busy"}}] * 5
+    async with FakeModelServer({"a": failing, "b": failing}) as fake:
+        models = [ModelSettings(model=name, api_base=fake.base_url(name), max_retries=0)
+                  for name in ("a", "b")]
+        models[0].group = RoutedGroup(
+            "group", RouterSettings.from_mapping({"routing_strategy": "simple-shuffle"}),
+            models)
+        llm = RoutedLLMClient(models[0])
+
+        async def call() -> None:
+            code = None
+            try:  # not pytest.raises: its record of the error is a cycle of its own
+                await llm.complete([{"role": "user", "content": "hi"}], None)
+            except LLMError as exc:
+                code = exc.code
+            assert code == "llm.http_503"
+
+        try:
+            with anyio.fail_after(60):
+                await call()
+                _cycles()
+                for _ in range(4):
+                    await call()
+                left = _cycles()
+        finally:
+            await llm.close()
+    assert left == collections.Counter(), f"cyclic garbage left by 4 calls: {dict(left)}"

@@ -52,3 +52,34 @@ def test_argument_validation_uses_each_tools_own_schema():
         amount = tool("b", {"amount": {"type": "number"}}, ["amount"])
         assert validate_arguments(ids, {"id": "A1"}) == {"id": "A1"}
         assert validate_arguments(amount, {"amount": 5}) == {"amount": 5}
+
+
+def test_arguments_a_schema_cannot_reject_skip_the_validator_and_others_still_check():
+    from subagents.exceptions import ToolArgumentsError
+    from subagents.tools.base import Tool
+    from subagents.tools.executor import _validator_for, validate_arguments
+
+    async def run(arguments, ctx):
+        raise AssertionError("not called")
+
+    def tool(parameters):
+        return Tool(schema=AgentToolSchema(name="t", parameters=parameters), run=run,
+                    source="custom")
+
+    _validator_for.cache_clear()
+    no_arguments = tool({"type": "object", "properties": {}})  # closed by the schema model
+    assert validate_arguments(no_arguments, {}) == {}
+    for parameters in ({"type": "object", "additionalProperties": True},
+                       {"type": "object", "properties": {}, "required": [],
+                        "additionalProperties": True, "description": "none"}):
+        assert validate_arguments(tool(parameters), {"extra": 1}) == {"extra": 1}
+    assert _validator_for.cache_info().misses == 0
+    with pytest.raises(ToolArgumentsError):
+        validate_arguments(no_arguments, {"extra": 1})
+    needs = tool({"type": "object", "properties": {}, "required": ["id"]})
+    with pytest.raises(ToolArgumentsError):
+        validate_arguments(needs, {})
+    typed_extra = tool({"type": "object", "additionalProperties": {"type": "string"}})
+    with pytest.raises(ToolArgumentsError):
+        validate_arguments(typed_extra, {"extra": 1})
+    assert _validator_for.cache_info().misses == 3

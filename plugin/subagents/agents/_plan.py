@@ -97,7 +97,11 @@ class Plan:
 
     def called(self, name: str) -> bool:
         """Whether the response calls ``name`` (an offered or a handled tool)."""
-        return any(c.name == name for c in [*self.builtin, *self.calls])
+        for calls in (self.builtin, self.calls):
+            for call in calls:
+                if call.name == name:
+                    return True
+        return False
 
 
 @dataclass
@@ -156,6 +160,23 @@ class AgentRun:
     """Turns progress of running calls into messages (None when they are off)."""
     budget: BudgetGuard | None = None
     """Checks the run against ``configuration.budgets`` (None without caps)."""
+    prompt_cache: tuple[dict[str, Any], str] | None = None
+    """The last prompt context and the system prompt rendered from it."""
+    history_cache: tuple[tuple[Any, ...], list[ChatMessage]] | None = None
+    """The history messages and what they were built from."""
+    filler_wordings: set[str] = field(default_factory=set)
+    """Wordings of the fillers sent in the conversation so far (``fillers.said_before``)."""
+    filler_scan: tuple[int, int] = (0, 0)
+    """How many input and run events ``filler_wordings`` has looked at."""
+    traced: bool | None = None
+    """Whether the channel wants trace records (looked up once per run)."""
+    tool_output_hook: bool = True
+    """Whether the agent's ``process_tool_output`` is more than the default (which adds
+    nothing); looked up once per run."""
+    handled: set[str] = field(default_factory=set)
+    """Built-in tool names the agent handles itself (``task_completed``)."""
+    offered_cache: tuple[tuple[Tool, ...], list[JsonObject]] | None = None
+    """The offered tools and their schemas in the model's format."""
 
     @property
     def recipient_id(self) -> str | None:
@@ -180,7 +201,7 @@ class AgentRun:
         """Drop the run's toolset and progress reporter once the run is over: they point back
         at the run, and without this every finished run is left for the cyclic garbage
         collector instead of being freed at once."""
-        self.toolset = self.approvals = self.progress = None
+        self.toolset = self.approvals = self.progress = self.offered_cache = None
         self.tools = {}
 
 

@@ -26,8 +26,10 @@ _TEXT_KINDS = {"filler_message": "filler", "input_required": "question",
 
 def tracing(run: AgentRun) -> bool:
     """Whether the run's channel wants trace records."""
-    return (run.channel is not None and run.recipient_id is not None
-            and getattr(run.channel, "wants_trace", False) is True)
+    if run.traced is None:
+        run.traced = (run.channel is not None and run.recipient_id is not None
+                      and getattr(run.channel, "wants_trace", False) is True)
+    return run.traced
 
 
 async def _emit(run: AgentRun, kind: str, data: JsonObject) -> None:

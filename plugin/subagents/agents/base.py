@@ -108,8 +108,19 @@ LAST_STEP = ("You have used all the steps you may take for this request. Do not 
              "Reply to the user now with what you have found so far, in a few sentences.")
 
 
+def _prompt_context_from_input(cls: type) -> bool:
+    """Whether the class's ``_build_context_for_prompt`` is one of ours, which builds every
+    value afresh from the agent input (so equal contexts render equal prompts)."""
+    for klass in cls.__mro__:
+        if "_build_context_for_prompt" in vars(klass):
+            return bool(vars(klass).get("_PROMPT_CONTEXT_FROM_INPUT", False))
+    return False
+
+
 class MCPBaseAgent:
     """Base class of the MCP sub agents. Subclass an agent and override the hooks."""
+
+    _PROMPT_CONTEXT_FROM_INPUT: ClassVar[bool] = True
 
     PROTOCOL_TYPE: ClassVar[str] = ""
     TEMPLATE_FILE: ClassVar[str] = ""
@@ -313,15 +324,12 @@ class MCPBaseAgent:
         run = AgentRun(agent_input, output_channel)
         timeout = self.configuration.timeout
         outcome: Outcome | None = None
-        with anyio.move_on_after(timeout if timeout else float("inf")) as scope:
-            try:
-                outcome = await self._loop(run)
-            except LLMError as exc:
-                outcome = Outcome.fatal(f"the model call failed: {exc}")
-            except Exception as exc:
-                log.exception("agent.run.failed", agent=self.name)
-                outcome = Outcome.fatal(f"{type(exc).__name__}: {exc}")
-        if scope.cancelled_caught or outcome is None:
+        if timeout:
+            with anyio.move_on_after(timeout):
+                outcome = await self._guarded_loop(run)
+        else:  # no deadline: no cancel scope to enter and leave
+            outcome = await self._guarded_loop(run)
+        if outcome is None:
             outcome = Outcome.fatal(f"agent {self.name!r} did not finish within {timeout:g}s "
                                     "(configuration.timeout)", reason=ExitReason.TIMEOUT)
         settle_elicitation(run, outcome)
@@ -333,6 +341,16 @@ class MCPBaseAgent:
                  prompt_tokens=run.usage.prompt_tokens,
                  completion_tokens=run.usage.completion_tokens)
         return output
+
+    async def _guarded_loop(self, run: AgentRun) -> Outcome:
+        """The loop; a failure ends the run with a fatal outcome instead of raising."""
+        try:
+            return await self._loop(run)
+        except LLMError as exc:
+            return Outcome.fatal(f"the model call failed: {exc}")
+        except Exception as exc:
+            log.exception("agent.run.failed", agent=self.name)
+            return Outcome.fatal(f"{type(exc).__name__}: {exc}")
 
     async def _loop(self, run: AgentRun) -> Outcome:
         """Resume parked calls, then step until a step finishes or parks the run."""
@@ -487,18 +505,28 @@ class MCPBaseAgent:
     def _prepare(self, run: AgentRun, mcp_tools: list[Tool]) -> None:
         """Compose the run's toolset: plain tools, then one wrapper per feature."""
         settings = self.configuration.tools
-        custom = [custom_tool(c, settings.get(c.tool_name),
-                              self.build_custom_tool_call_metadata, self.name)
+        hook = self.build_custom_tool_call_metadata \
+            if self._hook_replaced("build_custom_tool_call_metadata") else None
+        custom = [custom_tool(c, settings.get(c.tool_name), hook, self.name)
                   for c in self._custom_tools]
         plain = FunctionToolset([*mcp_tools, *self._builtin_tools(run), *custom],
                                 max_result_chars=self.max_tool_result_chars)
-        run.approvals = ApprovalToolset(
-            ElicitationToolset(plain, self.configuration.elicitation_timeout), settings)
-        toolset: Toolset = ClientToolset(run.approvals, self.configuration.client_tools)
+        # a wrapper that could change nothing in this run is left out (one call layer less)
+        toolset: Toolset = plain
+        if any(tool.source.startswith("mcp:") for tool in mcp_tools):
+            toolset = ElicitationToolset(toolset, self.configuration.elicitation_timeout)
+        run.approvals = ApprovalToolset(toolset, settings)
+        if any(s.requires_approval for s in settings.values()):
+            toolset = run.approvals
+        if self.configuration.client_tools:
+            toolset = ClientToolset(toolset, self.configuration.client_tools)
         if self.configuration.tool_result_budget:
             toolset = ResultBudgetToolset(toolset, self.configuration.tool_result_budget)
-        toolset = StateMappingToolset(toolset, settings)
+        if any(s.inputs_from_state or s.outputs_to_state for s in settings.values()):
+            toolset = StateMappingToolset(toolset, settings)
         run.toolset = toolset
+        run.handled = self._handled_builtins()
+        run.tool_output_hook = self._hook_replaced("process_tool_output")
         run.tools = {}
         for tool in toolset.tools():
             run.tools.setdefault(tool.name, tool)
@@ -514,25 +542,53 @@ class MCPBaseAgent:
     async def _conversation(self, run: AgentRun) -> list[ChatMessage]:
         """System prompt and history. The prompt renders on the event loop for at most a
         millisecond, then finishes in a worker thread (a thread hop costs more than a typical
-        render); an overridden builder, or a long history, is built in the thread whole."""
+        render); an overridden builder, or a long history, is built in the thread whole.
+
+        Within a run the rendered prompt is reused while its context is unchanged (a slot set
+        during the run renders it again), and the history while no event was added; an
+        overridden ``_build_context_for_prompt`` renders on every step."""
         cls = type(self)
         if (cls.build_messages_for_llm_request is not MCPBaseAgent.build_messages_for_llm_request
                 or cls.render_prompt_template is not MCPBaseAgent.render_prompt_template
                 or len(run.input.events) > _INLINE_HISTORY_EVENTS):
             return await anyio.to_thread.run_sync(self.build_messages_for_llm_request,
                                                   run.input)
+        return [{"role": "system", "content": await self._system_prompt(run)},
+                *self._history(run)]
+
+    async def _system_prompt(self, run: AgentRun) -> str:
+        values = self._build_context_for_prompt(run.input)
+        cached = run.prompt_cache
+        if cached is not None and cached[0] == values:
+            return cached[1]
+        system = await capped_render_async(self._template, values, self.max_prompt_chars)
+        if _prompt_context_from_input(type(self)) \
+                and "_build_context_for_prompt" not in vars(self):
+            run.prompt_cache = (values, system)
+        return system
+
+    def _history(self, run: AgentRun) -> list[ChatMessage]:
         from ._history import history_messages
 
-        system = await capped_render_async(
-            self._template, self._build_context_for_prompt(run.input), self.max_prompt_chars)
-        return [{"role": "system", "content": system},
-                *history_messages(run.input, self.name, 10)]
+        events, metadata = run.input.events, run.input.metadata
+        key = (id(events), len(events), id(events[-1]) if events else None,
+               run.input.user_message, metadata.get("restarted"))
+        cached = run.history_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        messages = history_messages(run.input, self.name, 10)
+        run.history_cache = (key, messages)
+        return messages
 
     async def _messages(self, run: AgentRun) -> list[ChatMessage]:
         return [*await self._conversation(run), *run.tool_messages]
 
     def _offered(self, run: AgentRun) -> list[JsonObject]:
-        return [tool.schema.to_openai() for tool in run.tools.values()]
+        tools = tuple(run.tools.values())
+        cached = run.offered_cache
+        if cached is None or cached[0] != tools:
+            cached = run.offered_cache = (tools, [tool.schema.to_openai() for tool in tools])
+        return list(cached[1])
 
     def _record_text(self, run: AgentRun, text: str, response: LLMResponse | None,
                      message_type: str) -> TrackerEvent:
@@ -547,7 +603,7 @@ class MCPBaseAgent:
     # ------------------------------------------------------------------ planning
     def _plan(self, run: AgentRun, response: LLMResponse) -> Plan:
         """Resolve each call against the offered tools; nothing runs yet."""
-        handled = self._handled_builtins()
+        handled = run.handled
         offered = set(run.tools) | handled
         taken: set[str] = set()
         plan = Plan(response=response,
@@ -577,12 +633,14 @@ class MCPBaseAgent:
         """Run the plan's calls through the toolset, answer every call, record events."""
         assert run.toolset is not None
         run.tool_messages.append(assistant_message(plan))
-        outcomes = await execute_calls(run.toolset, plan.calls, self._call_context(run),
-                                       max_parallel=self.configuration.max_parallel_tools)
+        outcomes = await execute_calls(
+            run.toolset, plan.calls, self._call_context(run),
+            max_parallel=self.configuration.max_parallel_tools) if plan.calls else []
         executed = Executed(outcomes)
         await _trace.tool_calls(run, self.name, outcomes)
         answers: dict[str, str] = {}
-        for outcome in executed.ran:
+        ran = executed.ran
+        for outcome in ran:
             if outcome.call.tool is not None and outcome.call.tool.source != "builtin":
                 self._latency.observe(outcome.call.name, outcome.duration_ms)
             answers[outcome.call.id], event = record_tool(
@@ -598,14 +656,21 @@ class MCPBaseAgent:
                 run.tool_messages.append(tool_message(raw.id, answers.pop(raw.id)))
         if self.configuration.tool_result_images and not executed.deferred():
             # after every answer of the step (a deferred call is answered later: no images then)
-            shown = images_message(executed.ran)
+            shown = images_message(ran)
             if shown is not None:
                 run.tool_messages.append(shown)
-        current = {o.call.id: o.result for o in executed.ran
+        if not run.tool_output_hook:
+            return executed  # the default hook adds nothing
+        current = {o.call.id: o.result for o in ran
                    if not o.result.is_error and o.call.tool and o.call.tool.source != "builtin"}
         if current:
             await self._apply_hook_events(run, current)
         return executed
+
+    def _hook_replaced(self, name: str) -> bool:
+        """Whether hook ``name`` is overridden by the class or replaced on the instance (the
+        default hooks do nothing, so they need not be called)."""
+        return getattr(getattr(self, name), "__func__", None) is not getattr(MCPBaseAgent, name)
 
     def _builtin_answer(self, run: AgentRun, call: PlannedCall) -> str:
         return "ok"

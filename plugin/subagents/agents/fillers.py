@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import statistics
 import time
@@ -55,23 +56,34 @@ class LatencyBook:
         return True
 
 
+@functools.lru_cache(maxsize=1024)
 def _wording(text: str) -> str:
     return " ".join(_WORDS.findall(text.casefold()))
 
 
 def said_before(run: AgentRun, text: str) -> bool:
-    """Whether a filler with the same wording was already sent in this conversation."""
+    """Whether a filler with the same wording was already sent in this conversation.
+
+    The wordings of the conversation's fillers are collected once per run; later calls look
+    only at the events added since (events are only ever appended)."""
     wording = _wording(text)
     if not wording:
         return False
-    for event in [*run.input.events, *run.events]:
+    seen_input, seen_run = run.filler_scan
+    _collect_fillers(run.input.events, seen_input, run.filler_wordings)
+    _collect_fillers(run.events, seen_run, run.filler_wordings)
+    run.filler_scan = (len(run.input.events), len(run.events))
+    return wording in run.filler_wordings
+
+
+def _collect_fillers(events: list[Any], start: int, wordings: set[str]) -> None:
+    for index in range(start, len(events)):
+        event = events[index]
         if event.get("event") != "bot":
             continue
         meta = event.get("metadata") or {}
-        if meta.get("agent_message_type") == "filler_message" \
-                and _wording(str(event.get("text") or "")) == wording:
-            return True
-    return False
+        if meta.get("agent_message_type") == "filler_message":
+            wordings.add(_wording(str(event.get("text") or "")))
 
 
 class ProgressReporter:

@@ -43,6 +43,7 @@ class MCPTaskAgent(MCPBaseAgent):
 
     PROTOCOL_TYPE = "mcp_task"
     TEMPLATE_FILE = "task_agent.jinja2"
+    _PROMPT_CONTEXT_FROM_INPUT = True
 
     # ------------------------------------------------------------------ exit slots + tools
     @staticmethod

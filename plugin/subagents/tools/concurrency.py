@@ -24,9 +24,11 @@ async def execute_calls(toolset: Toolset, calls: list[PlannedCall], ctx: CallCon
             return await toolset.call(call, ctx)
 
     async def flush() -> None:
-        if batch:
+        if len(batch) == 1:  # nothing to overlap with: no task needed
+            outcomes.append(await toolset.call(batch[0], ctx))
+        elif batch:
             outcomes.extend(await asyncio.gather(*(limited(c) for c in batch)))
-            batch.clear()
+        batch.clear()
 
     for call in calls:
         assert call.tool is not None

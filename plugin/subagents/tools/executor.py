@@ -7,13 +7,13 @@ How several calls of one response share time is in :mod:`subagents.tools.concurr
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import json
 import time
 from typing import Any
 
-import anyio
 import structlog
 
 from ..exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutError
@@ -48,11 +48,27 @@ def _validator(tool: Tool) -> Any:
     return _validator_for(json.dumps(schema, sort_keys=True))
 
 
+_PLAIN_OBJECT_KEYS = frozenset({"type", "properties", "required", "title", "description",
+                                "$schema", "additionalProperties"})
+
+
+def _cannot_reject(schema: JsonObject, arguments: JsonObject) -> bool:
+    """Whether ``schema`` surely accepts ``arguments`` (a JSON object) as they are: it declares
+    no properties and requires none, and either the arguments are empty or it allows any extra
+    property. The common tool without arguments then needs no validator."""
+    if schema.get("type") != "object" or not _PLAIN_OBJECT_KEYS.issuperset(schema) \
+            or schema.get("properties") or schema.get("required"):
+        return False
+    return not arguments or schema.get("additionalProperties", True) is True
+
+
 def validate_arguments(tool: Tool, arguments: JsonObject) -> JsonObject:
     """Fill top-level defaults, then check against the schema; raise ToolArgumentsError."""
     schema = tool.schema.parameters
     if not schema or not tool.validate_arguments:
         return arguments
+    if _cannot_reject(schema, arguments):
+        return dict(arguments)
     filled = dict(arguments)
     for name, prop in (schema.get("properties") or {}).items():
         if name not in filled and isinstance(prop, dict) and "default" in prop:
@@ -75,9 +91,11 @@ async def invoke_tool(tool: Tool, arguments: JsonObject, ctx: CallContext) -> Ag
     timeout = tool.timeout or ctx.timeout
     try:
         args = validate_arguments(tool, arguments)
-        with anyio.fail_after(timeout + 1.0):  # the runner enforces `timeout`; this is a backstop
-            outcome: Any = tool.run(args, CallContext(ctx.agent_input, ctx.tool_context, timeout,
-                                                      ctx.effects, ctx.on_progress))
+        async with asyncio.timeout(timeout + 1.0):  # the runner enforces `timeout`: a backstop
+            if timeout != ctx.timeout:
+                ctx = CallContext(ctx.agent_input, ctx.tool_context, timeout, ctx.effects,
+                                  ctx.on_progress)
+            outcome: Any = tool.run(args, ctx)
             result = await outcome if inspect.isawaitable(outcome) else outcome
         if not isinstance(result, AgentToolResult):
             raise ToolInvocationError(f"tool {tool.name!r} returned {type(result).__name__}, "

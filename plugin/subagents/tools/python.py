@@ -112,22 +112,24 @@ MetadataHook = Callable[[JsonObject], Awaitable[JsonObject]]
 
 
 def custom_tool(custom: CustomToolSchema, settings: ToolSettings | None,
-                metadata_hook: MetadataHook, agent_name: str) -> Tool:
-    """A custom tool as a :class:`Tool`: ``metadata_hook`` adds call metadata (credentials)
-    to the tool context, which the model never sees."""
+                metadata_hook: MetadataHook | None, agent_name: str) -> Tool:
+    """A custom tool as a :class:`Tool`: ``metadata_hook`` (when given) adds call metadata
+    (credentials) to the tool context, which the model never sees."""
     read_only = custom.read_only
     if settings is not None and settings.read_only is not None:
         read_only = settings.read_only
 
     async def run(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
-        hook_ctx = {"sender_id": ctx.agent_input.recipient_id, "server_name": None,
-                    "tool_name": custom.tool_name, "agent_id": agent_name}
-        try:
-            extra = await metadata_hook(hook_ctx)
-        except Exception as exc:  # noqa: BLE001 - reported to the model
-            return AgentToolResult(tool_name=custom.tool_name, is_error=True,
-                                   error_message=f"the call-metadata hook failed for "
-                                                 f"{custom.tool_name!r}: {exc}")
+        extra = None
+        if metadata_hook is not None:
+            hook_ctx = {"sender_id": ctx.agent_input.recipient_id, "server_name": None,
+                        "tool_name": custom.tool_name, "agent_id": agent_name}
+            try:
+                extra = await metadata_hook(hook_ctx)
+            except Exception as exc:  # noqa: BLE001 - reported to the model
+                return AgentToolResult(tool_name=custom.tool_name, is_error=True,
+                                       error_message=f"the call-metadata hook failed for "
+                                                     f"{custom.tool_name!r}: {exc}")
         metadata = {**ctx.tool_context.metadata, **(extra or {})}
         executor: Callable[..., Any] = custom.tool_executor
         result = executor(dict(arguments), AgentToolContext(metadata=metadata))
