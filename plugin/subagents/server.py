@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import signal
 import sys
 import uuid
@@ -429,21 +430,47 @@ SERVING_GC_THRESHOLDS = (50_000, 10, 10)
 """The youngest generation is collected after 50,000 net allocations instead of 700: a turn
 leaves no reference cycles behind (tests/integration/test_turn_garbage.py), so frequent
 collections would only walk the state of the turns in flight, again and again."""
+GC_THRESHOLDS_ENV = "SUBAGENTS_GC_THRESHOLDS"
 
 
-def settle_heap() -> None:
+def gc_thresholds_from_env() -> tuple[int, ...] | None:
+    """``SUBAGENTS_GC_THRESHOLDS``: one to three whole numbers for ``gc.set_threshold``
+    (``700,10,10`` is Python's own); None when unset.
+
+    Raises:
+        SubagentsError: the value is not one to three whole numbers
+            (``server.gc_thresholds_invalid``).
+    """
+    raw = os.environ.get(GC_THRESHOLDS_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        values = tuple(int(part) for part in raw.split(","))
+    except ValueError:
+        values = ()
+    if not 1 <= len(values) <= 3 or any(value < 0 for value in values):
+        raise SubagentsError(
+            f"{GC_THRESHOLDS_ENV}={raw!r} is not one to three whole numbers: use e.g. "
+            "50000,10,10 (the default of serve) or 700,10,10 (Python's own)",
+            code="server.gc_thresholds_invalid")
+    return values
+
+
+def settle_heap(chosen: tuple[int, ...] | None = None) -> None:
     """Take what start-up built out of the cyclic garbage collector's way.
 
     A started assistant holds a large heap that lives as long as the process: modules,
     pydantic schemas, the project, the MCP tool listings, the model clients' connection pools.
     Left as it is, every full collection walks all of it, which stops every turn in flight
-    for tens of milliseconds. Collected once and frozen here, it is never walked again. Unless
-    the process already chose its own thresholds, collections also become rarer
-    (:data:`SERVING_GC_THRESHOLDS`).
+    for tens of milliseconds. Collected once and frozen here, it is never walked again.
+    Collections also become rarer (:data:`SERVING_GC_THRESHOLDS`), unless thresholds are
+    ``chosen`` (``SUBAGENTS_GC_THRESHOLDS``) or the process already set its own.
     """
     gc.collect()
     gc.freeze()
-    if gc.get_threshold() == _PYTHON_GC_THRESHOLDS:
+    if chosen is not None:
+        gc.set_threshold(*chosen)
+    elif gc.get_threshold() == _PYTHON_GC_THRESHOLDS:
         gc.set_threshold(*SERVING_GC_THRESHOLDS)
 
 
@@ -457,6 +484,7 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
     """
     import uvicorn
 
+    thresholds = gc_thresholds_from_env()  # a wrong value stops serve before anything starts
     failed: list[SubagentsError] = []
 
     class _Server(uvicorn.Server):
@@ -469,7 +497,7 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
                 failed.append(exc)
                 self.should_exit = True
                 return
-            settle_heap()
+            settle_heap(thresholds)
             await super().startup(sockets)
             if self.started:  # listening now: tell whoever started us
                 print(f"subagents: serving on http://{host}:{port}", file=sys.stderr,

@@ -9,6 +9,7 @@ imported, and stops instead of serving.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -82,8 +83,8 @@ _HEAP_DRIVER = textwrap.dedent("""
 """)
 
 
-def test_serve_freezes_its_start_up_heap_before_it_answers(tmp_path):
-    project = str(write_project(tmp_path, "http://127.0.0.1:9/mcp", {
+def _model_only_project(tmp_path) -> str:
+    return str(write_project(tmp_path, "http://127.0.0.1:9/mcp", {
         # no MCP server to reach: the agents here only need a model
         "sub_agents/weather/config.yml": """
             agent: {name: weather_agent, description: Tells the weather.}
@@ -91,14 +92,44 @@ def test_serve_freezes_its_start_up_heap_before_it_answers(tmp_path):
         "sub_agents/booking/config.yml": """
             agent: {name: booking_agent, description: Books a table.}
             """}))
+
+
+def _heap_while_serving(project: str, **env: str) -> dict[str, object]:
     done = subprocess.run([sys.executable, "-c", _HEAP_DRIVER, project], capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=120, check=False, env={**os.environ, **env})
     assert done.returncode == 0, done.stderr
     serving, after = (json.loads(line) for line in done.stdout.strip().splitlines()[-2:])
     assert after["frozen_before"] == 0
+    result: dict[str, object] = serving
+    return result
+
+
+def test_serve_freezes_its_start_up_heap_before_it_answers(tmp_path):
+    serving = _heap_while_serving(_model_only_project(tmp_path))
     # the modules, the project and the model clients' pools: far more than a few objects
+    assert isinstance(serving["frozen"], int)
     assert serving["frozen"] > 10_000
-    assert tuple(serving["thresholds"]) == (50_000, 10, 10)
+    assert serving["thresholds"] == [50_000, 10, 10]
+
+
+def test_the_collection_thresholds_come_from_the_environment_when_set(tmp_path):
+    serving = _heap_while_serving(_model_only_project(tmp_path),
+                                  SUBAGENTS_GC_THRESHOLDS="700,10,10")
+    assert serving["thresholds"] == [700, 10, 10]
+    assert isinstance(serving["frozen"], int)
+    assert serving["frozen"] > 10_000
+
+
+def test_wrong_collection_thresholds_stop_serve_with_the_variable_named(tmp_path):
+    project = _model_only_project(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "subagents.cli", "serve", "--project", project, "--port", "0",
+         "--no-model-check"], capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SUBAGENTS_GC_THRESHOLDS": "lots"})
+    assert done.returncode == 1
+    assert "[server.gc_thresholds_invalid]" in done.stderr
+    assert "SUBAGENTS_GC_THRESHOLDS" in done.stderr
+    assert "serving on" not in done.stderr
 
 
 _PLAIN_CALL_DRIVER = textwrap.dedent("""
