@@ -327,7 +327,7 @@ class ElicitationRegistry:
                 flight.task = asyncio.ensure_future(start())  # copies the context: the flight
             finally:
                 self._current.reset(token)
-            flight.task.add_done_callback(lambda task: self._ended(flight))
+            flight.task.add_done_callback(lambda task: self._ended(flight, task))
             self._flights[owner.key] = flight
         asked = asyncio.ensure_future(flight.asked.wait())
         try:
@@ -341,14 +341,15 @@ class ElicitationRegistry:
         if flight.waiting and not flight.task.done():
             return None
         self._flights.pop(owner.key, None)
-        result: _T = flight.task.result()
+        # the task's context holds the flight: dropping the task frees both without the collector
+        task, flight.task = flight.task, None
+        result: _T = task.result()
         return result
 
-    def _ended(self, flight: _Flight) -> None:
+    def _ended(self, flight: _Flight, task: asyncio.Task[Any]) -> None:
         """A held call ended: drop it unless a resumed run is about to collect its result (a
         call that failed while the user was asked, e.g. its connection died, is dropped)."""
-        task = flight.task
-        if task is not None and not task.cancelled():
+        if not task.cancelled():
             task.exception()  # retrieved: a dropped call may fail unobserved
         if not flight.collecting and self._flights.get(flight.owner.key) is flight:
             del self._flights[flight.owner.key]
