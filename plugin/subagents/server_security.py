@@ -141,14 +141,25 @@ async def _refuse(send: Send, status: int, message: str, code: str) -> None:
 
 
 def http_protocol(header_timeout: float = HEADER_TIMEOUT) -> type[Any]:
-    """uvicorn's h11 protocol, closing connections that stall before a request starts.
+    """uvicorn's HTTP/1.1 protocol, closing connections that stall before a request starts.
 
     uvicorn's own keep-alive timer stops as soon as any byte arrives, so a client that sends
-    half a request line keeps its connection (and a file descriptor) forever.
+    half a request line keeps its connection (and a file descriptor) forever. The parser is
+    httptools when it is installed (a C parser: a fraction of h11's CPU per request), h11
+    otherwise.
     """
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    base: type[Any]
+    try:
+        import httptools  # noqa: F401
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class _Protocol(H11Protocol):
+        base = HttpToolsProtocol
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        base = H11Protocol
+
+    class _Protocol(base):  # type: ignore[misc]
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm_header_timer()
