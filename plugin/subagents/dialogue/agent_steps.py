@@ -222,7 +222,7 @@ class AgentSteps:
                                         verify=definition.verify))
         return AgentInput(id=name, user_message=user_message, slots=slots,
                           conversation_history=transcript(events, 20),
-                          events=[dict(e) for e in events], metadata=metadata,
+                          events=events, metadata=metadata,  # validation copies each event
                           recipient_id=turn.sender_id)
 
     async def _call_with_retries(self, agent: MCPBaseAgent, agent_input: AgentInput,
