@@ -6,9 +6,11 @@ import asyncio
 import functools
 import json
 import logging
+import queue
+import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -175,6 +177,61 @@ def _sqlite_write(batch: list[_PendingTurn], driver: Any) -> dict[int, str]:
     return refused
 
 
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
+_Call = tuple[Callable[[], Any], asyncio.Future[Any]]
+
+
+class _DatabaseThread:
+    """The one thread a SQLite connection is used on: calls run there in order.
+
+    Leaner than an executor: a call is one queue put and one wake-up of the event loop, with
+    no executor future chained to the loop's. The thread ends on :meth:`stop`, or once this
+    object is garbage (a store dropped without being closed).
+    """
+
+    def __init__(self) -> None:
+        calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._calls = calls
+        # a daemon: a process that exits without closing its store is not held up by it
+        threading.Thread(target=_serve_calls, args=(calls,), name="subagents-sqlite",
+                         daemon=True).start()
+        weakref.finalize(self, calls.put, None)
+
+    async def run(self, function: Callable[[], _T]) -> _T:
+        """``function()`` on the thread (a cancelled caller leaves it running to its end)."""
+        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self._calls.put((function, future))
+        return await future
+
+    def stop(self) -> None:
+        """End the thread once the calls queued before this one have run."""
+        self._calls.put(None)
+
+
+def _serve_calls(calls: queue.SimpleQueue[_Call | None]) -> None:
+    while (call := calls.get()) is not None:
+        function, future = call
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = function()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is
+            error = exc
+        try:
+            future.get_loop().call_soon_threadsafe(_settle, future, result, error)
+        except RuntimeError:  # the caller's loop is closed: nobody waits any more
+            pass
+        del call, function, future, result, error  # held by nothing while the thread waits
+
+
 class SQLTrackerStore(TrackerStore):
     """Tables ``subagents_conversations`` (stack, event count) and ``subagents_events``.
 
@@ -218,7 +275,7 @@ class SQLTrackerStore(TrackerStore):
         self.engine: AsyncEngine | None = None
         self._reader: AsyncEngine | None = None
         self._sync_engine: Engine | None = None
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread: _DatabaseThread | None = None
         if self.sqlite:
             path = url.split(":///", 1)[-1]
             if path and path != ":memory:":
@@ -270,8 +327,8 @@ class SQLTrackerStore(TrackerStore):
                     return function(conn)
 
             if self._thread is None:  # (again) after close(), like the async engine
-                self._thread = ThreadPoolExecutor(1, thread_name_prefix="subagents-sqlite")
-            return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+                self._thread = _DatabaseThread()
+            return await self._thread.run(call)
         assert self.engine is not None
         assert self._reader is not None
         async with self.engine.begin() if write else self._reader.connect() as conn:
@@ -292,8 +349,8 @@ class SQLTrackerStore(TrackerStore):
             return function(self._raw.driver_connection)
 
         if self._thread is None:  # (again) after close()
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="subagents-sqlite")
-        return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+            self._thread = _DatabaseThread()
+        return await self._thread.run(call)
 
     async def _init(self) -> None:
         if self._ready:
@@ -417,8 +474,10 @@ class SQLTrackerStore(TrackerStore):
             await self.engine.dispose()
         if self._thread is not None and self._sync_engine is not None:
             thread, self._thread = self._thread, None
-            await asyncio.get_running_loop().run_in_executor(thread, self._dispose_sqlite)
-            thread.shutdown(wait=False)
+            try:
+                await thread.run(self._dispose_sqlite)
+            finally:
+                thread.stop()
 
     def _dispose_sqlite(self) -> None:
         raw, self._raw = self._raw, None
