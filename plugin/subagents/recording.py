@@ -81,12 +81,13 @@ def switch_event(on: bool) -> dict[str, Any]:
 
 def conversation_switch(events: list[dict[str, Any]]) -> bool | None:
     """The conversation's latest recording switch (None when it was never switched)."""
-    for event in reversed(events):
-        if event.get("event") != "action":
-            continue
-        value = (event.get("metadata") or {}).get(SWITCH_KEY)
-        if isinstance(value, bool):
-            return value
+    for event in reversed(events):  # every turn scans the whole conversation: cheapest test first
+        metadata = event.get("metadata")
+        if metadata and SWITCH_KEY in metadata and isinstance(metadata, dict) \
+                and event.get("event") == "action":
+            value = metadata[SWITCH_KEY]
+            if isinstance(value, bool):
+                return value
     return None
 
 

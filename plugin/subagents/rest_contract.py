@@ -37,6 +37,8 @@ def token_matches(request: Request, token: str) -> bool:
 
 def wants_stream(request: Request) -> bool:
     """``?stream=true`` (also ``1`` or ``yes``, any case)."""
+    if not request.scope.get("query_string"):
+        return False  # most requests: nothing to parse
     return request.query_params.get("stream", "").strip().lower() in _TRUE
 
 

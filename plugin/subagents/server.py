@@ -29,6 +29,7 @@ import contextlib
 import gc
 import json
 import os
+import re
 import signal
 import sys
 import uuid
@@ -91,6 +92,9 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 MAX_JSON_DEPTH = 64
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""The start of a ``\\uD800``-``\\uDFFF`` escape: in an ASCII body, the only way a lone
+surrogate gets into the parsed JSON."""
 
 
 async def _json_body(request: Request, max_body: int,
@@ -123,10 +127,11 @@ def _parse_json_object(raw: bytes) -> dict[str, Any]:
         raise BadRequestError(400, "the body is not valid JSON") from None
     if not isinstance(body, dict):
         raise BadRequestError(400, "the body must be a JSON object")
-    try:  # \ud800 escapes decode to lone surrogates, which no store or response can encode
-        json.dumps(body, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadRequestError(400, "the body contains an unpaired surrogate") from None
+    if not raw.isascii() or _SURROGATE_ESCAPE.search(raw):
+        try:  # \ud800 escapes decode to lone surrogates, which no store or response can encode
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequestError(400, "the body contains an unpaired surrogate") from None
     return body
 
 

@@ -100,7 +100,7 @@ class BrowserGuard:
         if scope["type"] != "http" or scope["path"].startswith(self.exempt):
             await self.app(scope, receive, send)
             return
-        headers = _headers(scope)
+        headers = _headers(scope, _GUARD_HEADERS)
         origin = headers.get("origin")
         if origin is not None and not self._origin_allowed(origin, headers.get("host", "")):
             await _refuse(send, 403, "cross-origin requests are not allowed",
@@ -120,8 +120,17 @@ class BrowserGuard:
         return bool(host) and origin.split("://", 1)[-1] == host
 
 
-def _headers(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+_GUARD_HEADERS = frozenset({b"origin", b"host", b"content-type"})
+
+
+def _headers(scope: Scope, names: frozenset[bytes]) -> dict[str, str]:
+    """The request's headers among ``names`` (the last of each), as text."""
+    found: dict[str, str] = {}
+    for key, value in scope["headers"]:
+        key = key.lower()
+        if key in names:
+            found[key.decode("latin-1")] = value.decode("latin-1")
+    return found
 
 
 def _is_json(content_type: str) -> bool:
@@ -141,14 +150,25 @@ async def _refuse(send: Send, status: int, message: str, code: str) -> None:
 
 
 def http_protocol(header_timeout: float = HEADER_TIMEOUT) -> type[Any]:
-    """uvicorn's h11 protocol, closing connections that stall before a request starts.
+    """uvicorn's HTTP/1.1 protocol, closing connections that stall before a request starts.
 
     uvicorn's own keep-alive timer stops as soon as any byte arrives, so a client that sends
-    half a request line keeps its connection (and a file descriptor) forever.
+    half a request line keeps its connection (and a file descriptor) forever. The parser is
+    httptools when it is installed (a C parser: a fraction of h11's CPU per request), h11
+    otherwise.
     """
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    base: type[Any]
+    try:
+        import httptools  # noqa: F401
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    class _Protocol(H11Protocol):
+        base = HttpToolsProtocol
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        base = H11Protocol
+
+    class _Protocol(base):  # type: ignore[misc]
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             self._arm_header_timer()

@@ -185,3 +185,19 @@ async def test_serve_on_a_public_address_warns_and_honours_cors(tmp_path):
     assert b"without a token" in seen
     assert preflight.headers["access-control-allow-origin"] == "https://shop.example"
     assert foreign.status_code == 403
+
+
+def test_the_c_http_parser_serves_when_installed_and_h11_otherwise(monkeypatch):
+    pytest.importorskip("httptools")
+    from subagents.server_security import http_protocol
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    assert issubclass(http_protocol(), HttpToolsProtocol)
+    monkeypatch.setitem(sys.modules, "httptools", None)  # as if it were not installed
+    assert issubclass(http_protocol(), H11Protocol)
+
+
+async def test_with_h11_a_stalled_connection_is_closed_too(project, monkeypatch):
+    monkeypatch.setitem(sys.modules, "httptools", None)
+    await test_a_connection_that_stalls_mid_request_line_is_closed(project)

@@ -132,3 +132,25 @@ async def test_an_assistant_on_postgres_keeps_its_conversation(tmp_path):
         events = await again.tracker(who)
     assert [e["text"] for e in events if e["event"] == "bot"] == [
         "We are open 9 to 5.", "Is there anything else I can help you with?"]
+
+
+async def test_a_sqlite_store_closed_or_dropped_ends_its_database_thread(tmp_path):
+    import gc
+    import threading
+
+    def threads() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "subagents-sqlite"}
+
+    before = threads()
+    closed = SQLTrackerStore(f"sqlite+aiosqlite:///{tmp_path / 'closed.db'}")
+    await closed.load("a")
+    dropped = SQLTrackerStore(f"sqlite+aiosqlite:///{tmp_path / 'dropped.db'}")
+    await dropped.save_turn("a", [ev.user_uttered("hi")], [], 0)
+    started = threads() - before
+    assert len(started) == 2
+    await closed.close()
+    del dropped
+    gc.collect()
+    for thread in started:
+        await anyio.to_thread.run_sync(thread.join, 10)  # bounded: a join that times out...
+        assert not thread.is_alive()  # ... fails here

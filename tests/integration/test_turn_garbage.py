@@ -241,3 +241,117 @@ async def test_a_routed_call_whose_models_all_fail_leaves_no_reference_cycles(
         finally:
             await llm.close()
     assert left == collections.Counter(), f"cyclic garbage left by 4 calls: {dict(left)}"
+
+
+# ------------------------------------------------ other turn paths: MCP, slots, actions, HTTP
+STDIO_TOOLS = f"""
+    model_groups:
+      - id: llm
+        models: [{{provider: openai, model: gpt-test}}]
+    mcp_servers:
+      - name: tools
+        type: stdio
+        command: python
+        args: ["-m", "tests.servers.tools_server"]
+        cwd: {Path(__file__).resolve().parents[2]}
+    """
+"""The tool server runs as a subprocess: only our client side of each call is in this heap."""
+WEATHER = [{"tool_calls": [{"echo": {"text": "sunny"}}]},
+           {"text": "Sunny.", "tool_calls": [{"task_completed": {}}]}]
+
+
+def _harness_project(root: Path) -> Path:
+    from tests.dialogue_harness import write_project as write_harness_project
+
+    return write_harness_project(root, "http://127.0.0.1:9/unused",
+                                 {"endpoints.yml": STDIO_TOOLS})
+
+
+async def test_mcp_tool_turns_over_stdio_leave_no_reference_cycles(tmp_path,
+                                                                   only_cycles_collected):
+    project = _harness_project(tmp_path / "assistant")
+    count = 5
+    script = {"command_generator": ["start flow weather_flow"] * (count + 1),
+              "weather_agent": WEATHER * (count + 1)}
+    store = SQLTrackerStore(f"sqlite+aiosqlite:///{tmp_path}/turns.db")
+    async with FakeModelServer(script) as fake, \
+            assistant_for(project, fake, tracker_store=store) as assistant:
+        with anyio.fail_after(60):
+            await Conversation(assistant, "warm-up").say("weather")
+            _cycles()
+            for number in range(count):
+                texts, events = await Conversation(assistant, f"user-{number}").say("weather")
+                assert texts[:2] == ["Sunny.", "Anything else about the weather?"]
+                assert any(e["event"] == "mcp_tool_executed" for e in events)
+            left = _cycles()
+    assert left == collections.Counter(), f"cyclic garbage left by {count} turns: {dict(left)}"
+
+
+async def test_slot_filling_custom_action_and_free_text_turns_leave_no_reference_cycles(
+        tmp_path, only_cycles_collected):
+    project = _harness_project(tmp_path / "assistant")
+    count = 3
+    script = {"command_generator": ["start flow ask_name", "set slot name Ann",
+                                    "start flow custom_action_flow", "start flow opening_hours"]
+              * (count + 1)}
+    store = SQLTrackerStore(f"sqlite+aiosqlite:///{tmp_path}/turns.db")
+
+    async def conversation(sender: str) -> None:
+        convo = Conversation(assistant, sender)
+        assert (await convo.say("hi"))[0] == ["What is your name?"]
+        assert (await convo.say("Ann"))[0][0] == "Hello Ann!"
+        texts, _ = await convo.say("look it up")
+        assert texts[:2] == ["Looking it up...", f"Found order {sender}."]
+        assert (await convo.say("when are you open"))[0][0] == "We are open 9 to 5."
+
+    async with FakeModelServer(script) as fake, \
+            assistant_for(project, fake, tracker_store=store) as assistant:
+        with anyio.fail_after(60):
+            await conversation("warm-up")
+            _cycles()
+            for number in range(count):
+                await conversation(f"user-{number}")
+            left = _cycles()
+    assert left == collections.Counter(), f"cyclic garbage left by {count * 4} turns: {dict(left)}"
+
+
+def _post(connection: Any, path: str, body: dict[str, Any]) -> bytes:
+    """One request on a kept-alive blocking connection (asyncio's transports keep a cycle each
+    until closed: one per connection, so the connection is opened before counting)."""
+    import json
+
+    connection.request("POST", path, json.dumps(body),
+                       {"content-type": "application/json"})
+    response = connection.getresponse()
+    assert response.status == 200
+    return bytes(response.read())
+
+
+@pytest.mark.parametrize("path", ["/webhooks/rest/webhook", "/webhooks/stream/webhook"])
+async def test_served_turns_rest_and_streamed_leave_no_reference_cycles(
+        tmp_path, only_cycles_collected, path):
+    from http.client import HTTPConnection
+
+    from subagents.server import create_app
+    from subagents.testing.mcp_http import serve_app
+
+    project = _harness_project(tmp_path / "assistant")
+    count = 4
+    script = {"command_generator": ["start flow weather_flow"] * (count + 1),
+              "weather_agent": WEATHER * (count + 1)}
+    store = SQLTrackerStore(f"sqlite+aiosqlite:///{tmp_path}/turns.db")
+    async with FakeModelServer(script) as fake, \
+            assistant_for(project, fake, tracker_store=store) as assistant, \
+            serve_app(create_app(assistant)) as base:
+        connection = HTTPConnection("127.0.0.1", int(base.rsplit(":", 1)[1]), timeout=30)
+        with anyio.fail_after(60):
+            await anyio.to_thread.run_sync(_post, connection, path,
+                                           {"sender": "warm-up", "message": "weather"})
+            _cycles()
+            for number in range(count):
+                reply = await anyio.to_thread.run_sync(
+                    _post, connection, path, {"sender": f"user-{number}", "message": "weather"})
+                assert b"Sunny." in reply
+            left = _cycles()
+            connection.close()
+    assert left == collections.Counter(), f"cyclic garbage left by {count} turns: {dict(left)}"

@@ -220,10 +220,13 @@ class AgentSteps:
                                         mappings=definition.mappings or [],
                                         description=definition.description,
                                         verify=definition.verify))
-        return AgentInput(id=name, user_message=user_message, slots=slots,
-                          conversation_history=transcript(events, 20),
-                          events=[dict(e) for e in events], metadata=metadata,
-                          recipient_id=turn.sender_id)
+        agent_input = AgentInput(id=name, user_message=user_message, slots=slots,
+                                 conversation_history=transcript(events, 20), metadata=metadata,
+                                 recipient_id=turn.sender_id)
+        # not validated (a copy of every event of the conversation): each attempt gets its own
+        # deep copy of them (_call_with_retries), and until then nothing changes them
+        agent_input.events = events
+        return agent_input
 
     async def _call_with_retries(self, agent: MCPBaseAgent, agent_input: AgentInput,
                                  turn: Turn) -> AgentOutput:

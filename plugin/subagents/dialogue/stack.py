@@ -6,8 +6,10 @@ are plain dataclasses and their enums are string enums that serialise as their v
 
 from __future__ import annotations
 
-import uuid
-from dataclasses import asdict, dataclass, field
+import copy
+import os
+import random
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
@@ -16,6 +18,32 @@ import structlog
 from ..types import FrameState
 
 log = structlog.get_logger("subagents.dialogue")
+
+
+_FRAME_IDS = random.Random()
+"""Frame ids' own generator, seeded from the system (again in a forked child): code that seeds
+the ``random`` module, e.g. a custom action made reproducible, cannot make frame ids repeat."""
+os.register_at_fork(after_in_child=_FRAME_IDS.seed)
+
+
+def _frame_id() -> str:
+    """Ten random hex digits. A frame id only tells the frames of one stack apart, so it needs
+    no system entropy (a system call per frame)."""
+    return f"{_FRAME_IDS.getrandbits(40):010x}"
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain_copy(value: Any) -> Any:
+    """A deep copy of a frame's JSON-shaped value (dicts and lists rebuilt, scalars shared)."""
+    if isinstance(value, _SCALARS):
+        return value
+    if isinstance(value, dict):
+        return type(value)((key, _plain_copy(item)) for key, item in value.items())
+    if isinstance(value, list | tuple):
+        return type(value)(_plain_copy(item) for item in value)
+    return copy.deepcopy(value)
 
 START = "START"
 """The step id of a flow frame before its first step ran."""
@@ -40,7 +68,7 @@ class FlowFrame:
     step_id: str = START
     """The step the frame is at (START before the first step)."""
     frame_type: FrameType = FrameType.REGULAR
-    frame_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+    frame_id: str = field(default_factory=_frame_id)
     awaiting: str | None = None
     """The slot a collect step asked for and is waiting on."""
     interrupted: bool = False
@@ -72,11 +100,12 @@ class AgentFrame:
     metadata: dict[str, Any] = field(default_factory=dict)
     """The agent's state between turns (its pending question, structured results, ...)."""
     is_restart: bool = False
-    frame_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
+    frame_id: str = field(default_factory=_frame_id)
     kind: str = "agent"
 
 
 Frame = FlowFrame | AgentFrame
+_FIELDS = {kind: tuple(f.name for f in fields(kind)) for kind in (FlowFrame, AgentFrame)}
 
 
 class Stack:
@@ -158,7 +187,8 @@ class Stack:
 
     def to_list(self) -> list[dict[str, Any]]:
         """The frames as JSON-ready dicts, for the tracker store."""
-        return [asdict(f) for f in self.frames]
+        return [{name: _plain_copy(getattr(frame, name)) for name in _FIELDS[type(frame)]}
+                for frame in self.frames]
 
     @classmethod
     def from_list(cls, data: list[dict[str, Any]] | None) -> Stack:

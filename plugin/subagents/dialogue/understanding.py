@@ -217,14 +217,26 @@ class CommandGenerator:
 
 def transcript(events: list[dict[str, Any]], lines: int) -> str:
     """``USER: ...`` / ``AI: ...`` lines (agent turns prefixed with the agent's name)."""
-    out = []
-    for event in events:
-        if event.get("event") == "user":
-            out.append(f"USER: {event.get('text') or ''}")
-        elif event.get("event") == "bot" and event.get("text"):
-            agent = (event.get("metadata") or {}).get("agent_name")
-            out.append(f"{agent if agent else 'AI'}: {hide_sign_in_links(event['text'])}")
-    return "\n".join(out[-lines:])
+    if lines <= 0:  # taken as a slice's start, as it always was: 0 keeps every line
+        every = [line for line in map(_transcript_line, events) if line is not None]
+        return "\n".join(every[-lines:])
+    out: list[str] = []
+    for event in reversed(events):  # the latest lines only: a long conversation is not walked
+        line = _transcript_line(event)
+        if line is not None:
+            out.append(line)
+            if len(out) == lines:
+                break
+    return "\n".join(reversed(out))
+
+
+def _transcript_line(event: dict[str, Any]) -> str | None:
+    if event.get("event") == "user":
+        return f"USER: {event.get('text') or ''}"
+    if event.get("event") == "bot" and event.get("text"):
+        agent = (event.get("metadata") or {}).get("agent_name")
+        return f"{agent if agent else 'AI'}: {hide_sign_in_links(event['text'])}"
+    return None
 
 
 def completed_agents(events: list[dict[str, Any]]) -> list[str]:

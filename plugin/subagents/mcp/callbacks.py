@@ -162,6 +162,17 @@ class _Flight:
         self.task: asyncio.Task[Any] | None = None
         self.collecting = False
         """Set once an answer was sent: a resumed run will collect the call's result."""
+        self._watchers: list[asyncio.Future[None]] = []
+
+    def question_asked(self) -> asyncio.Future[None]:
+        """A future resolved once a question waits (at once if one does already)."""
+        watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.asked.is_set():
+            watcher.set_result(None)
+        else:
+            self._watchers = [w for w in self._watchers if not w.done()]
+            self._watchers.append(watcher)
+        return watcher
 
     @property
     def waiting(self) -> bool:
@@ -176,6 +187,10 @@ class _Flight:
         self.collecting = False
         self.settled.clear()
         self.asked.set()
+        watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            if not watcher.done():
+                watcher.set_result(None)
         deadline = loop.call_later(self.owner.timeout, self._expire)
         try:
             return await answer
@@ -327,28 +342,33 @@ class ElicitationRegistry:
                 flight.task = asyncio.ensure_future(start())  # copies the context: the flight
             finally:
                 self._current.reset(token)
-            flight.task.add_done_callback(lambda task: self._ended(flight))
+            flight.task.add_done_callback(lambda task: self._ended(flight, task))
             self._flights[owner.key] = flight
-        asked = asyncio.ensure_future(flight.asked.wait())
-        try:
-            await asyncio.wait({flight.task, asked}, return_when=asyncio.FIRST_COMPLETED)
-        except BaseException:
-            self._flights.pop(owner.key, None)  # the run was cancelled: so is the call
-            flight.task.cancel()
-            raise
-        finally:
-            asked.cancel()
-        if flight.waiting and not flight.task.done():
-            return None
+        while True:
+            asked = flight.question_asked()
+            try:
+                await asyncio.wait({flight.task, asked}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
+                self._flights.pop(owner.key, None)  # the run was cancelled: so is the call
+                flight.task.cancel()
+                raise
+            finally:
+                asked.cancel()
+            if flight.task.done():
+                break
+            if flight.waiting:
+                return None
+            # asked and answered before this run woke up: the call goes on, so does the wait
         self._flights.pop(owner.key, None)
-        result: _T = flight.task.result()
+        # the task's context holds the flight: dropping the task frees both without the collector
+        task, flight.task = flight.task, None
+        result: _T = task.result()
         return result
 
-    def _ended(self, flight: _Flight) -> None:
+    def _ended(self, flight: _Flight, task: asyncio.Task[Any]) -> None:
         """A held call ended: drop it unless a resumed run is about to collect its result (a
         call that failed while the user was asked, e.g. its connection died, is dropped)."""
-        task = flight.task
-        if task is not None and not task.cancelled():
+        if not task.cancelled():
             task.exception()  # retrieved: a dropped call may fail unobserved
         if not flight.collecting and self._flights.get(flight.owner.key) is flight:
             del self._flights[flight.owner.key]

@@ -96,6 +96,23 @@ class _UrlElicitationRequiredError(Exception):
         self.elicitations = elicitations
 
 
+class _Progress:
+    """The progress reports of one call, as a future per wait (no task per wait)."""
+
+    def __init__(self) -> None:
+        self._next: asyncio.Future[None] | None = None
+
+    def next_report(self) -> asyncio.Future[None]:
+        """A future the next report resolves (reports before this call are forgotten)."""
+        self._next = asyncio.get_running_loop().create_future()
+        return self._next
+
+    def reported(self) -> None:
+        """The server reported progress."""
+        if self._next is not None and not self._next.done():
+            self._next.set_result(None)
+
+
 class MCPServerConnection:
     """See the module docstring: :meth:`start`, :meth:`call_tool`, :meth:`tools`, :meth:`close`."""
 
@@ -502,26 +519,28 @@ class MCPServerConnection:
         except _SessionExpiredError as exc:
             raise _ConnectionLostError("the server rejected a new session as well") from exc
 
-    async def _await_call(self, call: asyncio.Future[Any], progressed: asyncio.Event,
+    async def _await_call(self, call: asyncio.Future[Any], progressed: _Progress,
                           timeout: float, flight: Any = None) -> bool:
         """Wait for ``call``; each progress report restarts the timeout. False if it expired.
         While the server waits for the user's answer (``flight``) the timeout stands still."""
         limit = time.monotonic() + timeout * PROGRESS_MAX_FACTOR
+        # the session's task ends when the connection dies: waited on as it is, no helper task
+        session = self._task
         while True:
             if flight is not None and flight.waiting:
                 paused = time.monotonic()
                 await self._await_answer(call, flight)
                 limit += time.monotonic() - paused
-            progressed.clear()
             window = min(timeout, max(limit - time.monotonic(), 0.0))
-            dead = asyncio.ensure_future(self._dead.wait())
-            progress = asyncio.ensure_future(progressed.wait())
+            progress = progressed.next_report()
+            dead = session if session is not None else asyncio.ensure_future(self._dead.wait())
             try:
                 done, _ = await asyncio.wait({call, dead, progress}, timeout=window,
                                              return_when=asyncio.FIRST_COMPLETED)
             finally:
-                dead.cancel()
                 progress.cancel()
+                if dead is not session:
+                    dead.cancel()
             if call in done:
                 return True
             if dead in done:
@@ -540,12 +559,12 @@ class MCPServerConnection:
         finally:
             answered.cancel()
             dead.cancel()
-    def _progress_listener(self, name: str, progressed: asyncio.Event,
+    def _progress_listener(self, name: str, progressed: _Progress,
                            sink: ProgressCallback | None) -> ProgressCallback:
         """Progress restarts the call's timeout and is passed on to ``sink``."""
 
         async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-            progressed.set()
+            progressed.reported()
             if sink is not None:
                 try:
                     await sink(progress, total, message)
@@ -564,7 +583,7 @@ class MCPServerConnection:
         except MCPConnectionError as exc:
             raise _ConnectionLostError(str(exc)) from exc
         started = time.perf_counter()
-        progressed = asyncio.Event()
+        progressed = _Progress()
 
         with self._elicitation.track() as flight:
             # a call that may ask the user is timed by _await_call alone

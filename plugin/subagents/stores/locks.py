@@ -42,11 +42,15 @@ class InProcessLockStore(LockStore):
             LockTimeoutError: The lock was not free within ``wait_timeout`` seconds.
         """
         lock = self._locks.setdefault(sender_id, asyncio.Lock())
-        self._users[sender_id] = self._users.get(sender_id, 0) + 1
+        others = self._users.get(sender_id, 0)
+        self._users[sender_id] = others + 1
         try:
             try:
-                async with asyncio.timeout(self.wait_timeout):
+                if not others:  # nobody holds or waits for it: taken at once, no timer needed
                     await lock.acquire()
+                else:
+                    async with asyncio.timeout(self.wait_timeout):
+                        await lock.acquire()
             except TimeoutError:
                 raise LockTimeoutError(
                     f"the conversation was busy for {self.wait_timeout:g}s") from None

@@ -6,9 +6,11 @@ import asyncio
 import functools
 import json
 import logging
+import queue
+import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -75,6 +77,17 @@ _LOAD = ("SELECT stack, -1 AS seq FROM subagents_conversations WHERE sender_id =
          "UNION ALL SELECT data, seq FROM subagents_events WHERE sender_id = {sender} "
          "ORDER BY seq")
 _PG_LOAD = _LOAD.format(sender="$1")
+_SQLITE_LOAD = _LOAD.format(sender=":sender")
+_SQLITE_COUNTS = ("SELECT sender_id, event_count FROM subagents_conversations "
+                  "WHERE sender_id IN ({marks})")
+_SQLITE_BATCH = 500
+"""Senders per counts statement (old SQLite builds allow 999 parameters per statement)."""
+_SQLITE_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_count, "
+                  "updated_at) VALUES (:sender_id, :stack, :event_count, :updated_at) "
+                  "ON CONFLICT (sender_id) DO UPDATE SET stack = excluded.stack, "
+                  "event_count = excluded.event_count, updated_at = excluded.updated_at")
+_SQLITE_EVENTS = ("INSERT INTO subagents_events (sender_id, seq, data) "
+                  "VALUES (:sender_id, :seq, :data)")
 _PG_COUNTS = ("SELECT sender_id, event_count FROM subagents_conversations "
               "WHERE sender_id = ANY($1::varchar[])")
 _PG_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_count, updated_at) "
@@ -131,6 +144,94 @@ def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
     cursor.close()
 
 
+def _sqlite_load(sender_id: str, driver: Any) -> ConversationRecord:
+    _log_statement(_SQLITE_LOAD)
+    return _record(sender_id, driver.execute(_SQLITE_LOAD, {"sender": sender_id}).fetchall())
+
+
+def _sqlite_write(batch: list[_PendingTurn], driver: Any) -> dict[int, str]:
+    """One transaction of three statements whatever the batch size (the counts, one upsert of
+    the conversations, one insert of the events); the refused turns by index, with the
+    reason. The write lock is taken first, so the counts hold until the commit."""
+    senders = list(dict.fromkeys(item.sender_id for item in batch))
+    _log_statement("BEGIN IMMEDIATE")
+    driver.execute("BEGIN IMMEDIATE")
+    try:
+        stored: dict[str, int] = {}
+        for start in range(0, len(senders), _SQLITE_BATCH):
+            chunk = senders[start:start + _SQLITE_BATCH]
+            statement = _SQLITE_COUNTS.format(marks=", ".join("?" * len(chunk)))
+            _log_statement(statement)
+            stored.update(driver.execute(statement, chunk).fetchall())
+        refused, conversations, events = _accept(batch, stored)
+        if conversations:
+            _log_statement(_SQLITE_UPSERT)
+            driver.executemany(_SQLITE_UPSERT, conversations)
+        if events:
+            _log_statement(_SQLITE_EVENTS)
+            driver.executemany(_SQLITE_EVENTS, events)
+        driver.commit()
+    except BaseException:
+        driver.rollback()
+        raise
+    return refused
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
+_Call = tuple[Callable[[], Any], asyncio.Future[Any]]
+
+
+class _DatabaseThread:
+    """The one thread a SQLite connection is used on: calls run there in order.
+
+    Leaner than an executor: a call is one queue put and one wake-up of the event loop, with
+    no executor future chained to the loop's. The thread ends on :meth:`stop`, or once this
+    object is garbage (a store dropped without being closed).
+    """
+
+    def __init__(self) -> None:
+        calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._calls = calls
+        # a daemon: a process that exits without closing its store is not held up by it
+        threading.Thread(target=_serve_calls, args=(calls,), name="subagents-sqlite",
+                         daemon=True).start()
+        weakref.finalize(self, calls.put, None)
+
+    async def run(self, function: Callable[[], _T]) -> _T:
+        """``function()`` on the thread (a cancelled caller leaves it running to its end)."""
+        future: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
+        self._calls.put((function, future))
+        return await future
+
+    def stop(self) -> None:
+        """End the thread once the calls queued before this one have run."""
+        self._calls.put(None)
+
+
+def _serve_calls(calls: queue.SimpleQueue[_Call | None]) -> None:
+    while (call := calls.get()) is not None:
+        function, future = call
+        result: Any = None
+        error: BaseException | None = None
+        try:
+            result = function()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is
+            error = exc
+        try:
+            future.get_loop().call_soon_threadsafe(_settle, future, result, error)
+        except RuntimeError:  # the caller's loop is closed: nobody waits any more
+            pass
+        del call, function, future, result, error  # held by nothing while the thread waits
+
+
 class SQLTrackerStore(TrackerStore):
     """Tables ``subagents_conversations`` (stack, event count) and ``subagents_events``.
 
@@ -139,9 +240,10 @@ class SQLTrackerStore(TrackerStore):
 
     A load is one statement; concurrent turns share one write transaction of three
     statements. SQLite runs on the stdlib driver in one dedicated thread (a load or a batch
-    of writes is one hop to that thread, not one per cursor call). On PostgreSQL, SQLAlchemy
-    keeps the schema and the connection pool, and a turn's statements run on the pooled
-    asyncpg connection directly.
+    of writes is one hop to that thread, not one per cursor call). SQLAlchemy keeps the
+    schema and the connection (pool); a turn's statements run on the driver's connection
+    directly (``sqlite3`` on the store's thread, the pooled asyncpg connection on
+    PostgreSQL).
     """
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0,
@@ -173,7 +275,7 @@ class SQLTrackerStore(TrackerStore):
         self.engine: AsyncEngine | None = None
         self._reader: AsyncEngine | None = None
         self._sync_engine: Engine | None = None
-        self._thread: ThreadPoolExecutor | None = None
+        self._thread: _DatabaseThread | None = None
         if self.sqlite:
             path = url.split(":///", 1)[-1]
             if path and path != ":memory:":
@@ -207,10 +309,8 @@ class SQLTrackerStore(TrackerStore):
             Column("seq", Integer, nullable=False),
             Column("data", Text, nullable=False),
             UniqueConstraint("sender_id", "seq"))
-        self._load_statement: Any = None
-        self._upsert_statement: Any = None
-        self._counts_statement: Any = None
-        self._insert_statement: Any = None
+        self._raw: Any = None
+        """SQLite: the pool's connection, checked out once on the database thread."""
         self._ready = False
         self._init_lock = asyncio.Lock()
         self._pending: list[_PendingTurn] = []
@@ -227,12 +327,30 @@ class SQLTrackerStore(TrackerStore):
                     return function(conn)
 
             if self._thread is None:  # (again) after close(), like the async engine
-                self._thread = ThreadPoolExecutor(1, thread_name_prefix="subagents-sqlite")
-            return await asyncio.get_running_loop().run_in_executor(self._thread, call)
+                self._thread = _DatabaseThread()
+            return await self._thread.run(call)
         assert self.engine is not None
         assert self._reader is not None
         async with self.engine.begin() if write else self._reader.connect() as conn:
             return await conn.run_sync(function)
+
+    async def _on_thread(self, function: Callable[[Any], _T]) -> _T:
+        """SQLite: ``function(sqlite3 connection)`` on this store's database thread.
+
+        A turn's statements run on the stdlib driver directly: SQLAlchemy's execution layer
+        costs several times more CPU than the statements themselves.
+        """
+        engine = self._sync_engine
+        assert engine is not None
+
+        def call() -> _T:
+            if self._raw is None:
+                self._raw = engine.raw_connection()
+            return function(self._raw.driver_connection)
+
+        if self._thread is None:  # (again) after close()
+            self._thread = _DatabaseThread()
+        return await self._thread.run(call)
 
     async def _init(self) -> None:
         if self._ready:
@@ -247,15 +365,7 @@ class SQLTrackerStore(TrackerStore):
         await self._init()
         if not self.sqlite:
             return await self._on_driver(functools.partial(self._pg_load, sender_id))
-        return await self._run(functools.partial(self._load_rows, sender_id))
-
-    def _load_rows(self, sender_id: str, conn: Connection) -> ConversationRecord:
-        from sqlalchemy import text
-
-        if self._load_statement is None:
-            self._load_statement = text(_LOAD.format(sender=":sender_id"))
-        return _record(sender_id, conn.execute(self._load_statement,
-                                               {"sender_id": sender_id}).all())
+        return await self._on_thread(functools.partial(_sqlite_load, sender_id))
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
                         stack: list[dict[str, Any]], previous_count: int) -> None:
@@ -288,8 +398,7 @@ class SQLTrackerStore(TrackerStore):
         """One transaction for the batch; a turn whose conversation changed is refused alone."""
         try:
             if self.sqlite:
-                refused = await self._run(functools.partial(self._write_rows, batch),
-                                          write=True)
+                refused = await self._on_thread(functools.partial(_sqlite_write, batch))
             else:
                 refused = await self._on_driver(functools.partial(self._pg_write, batch))
         except BaseException as exc:  # every waiting turn gets the error, refused or not
@@ -309,39 +418,6 @@ class SQLTrackerStore(TrackerStore):
                 item.done.set_exception(RuntimeError(refused[index]))
             else:
                 item.done.set_result(None)
-
-    def _write_rows(self, batch: list[_PendingTurn], conn: Connection) -> dict[int, str]:
-        """Writes the batch's accepted turns; the refused ones by index, with the reason.
-
-        Three statements whatever the batch size: the stored counts, one upsert of the
-        conversations and one insert of the events.
-        """
-        if self._counts_statement is None:  # built once: a statement per batch is garbage
-            from sqlalchemy import bindparam, select
-
-            columns = self.conversations.c
-            self._counts_statement = select(columns.sender_id, columns.event_count).where(
-                columns.sender_id.in_(bindparam("senders", expanding=True)))
-            self._upsert_statement = self._upsert()
-            self._insert_statement = self.events.insert()
-        rows = conn.execute(self._counts_statement,
-                            {"senders": [item.sender_id for item in batch]})
-        refused, conversations, events = _accept(batch, {row[0]: row[1] for row in rows})
-        if conversations:
-            conn.execute(self._upsert_statement, conversations)
-        if events:
-            conn.execute(self._insert_statement, events)
-        return refused
-
-    def _upsert(self) -> Any:
-        """SQLite's INSERT ... ON CONFLICT (sender_id) DO UPDATE for the conversations."""
-        from sqlalchemy.dialects import sqlite
-
-        statement = sqlite.insert(self.conversations)
-        return statement.on_conflict_do_update(
-            index_elements=[self.conversations.c.sender_id],
-            set_={name: statement.excluded[name]
-                  for name in ("stack", "event_count", "updated_at")})
 
     async def _on_driver(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
         """``work(asyncpg connection)`` on a connection of the engine's pool.
@@ -398,5 +474,14 @@ class SQLTrackerStore(TrackerStore):
             await self.engine.dispose()
         if self._thread is not None and self._sync_engine is not None:
             thread, self._thread = self._thread, None
-            await asyncio.get_running_loop().run_in_executor(thread, self._sync_engine.dispose)
-            thread.shutdown(wait=False)
+            try:
+                await thread.run(self._dispose_sqlite)
+            finally:
+                thread.stop()
+
+    def _dispose_sqlite(self) -> None:
+        raw, self._raw = self._raw, None
+        if raw is not None:
+            raw.close()  # back to the pool, which dispose() then closes
+        assert self._sync_engine is not None
+        self._sync_engine.dispose()
