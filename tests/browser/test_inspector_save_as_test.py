@@ -55,7 +55,10 @@ async def save_by_keyboard(page: Any) -> None:
     await page.keyboard.press("Enter")
     await page.locator("#save:not([hidden])").wait_for()
     # the panel may still show an earlier answer: wait (bounded) for this answer's focus move
-    await page.wait_for_function("document.activeElement?.id === 'save-title'", timeout=30_000)
+    # (an assertion polls from Playwright's own world: the page's CSP forbids eval)
+    from playwright.async_api import expect
+
+    await expect(page.locator("#save-title")).to_be_focused(timeout=30_000)
 
 
 async def download_test(page: Any, folder: Path) -> Path:
