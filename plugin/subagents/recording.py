@@ -83,7 +83,7 @@ def conversation_switch(events: list[dict[str, Any]]) -> bool | None:
     """The conversation's latest recording switch (None when it was never switched)."""
     for event in reversed(events):  # every turn scans the whole conversation: cheapest test first
         metadata = event.get("metadata")
-        if metadata and SWITCH_KEY in metadata and isinstance(metadata, dict) \
+        if metadata and isinstance(metadata, dict) and SWITCH_KEY in metadata \
                 and event.get("event") == "action":
             value = metadata[SWITCH_KEY]
             if isinstance(value, bool):
