@@ -119,18 +119,13 @@ class SubAgentExecutor(AgentExecutor):
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Run the agent on the incoming message and publish the task's new state."""
-        assert context.message is not None
-        task = context.current_task
-        if task is None:
-            task = new_task_from_user_message(context.message)
-            await event_queue.enqueue_event(task)
-        updater = TaskUpdater(event_queue, task.id, task.context_id)
-        conversation = self._conversations.pop(task.context_id, None) or _Conversation()
-        self._conversations[task.context_id] = conversation  # most recent last
+        updater = await task_updater(context, event_queue)
+        conversation = self._conversations.pop(updater.context_id, None) or _Conversation()
+        self._conversations[updater.context_id] = conversation  # most recent last
         while len(self._conversations) > MAX_CONVERSATIONS:
             self._conversations.pop(next(iter(self._conversations)))
         async with conversation.lock:
-            await self._run(context, updater, conversation, task.context_id)
+            await self._run(context, updater, conversation, updater.context_id)
 
     async def _run(self, context: RequestContext, updater: TaskUpdater,
                    conversation: _Conversation, context_id: str) -> None:
@@ -221,6 +216,17 @@ def agent_card(name: str, description: str, skill: AgentSkill, *,
         default_input_modes=["text/plain", "application/json"],
         default_output_modes=["text/plain", "application/json"],
         skills=[skill])
+
+
+async def task_updater(context: RequestContext, event_queue: EventQueue) -> TaskUpdater:
+    """The updater of the context's task; a message that starts a task gets one, published
+    first (an executor's ``execute``)."""
+    assert context.message is not None
+    task = context.current_task
+    if task is None:
+        task = new_task_from_user_message(context.message)
+        await event_queue.enqueue_event(task)
+    return TaskUpdater(event_queue, task.id, task.context_id)
 
 
 async def cancel_task(context: RequestContext, event_queue: EventQueue) -> None:

@@ -24,14 +24,13 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from a2a.helpers import new_data_part, new_task_from_user_message, new_text_message
+from a2a.helpers import new_data_part, new_text_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
-from a2a.server.tasks import TaskUpdater
 from a2a.types import AgentCard, AgentSkill, Part
 from starlette.applications import Starlette
 
-from ..a2a.server import a2a_routes, agent_card, cancel_task, incoming_slots
+from ..a2a.server import a2a_routes, agent_card, cancel_task, incoming_slots, task_updater
 
 STOCK = {"corolla": 24500, "civic": 26900, "model 3": 41990}
 
@@ -73,12 +72,7 @@ class DealerExecutor(AgentExecutor):
             await event_queue.enqueue_event(new_text_message(
                 f"Your customer tier: {tier}.", context_id=context.context_id, task_id=None))
             return
-        task = context.current_task
-        if task is None:
-            assert context.message is not None
-            task = new_task_from_user_message(context.message)
-            await event_queue.enqueue_event(task)
-        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        updater = await task_updater(context, event_queue)
         if "broken" in text.lower():
             await updater.failed(updater.new_agent_message(
                 [Part(text="Our stock system is down.")]))

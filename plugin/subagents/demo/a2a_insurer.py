@@ -23,14 +23,13 @@ import argparse
 import re
 from collections.abc import Sequence
 
-from a2a.helpers import new_data_part, new_task_from_user_message
+from a2a.helpers import new_data_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events import EventQueue
-from a2a.server.tasks import TaskUpdater
 from a2a.types import AgentCard, AgentSkill, Part
 from starlette.applications import Starlette
 
-from ..a2a.server import a2a_routes, agent_card, cancel_task, incoming_slots
+from ..a2a.server import a2a_routes, agent_card, cancel_task, incoming_slots, task_updater
 
 DEFAULT_PORT = 8767
 ASK_NUMBER = "Which insurance number is on the patient's card? It starts with INS-."
@@ -57,12 +56,7 @@ class InsurerExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         """Answer one user message."""
         text = _latest_user_text(context.get_user_input())
-        task = context.current_task
-        if task is None:
-            assert context.message is not None
-            task = new_task_from_user_message(context.message)
-            await event_queue.enqueue_event(task)
-        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        updater = await task_updater(context, event_queue)
         policy = _policy(text, context)
         if policy is None:
             await updater.requires_input(updater.new_agent_message([Part(text=ASK_NUMBER)]))

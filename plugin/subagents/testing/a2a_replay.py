@@ -173,12 +173,11 @@ def _is_health_check(message: Any) -> bool:
 
 
 def _executor(agent: ScriptedAgent) -> Any:
-    from a2a.helpers import get_data_parts, new_task_from_user_message, new_text_message
+    from a2a.helpers import get_data_parts, new_text_message
     from a2a.server.agent_execution import AgentExecutor
-    from a2a.server.tasks import TaskUpdater
     from a2a.types import Part
 
-    from ..a2a.server import cancel_task
+    from ..a2a.server import cancel_task, task_updater
     from ..agents.a2a_agent import HEALTH_CHECK_TEXT
 
     class _Executor(AgentExecutor):
@@ -202,11 +201,7 @@ def _executor(agent: ScriptedAgent) -> Any:
                 await event_queue.enqueue_event(new_text_message(
                     str(entry["message"]), context_id=context.context_id, task_id=None))
                 return
-            task = context.current_task
-            if task is None:
-                task = new_task_from_user_message(message)
-                await event_queue.enqueue_event(task)
-            updater = TaskUpdater(event_queue, task.id, task.context_id)
+            updater = await task_updater(context, event_queue)
             if entry is None:
                 await updater.failed(updater.new_agent_message([Part(text=NO_REPLY_LEFT)]))
                 return
