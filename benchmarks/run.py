@@ -10,6 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import bench_example
+import bench_history
 import bench_import
 import bench_loop
 import bench_mcp
@@ -32,6 +33,8 @@ def main() -> None:
     asyncio.run(bench_serve.main())
     print()
     asyncio.run(bench_example.main())
+    print()
+    asyncio.run(bench_history.main())
 
 
 if __name__ == "__main__":

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import enum
+
 from subagents import events as ev
 from subagents.agents._copying import copy_input, json_copy
 from subagents.types import AgentInput, AgentInputSlot
+
+
+class Colour(enum.StrEnum):
+    RED = "red"
 
 
 def _input() -> AgentInput:
@@ -57,3 +63,24 @@ def test_a_subclassed_input_is_deep_copied_whole():
     assert type(copied) is Extended
     copied.extra["k"].append(2)
     assert original.extra == {"k": [1]}
+
+
+def test_subclassed_containers_and_scalars_inside_plain_ones_are_copied_by_kind():
+    """Plain dicts and lists take a shortcut for their scalars; what is not plain inside them
+    (a dict or list subclass, a tuple, an enum member) is still copied as before."""
+
+    class Tags(list):  # type: ignore[type-arg]
+        pass
+
+    tags, inner = Tags(["x"]), [2]
+    events = [{"event": "slot", "value": (1, inner), "colour": Colour.RED, "tags": tags,
+               "flag": True, "count": 3, "score": 0.5, "none": None}]
+    copied = json_copy(events)
+    assert copied == events
+    assert type(copied[0]["value"]) is tuple
+    assert copied[0]["value"][1] is not inner
+    assert copied[0]["colour"] is Colour.RED
+    assert copied[0]["tags"] is not tags
+    assert copied[0]["tags"] == ["x"]
+    copied[0]["tags"].append("y")
+    assert tags == ["x"]

@@ -13,11 +13,20 @@ from typing import Any
 from ..types import AgentInput, AgentInputSlot
 
 _IMMUTABLE = (str, int, float, bool, type(None))
+_SCALARS = frozenset(_IMMUTABLE)
 
 
 def json_copy(value: Any) -> Any:
     """A deep copy of ``value``: dicts and lists rebuilt, scalars shared, other objects
     deep-copied."""
+    kind = type(value)
+    # the common case first, without a call per scalar: the events of a long conversation
+    # are thousands of plain dicts of mostly scalars, copied on every agent attempt
+    if kind is dict:
+        return {key: item if type(item) in _SCALARS else json_copy(item)
+                for key, item in value.items()}
+    if kind is list:
+        return [item if type(item) in _SCALARS else json_copy(item) for item in value]
     if isinstance(value, dict):
         return {key: json_copy(item) for key, item in value.items()}
     if isinstance(value, list):
