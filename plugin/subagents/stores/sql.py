@@ -21,10 +21,14 @@ from .base import ConversationRecord, StoreError, TrackerStore
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 log = structlog.get_logger("subagents.stores")
 _T = TypeVar("_T")
 _PG_POOL_SIZE = 20
+_PG_TURN_CONNECTIONS = 16
+"""How many of the pool's connections a turn's statements may hold; the others stay free for
+the rest of the store (creating the tables, listing the senders)."""
 
 
 @dataclass
@@ -232,6 +236,73 @@ def _serve_calls(calls: queue.SimpleQueue[_Call | None]) -> None:
         del call, function, future, result, error  # held by nothing while the thread waits
 
 
+class _DriverConnections:
+    """asyncpg connections of the engine's pool, kept checked out between turns.
+
+    A checkout from SQLAlchemy's pool and the check-in after it cost several times the CPU of
+    the statement run on the connection, so a turn takes an idle connection from this list
+    instead. At most ``size`` are in use at once. A connection whose statement failed goes
+    back to the engine's pool, which resets it; one found dead is dropped with every idle one
+    (the server went away) and the engine's pool is disposed of, as SQLAlchemy does on a
+    disconnect. The connections belong to the event loop that opened them.
+    """
+
+    def __init__(self, engine: AsyncEngine, reader: AsyncEngine, size: int) -> None:
+        self._engine = engine
+        self._reader = reader
+        self._size = size
+        self._idle: list[tuple[AsyncConnection, Any]] = []
+        self._slots = asyncio.Semaphore(size)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._generation = 0
+        """Bumped by :meth:`close`: a connection out at that time is not kept afterwards."""
+
+    async def run(self, work: Callable[[Any], Awaitable[_T]], *, retry: bool = False) -> _T:
+        """``work(asyncpg connection)``; with ``retry``, once more on a fresh connection when
+        the connection was found dead (only for work that is safe to run twice)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # first use, or used again (after close()) on another loop
+            self._loop, self._idle, self._slots = loop, [], asyncio.Semaphore(self._size)
+        async with self._slots:
+            while True:
+                generation = self._generation
+                conn, driver = self._idle.pop() if self._idle else await self._open()
+                try:
+                    result = await work(driver)
+                except BaseException as exc:
+                    if driver is not None and not driver.is_closed():
+                        await conn.close()  # back to the engine's pool, which resets it
+                        raise
+                    await self._drop_all(conn)
+                    if not (retry and isinstance(exc, Exception)):
+                        raise
+                    retry = False
+                    continue
+                if generation == self._generation:
+                    self._idle.append((conn, driver))
+                else:  # the store was closed meanwhile
+                    await conn.close()
+                return result
+
+    async def _open(self) -> tuple[AsyncConnection, Any]:
+        conn = await self._reader.connect()
+        return conn, (await conn.get_raw_connection()).driver_connection
+
+    async def _drop_all(self, dead: AsyncConnection) -> None:
+        idle, self._idle = self._idle, []
+        for conn in (dead, *(conn for conn, _ in idle)):
+            await conn.invalidate()
+        await self._engine.dispose()
+
+    async def close(self) -> None:
+        """Give every idle connection back to the engine's pool (which the store disposes of)."""
+        idle, self._idle = self._idle, []
+        self._loop = None
+        self._generation += 1
+        for conn, _ in idle:
+            await conn.close()
+
+
 class SQLTrackerStore(TrackerStore):
     """Tables ``subagents_conversations`` (stack, event count) and ``subagents_events``.
 
@@ -266,7 +337,7 @@ class SQLTrackerStore(TrackerStore):
             create_engine,
             event,
         )
-        from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+        from sqlalchemy.ext.asyncio import create_async_engine
         from sqlalchemy.pool import StaticPool
 
         self.url = url
@@ -274,6 +345,7 @@ class SQLTrackerStore(TrackerStore):
         _quiet_driver_logs()
         self.engine: AsyncEngine | None = None
         self._reader: AsyncEngine | None = None
+        self._driver: _DriverConnections | None = None
         self._sync_engine: Engine | None = None
         self._thread: _DatabaseThread | None = None
         if self.sqlite:
@@ -295,6 +367,7 @@ class SQLTrackerStore(TrackerStore):
                                               hide_parameters=True)
             # reads are single statements: without BEGIN/ROLLBACK they are one round trip
             self._reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            self._driver = _DriverConnections(self.engine, self._reader, _PG_TURN_CONNECTIONS)
         self.meta = MetaData()
         self.conversations = Table(
             "subagents_conversations", self.meta,
@@ -364,7 +437,9 @@ class SQLTrackerStore(TrackerStore):
         """The conversation of ``sender_id``; empty when there is none."""
         await self._init()
         if not self.sqlite:
-            return await self._on_driver(functools.partial(self._pg_load, sender_id))
+            assert self._driver is not None  # a load may run twice: it changes nothing
+            return await self._driver.run(functools.partial(self._pg_load, sender_id),
+                                          retry=True)
         return await self._on_thread(functools.partial(_sqlite_load, sender_id))
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
@@ -400,7 +475,8 @@ class SQLTrackerStore(TrackerStore):
             if self.sqlite:
                 refused = await self._on_thread(functools.partial(_sqlite_write, batch))
             else:
-                refused = await self._on_driver(functools.partial(self._pg_write, batch))
+                assert self._driver is not None  # a write whose outcome is unknown is not re-run
+                refused = await self._driver.run(functools.partial(self._pg_write, batch))
         except BaseException as exc:  # every waiting turn gets the error, refused or not
             for item in batch:
                 if not item.done.done():
@@ -418,25 +494,6 @@ class SQLTrackerStore(TrackerStore):
                 item.done.set_exception(RuntimeError(refused[index]))
             else:
                 item.done.set_result(None)
-
-    async def _on_driver(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
-        """``work(asyncpg connection)`` on a connection of the engine's pool.
-
-        The two statements of a turn run on asyncpg directly: SQLAlchemy's execution layer
-        costs more CPU than the statements themselves. A connection found dead is dropped
-        with every pooled one (the server went away), as SQLAlchemy does on a disconnect.
-        """
-        assert self.engine is not None
-        assert self._reader is not None
-        async with self._reader.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            try:
-                return await work(driver)
-            except BaseException:
-                if driver is None or driver.is_closed():
-                    await conn.invalidate()
-                    await self.engine.dispose()
-                raise
 
     async def _pg_load(self, sender_id: str, driver: Any) -> ConversationRecord:
         _log_statement(_PG_LOAD)
@@ -470,6 +527,8 @@ class SQLTrackerStore(TrackerStore):
     async def close(self) -> None:
         """Dispose of the database engine (the store may be used again afterwards)."""
         self._ready = False  # a store used again re-checks its tables (in-memory: new ones)
+        if self._driver is not None:
+            await self._driver.close()
         if self.engine is not None:
             await self.engine.dispose()
         if self._thread is not None and self._sync_engine is not None:
