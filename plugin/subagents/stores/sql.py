@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -49,6 +50,11 @@ def _store_error(exc: BaseException) -> Exception:
     return error
 
 
+def _refusal(item: _PendingTurn, count: int) -> str:
+    return (f"conversation {item.sender_id!r} changed while a turn ran "
+            f"({count} events stored, {item.previous_count} expected)")
+
+
 def _accept(batch: list[_PendingTurn], stored: dict[str, int]
             ) -> tuple[dict[int, str], list[dict[str, Any]], list[dict[str, Any]]]:
     """Which turns of a batch are written (their conversation still has the count the turn
@@ -61,8 +67,7 @@ def _accept(batch: list[_PendingTurn], stored: dict[str, int]
     for index, item in enumerate(batch):
         count = stored.get(item.sender_id, 0)
         if count != item.previous_count:
-            refused[index] = (f"conversation {item.sender_id!r} changed while a turn ran "
-                              f"({count} events stored, {item.previous_count} expected)")
+            refused[index] = _refusal(item, count)
             continue
         stored[item.sender_id] = count + len(item.events)
         events += [{"sender_id": item.sender_id, "seq": count + i,
@@ -92,14 +97,47 @@ _SQLITE_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_
                   "event_count = excluded.event_count, updated_at = excluded.updated_at")
 _SQLITE_EVENTS = ("INSERT INTO subagents_events (sender_id, seq, data) "
                   "VALUES (:sender_id, :seq, :data)")
-_PG_COUNTS = ("SELECT sender_id, event_count FROM subagents_conversations "
-              "WHERE sender_id = ANY($1::varchar[])")
-_PG_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_count, updated_at) "
-              "SELECT * FROM unnest($1::varchar[], $2::text[], $3::int[], $4::float8[]) "
-              "ON CONFLICT (sender_id) DO UPDATE SET stack = EXCLUDED.stack, "
-              "event_count = EXCLUDED.event_count, updated_at = EXCLUDED.updated_at")
-_PG_EVENTS = ("INSERT INTO subagents_events (sender_id, seq, data) "
-              "SELECT * FROM unnest($1::varchar[], $2::int[], $3::text[])")
+# one statement (atomic on its own, one round trip): the stored counts of the turns'
+# conversations; the turns whose count is still the one they loaded replace their stack and
+# append their events; the counts come back, to tell the others why they were refused
+_PG_WRITE = """\
+WITH turn AS (
+    SELECT * FROM unnest($1::varchar[], $2::int[], $3::text[], $4::int[], $5::float8[])
+        AS t(sender_id, previous_count, stack, event_count, updated_at)),
+stored AS (
+    SELECT turn.sender_id, coalesce(c.event_count, 0) AS event_count
+    FROM turn LEFT JOIN subagents_conversations c ON c.sender_id = turn.sender_id),
+accepted AS (
+    SELECT turn.* FROM turn JOIN stored ON stored.sender_id = turn.sender_id
+    WHERE stored.event_count = turn.previous_count),
+upserted AS (
+    INSERT INTO subagents_conversations (sender_id, stack, event_count, updated_at)
+    SELECT sender_id, stack, event_count, updated_at FROM accepted
+    ON CONFLICT (sender_id) DO UPDATE SET stack = EXCLUDED.stack,
+        event_count = EXCLUDED.event_count, updated_at = EXCLUDED.updated_at),
+inserted AS (
+    INSERT INTO subagents_events (sender_id, seq, data)
+    SELECT * FROM unnest($6::varchar[], $7::int[], $8::text[]) AS e(sender_id, seq, data)
+    WHERE e.sender_id IN (SELECT sender_id FROM accepted))
+SELECT sender_id, event_count FROM stored"""
+
+
+def _distinct_runs(batch: list[_PendingTurn]) -> list[tuple[int, list[_PendingTurn]]]:
+    """The batch cut into runs in which no sender appears twice, each with the index of its
+    first turn (one run in practice: the lock store serialises the turns of a sender)."""
+    runs: list[tuple[int, list[_PendingTurn]]] = []
+    senders: set[str] = set()
+    for index, item in enumerate(batch):
+        if not runs or item.sender_id in senders:
+            runs.append((index, []))
+            senders.clear()
+        runs[-1][1].append(item)
+        senders.add(item.sender_id)
+    return runs
+
+
+def _columns(rows: list[dict[str, Any]], *keys: str) -> list[list[Any]]:
+    return [[row[key] for row in rows] for key in keys]
 
 
 def _record(sender_id: str, rows: Any) -> ConversationRecord:
@@ -500,21 +538,26 @@ class SQLTrackerStore(TrackerStore):
         return _record(sender_id, await driver.fetch(_PG_LOAD, sender_id))
 
     async def _pg_write(self, batch: list[_PendingTurn], driver: Any) -> dict[int, str]:
-        """One transaction of three statements, whatever the batch size."""
-        async with driver.transaction():
-            _log_statement(_PG_COUNTS)
-            rows = await driver.fetch(_PG_COUNTS, [item.sender_id for item in batch])
-            refused, conversations, events = _accept(batch, {r[0]: r[1] for r in rows})
-            if conversations:
-                _log_statement(_PG_UPSERT)
-                await driver.execute(_PG_UPSERT, *map(list, zip(*(
-                    (c["sender_id"], c["stack"], c["event_count"], c["updated_at"])
-                    for c in conversations), strict=True)))
-            if events:
-                _log_statement(_PG_EVENTS)
-                await driver.execute(_PG_EVENTS, *map(list, zip(*(
-                    (e["sender_id"], e["seq"], e["data"]) for e in events), strict=True)))
+        """One statement per run of distinct senders; several in one transaction."""
+        runs = _distinct_runs(batch)
+        refused: dict[int, str] = {}
+        async with driver.transaction() if len(runs) > 1 else contextlib.nullcontext():
+            for start, run in runs:
+                written = await self._pg_write_run(run, driver)
+                refused.update((start + index, reason) for index, reason in written.items())
         return refused
+
+    async def _pg_write_run(self, run: list[_PendingTurn], driver: Any) -> dict[int, str]:
+        # the rows of every turn as if accepted: the statement writes those still current
+        _, conversations, events = _accept(run, {i.sender_id: i.previous_count for i in run})
+        _log_statement(_PG_WRITE)
+        rows = await driver.fetch(
+            _PG_WRITE, [item.sender_id for item in run], [item.previous_count for item in run],
+            *_columns(conversations, "stack", "event_count", "updated_at"),
+            *_columns(events, "sender_id", "seq", "data"))
+        stored = {row[0]: row[1] for row in rows}
+        return {index: _refusal(item, stored[item.sender_id]) for index, item in enumerate(run)
+                if stored[item.sender_id] != item.previous_count}
 
     async def senders(self) -> list[str]:
         """The ids of all stored conversations."""
