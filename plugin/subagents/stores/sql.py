@@ -347,12 +347,13 @@ class SQLTrackerStore(TrackerStore):
     A turn is one transaction: its events are inserted and the conversation row updated
     together, so a crash mid-turn leaves the previous turn's state.
 
-    A load is one statement; concurrent turns share one write transaction of three
-    statements. SQLite runs on the stdlib driver in one dedicated thread (a load or a batch
-    of writes is one hop to that thread, not one per cursor call). SQLAlchemy keeps the
-    schema and the connection (pool); a turn's statements run on the driver's connection
-    directly (``sqlite3`` on the store's thread, the pooled asyncpg connection on
-    PostgreSQL).
+    A load is one statement; concurrent turns share one write (on SQLite a transaction of
+    three statements, on PostgreSQL a single statement). SQLite runs on the stdlib driver in
+    one dedicated thread (a load or a batch of writes is one hop to that thread, not one per
+    cursor call). SQLAlchemy keeps the schema and the connection (pool); a turn's statements
+    run on the driver's connection directly (``sqlite3`` on the store's thread; on
+    PostgreSQL an asyncpg connection of the pool that the store keeps checked out between
+    turns).
     """
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0,
@@ -489,7 +490,7 @@ class SQLTrackerStore(TrackerStore):
                             asyncio.get_running_loop().create_future())
         # group commit: concurrent turns share one transaction (SQLite has a single writer;
         # on PostgreSQL it saves a round trip per turn). Turns of one sender never meet in a
-        # batch: the lock store serialises them.
+        # batch when a lock store serialises them (they are written in order if they do).
         self._pending.append(item)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.ensure_future(self._write_pending())
