@@ -6,6 +6,8 @@ PostgreSQL tests need SUBAGENTS_TEST_POSTGRES_URL (`.ci/run` starts PostgreSQL).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import sqlite3
@@ -147,6 +149,119 @@ async def test_a_terminated_postgres_connection_fails_the_write_instead_of_hangi
     assert [e["text"] for e in record.events] == ["again"]
 
 
+@pytest.mark.postgres
+@needs_postgres
+async def test_a_load_on_a_connection_the_server_closed_runs_again_on_a_fresh_one(pg_schema):
+    schema, make_store, run = pg_schema
+    store = make_store()
+    sender = f"pg-{uuid.uuid4().hex[:8]}"
+    try:
+        await store.save_turn(sender, [ev.user_uttered("hi")], [], 0)  # a connection is kept
+        await run(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                  f"WHERE application_name = '{schema}'")
+        with anyio.fail_after(30):
+            record = await store.load(sender)
+            await store.save_turn(sender, [ev.user_uttered("again")], [], 1)
+            again = await store.load(sender)
+    finally:
+        await store.close()
+    assert [e["text"] for e in record.events] == ["hi"]
+    assert [e["text"] for e in again.events] == ["hi", "again"]
+
+
+async def polled(read, done) -> None:
+    """Read the server's view until ``done(value)`` (it changes on the server's own time)."""
+    for _ in range(1500):  # the caller's bound comes first
+        if done(await read()):
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the server's view never changed")
+
+
+async def backends(run_query, schema: str, *, waiting: bool = False) -> int:
+    """How many server connections the store of ``schema`` has (waiting for a lock)."""
+    rows = await run_query(f"SELECT count(*) FROM pg_stat_activity WHERE application_name = "
+                           f"'{schema}'" + (" AND wait_event_type = 'Lock'" if waiting else ""))
+    return int(rows[0][0])
+
+
+@pytest.fixture
+async def pg_query():
+    """A query runner on its own connection (rows back), and a way to hold a table lock."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    admin = create_async_engine(POSTGRES, isolation_level="AUTOCOMMIT")
+
+    async def query(sql: str) -> list[tuple]:
+        async with admin.connect() as conn:
+            return [tuple(row) for row in await conn.execute(sa.text(sql))]
+
+    yield query, admin
+    await admin.dispose()
+
+
+@pytest.mark.postgres
+@needs_postgres
+async def test_turns_hold_a_bounded_share_of_the_pool_and_the_rest_of_the_store_still_runs(
+        pg_schema, pg_query):
+    import sqlalchemy as sa
+    from subagents.stores.sql import _PG_POOL_SIZE, _PG_TURN_CONNECTIONS
+
+    schema, make_store, _ = pg_schema
+    query, admin = pg_query
+    store = make_store()
+    sender = f"pg-{uuid.uuid4().hex[:8]}"
+    await store.save_turn(sender, [ev.user_uttered("hi")], [], 0)
+    loads: list[asyncio.Task] = []
+    try:
+        async with admin.connect() as blocker:
+            await blocker.execute(sa.text("BEGIN"))
+            await blocker.execute(sa.text(
+                f"LOCK TABLE {schema}.subagents_events IN ACCESS EXCLUSIVE MODE"))
+            loads = [asyncio.ensure_future(store.load(sender)) for _ in range(_PG_POOL_SIZE + 10)]
+            with anyio.fail_after(30):
+                await polled(lambda: backends(query, schema, waiting=True),
+                             lambda n: n >= _PG_TURN_CONNECTIONS)
+                senders = await store.senders()  # not starved by the waiting loads
+            assert await backends(query, schema, waiting=True) == _PG_TURN_CONNECTIONS
+            for task in loads[:5]:  # their connections go back to the engine's pool
+                task.cancel()
+            await blocker.execute(sa.text("ROLLBACK"))
+        with anyio.fail_after(30):
+            records = await asyncio.gather(*loads[5:])
+            after = await store.load(sender)
+        opened = await backends(query, schema)
+    finally:
+        for task in loads:
+            task.cancel()
+        await store.close()
+    assert sender in senders
+    assert all([e["text"] for e in r.events] == ["hi"] for r in [*records, after])
+    assert opened <= _PG_POOL_SIZE
+
+
+@pytest.mark.postgres
+@needs_postgres
+async def test_closing_a_postgres_store_closes_its_connections_and_it_can_be_used_again(
+        pg_schema, pg_query):
+    schema, make_store, _ = pg_schema
+    query, _ = pg_query
+    store = make_store()
+    sender = f"pg-{uuid.uuid4().hex[:8]}"
+    try:
+        await asyncio.gather(*(store.load(sender) for _ in range(5)))
+        await store.save_turn(sender, [ev.user_uttered("hi")], [], 0)
+        assert await backends(query, schema) > 0
+        await store.close()
+        with anyio.fail_after(10):
+            await polled(lambda: backends(query, schema), lambda n: n == 0)
+        record = await store.load(sender)
+    finally:
+        await store.close()
+    assert [e["text"] for e in record.events] == ["hi"]
+
+
 async def test_over_http_a_store_failure_answers_the_reply_with_an_error_id(project, tmp_path):
     db = tmp_path / "tracker.db"
     store = SQLTrackerStore(f"sqlite+aiosqlite:///{db}", busy_timeout=0.2)
@@ -276,6 +391,106 @@ async def test_a_message_waiting_longer_than_the_lock_wait_gets_the_reply(projec
     assert failed.value.cause_code == "store.lock_timeout"
     assert channel.texts == [assistant.internal_error_text()]
     assert state["events"] == []
+
+
+@pytest.fixture
+async def redis_admin():
+    """A Redis client of the test's own, and a URL whose connections carry a name of their own
+    (to find them in CLIENT LIST)."""
+    from redis.asyncio import Redis
+
+    admin = Redis.from_url(REDIS)
+    name = f"lock-{uuid.uuid4().hex[:8]}"
+    url = f"{REDIS}{'&' if '?' in REDIS else '?'}client_name={name}"
+
+    async def connections() -> list[dict]:
+        return [c for c in await admin.client_list() if c["name"] == name]
+
+    yield admin, url, connections
+    await admin.aclose()
+
+
+@pytest.mark.redis
+@needs_redis
+async def test_a_redis_lock_still_works_after_its_connections_were_killed_and_scripts_flushed(
+        redis_admin):
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from subagents.stores.redis_lock import RedisLockStore
+
+    admin, url, connections = redis_admin
+    sender = f"lock-{uuid.uuid4().hex[:8]}"
+    store = RedisLockStore(url=url)
+    other = RedisLockStore(url=REDIS, wait_timeout=0.01)
+    try:
+        async with store.lock(sender):
+            pass
+        for conn in await connections():
+            await admin.client_kill_filter(_id=conn["id"])
+        await admin.script_flush()
+        with anyio.fail_after(30):
+            # the client's retry policy decides whether the command that finds its connection
+            # closed fails (none by default with a URL, as with redis-py's own pool)
+            with contextlib.suppress(RedisConnectionError):
+                async with store.lock(sender):
+                    pass
+            async with store.lock(sender):
+                with pytest.raises(LockTimeoutError):
+                    async with other.lock(sender):
+                        pass
+            released = await admin.get(f"subagents:lock:{sender}")
+            async with other.lock(sender):
+                pass
+    finally:
+        await store.close()
+        await other.close()
+    assert released is None
+
+
+@pytest.mark.redis
+@needs_redis
+async def test_a_redis_lock_taken_over_meanwhile_is_left_to_its_new_holder(redis_admin):
+    from subagents.stores.redis_lock import RedisLockStore
+
+    admin, url, _ = redis_admin
+    sender = f"lock-{uuid.uuid4().hex[:8]}"
+    key = f"subagents:lock:{sender}"
+    store = RedisLockStore(url=url)
+    try:
+        async with store.lock(sender):
+            held = await admin.pttl(key)
+            await admin.set(key, "another-worker")  # as if it had expired and been taken
+    finally:
+        await store.close()
+    assert 119_000 < held <= 120_000  # lock_timeout
+    assert await admin.get(key) == b"another-worker"
+    await admin.delete(key)
+
+
+@pytest.mark.redis
+@needs_redis
+async def test_closing_a_redis_lock_store_disconnects_its_connections(redis_admin):
+    from subagents.stores.redis_lock import RedisLockStore
+
+    _, url, connections = redis_admin
+    store = RedisLockStore(url=url)
+    senders = [f"lock-{uuid.uuid4().hex[:8]}" for _ in range(5)]
+    entered = asyncio.Barrier(len(senders) + 1)
+
+    async def hold(sender: str) -> None:
+        async with store.lock(sender):
+            await entered.wait()
+
+    try:
+        with anyio.fail_after(30):
+            tasks = [asyncio.ensure_future(hold(s)) for s in senders]
+            await entered.wait()  # every lock is held: several connections are open
+            await asyncio.gather(*tasks)
+        opened = len(await connections())
+    finally:
+        await store.close()
+    with anyio.fail_after(10):
+        await polled(connections, lambda found: not found)
+    assert opened >= 2
 
 
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=[

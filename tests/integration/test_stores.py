@@ -71,8 +71,17 @@ async def test_many_concurrent_turns_of_different_senders_are_all_saved(store):
     assert [r.events[0]["text"] for r in records] == senders
 
 
-async def test_one_stale_turn_does_not_fail_the_others_in_the_same_batch(tmp_path):
-    store = SQLTrackerStore(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}")
+SQL = ["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, needs_postgres])]
+
+
+def sql_store(backend: str, tmp_path) -> SQLTrackerStore:
+    return SQLTrackerStore(f"sqlite+aiosqlite:///{tmp_path / 'db.sqlite'}"
+                           if backend == "sqlite" else POSTGRES)
+
+
+@pytest.mark.parametrize("backend", SQL)
+async def test_one_stale_turn_does_not_fail_the_others_in_the_same_batch(backend, tmp_path):
+    store = sql_store(backend, tmp_path)
     old = sender()
     await store.save_turn(old, [ev.user_uttered("x")], [], 0)
     fresh = [sender() for _ in range(5)]
@@ -85,6 +94,29 @@ async def test_one_stale_turn_does_not_fail_the_others_in_the_same_batch(tmp_pat
     for who in fresh:
         assert (await store.load(who)).events[0]["text"] == who
     await store.close()
+
+
+@pytest.mark.parametrize("backend", SQL)
+async def test_turns_of_one_sender_in_the_same_batch_are_written_in_order(backend, tmp_path):
+    store = sql_store(backend, tmp_path)
+    who, other = sender(), sender()
+    try:
+        await store.load(who)  # the tables exist: the turns below meet in one batch
+        results = await asyncio.gather(
+            store.save_turn(who, [ev.user_uttered("one")], [{"frame": 1}], 0),
+            store.save_turn(other, [ev.user_uttered("other")], [], 0),
+            store.save_turn(who, [ev.user_uttered("two"), ev.user_uttered("three")],
+                            [{"frame": 2}], 1),
+            store.save_turn(who, [ev.user_uttered("stale")], [], 1),
+            return_exceptions=True)
+        record, others = await store.load(who), await store.load(other)
+    finally:
+        await store.close()
+    assert results[:3] == [None, None, None]
+    assert isinstance(results[3], RuntimeError)
+    assert [e["text"] for e in record.events] == ["one", "two", "three"]
+    assert record.stack == [{"frame": 2}]
+    assert [e["text"] for e in others.events] == ["other"]
 
 
 @pytest.mark.redis

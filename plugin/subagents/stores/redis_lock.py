@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from .locks import LockStore, LockTimeoutError
+
+if TYPE_CHECKING:
+    from redis.asyncio.connection import AbstractConnection
 
 log = structlog.get_logger("subagents.stores")
 
@@ -26,6 +31,7 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+_SHA = {script: hashlib.sha1(script.encode()).hexdigest() for script in (_EXTEND, _RELEASE)}
 _POLL_SECONDS = 0.1
 """How often a waiting message tries the lock again."""
 
@@ -36,7 +42,9 @@ class RedisLockStore(LockStore):
     extending and the lock frees itself after ``lock_timeout``.
 
     A lock costs two commands per turn (``SET NX PX``, then a compare-and-delete script); one
-    background task per store extends every lock the worker holds.
+    background task per store extends every lock the worker holds. The commands run on
+    redis-py connections this store keeps idle between commands, with the client's retry
+    policy: the client's own pool and command layer cost more CPU than the round trip.
     """
 
     def __init__(self, *, url: str | None = None, host: str = "localhost", port: int = 6379,
@@ -54,8 +62,9 @@ class RedisLockStore(LockStore):
         self.lock_timeout = lock_timeout
         self.wait_timeout = wait_timeout
         self.on_extend = on_extend
-        self._extend = self.client.register_script(_EXTEND)
-        self._release = self.client.register_script(_RELEASE)
+        self._idle: list[AbstractConnection] = []
+        self._generation = 0
+        """Bumped by :meth:`close`: a connection out at that time is not kept afterwards."""
         self._held: dict[str, tuple[str, str]] = {}
         """Redis key -> (token, sender id) of each lock this store holds."""
         self._keeper: asyncio.Task[None] | None = None
@@ -79,13 +88,13 @@ class RedisLockStore(LockStore):
             if not self._held and self._keeper is not None:
                 self._keeper.cancel()  # nothing left to extend
             with contextlib.suppress(Exception):
-                await self._release(keys=[key], args=[token])
+                await self._script(_RELEASE, key, token)
 
     async def _acquire(self, key: str, token: str) -> None:
         loop = asyncio.get_running_loop()
         give_up_at = loop.time() + self.wait_timeout
         expiry_ms = int(self.lock_timeout * 1000)
-        while not await self.client.set(key, token, nx=True, px=expiry_ms):
+        while not await self._command("SET", key, token, "NX", "PX", expiry_ms):
             if loop.time() + _POLL_SECONDS > give_up_at:
                 raise LockTimeoutError(
                     f"the conversation was busy for {self.wait_timeout:g}s")
@@ -102,8 +111,7 @@ class RedisLockStore(LockStore):
         from redis.exceptions import RedisError
 
         try:
-            extended = await self._extend(keys=[key],
-                                          args=[token, int(self.lock_timeout * 1000)])
+            extended = await self._script(_EXTEND, key, token, int(self.lock_timeout * 1000))
         except (RedisError, OSError) as exc:
             log.warning("store.lock.extend_failed", sender=sender_id,
                         error_type=type(exc).__name__)
@@ -116,10 +124,46 @@ class RedisLockStore(LockStore):
         if self.on_extend is not None:
             self.on_extend(sender_id)
 
+    async def _script(self, script: str, key: str, *args: Any) -> Any:
+        """``script`` by its SHA1, sent whole when the server does not have it (yet)."""
+        from redis.exceptions import NoScriptError
+
+        try:
+            return await self._command("EVALSHA", _SHA[script], 1, key, *args)
+        except NoScriptError:
+            return await self._command("EVAL", script, 1, key, *args)
+
+    async def _command(self, *args: Any) -> Any:
+        """One command and its raw reply, on an idle connection of this store (a new one when
+        none is idle). Connection errors are retried as the client would; a connection that
+        failed has already closed itself and connects again on its next command."""
+        generation = self._generation
+        pool = self.client.connection_pool  # its settings, not its checkout
+        conn = self._idle.pop() if self._idle else pool.make_connection()  # type: ignore[no-untyped-call]
+
+        async def send() -> Any:
+            await conn.send_command(*args)
+            return await conn.read_response()
+
+        async def failed(error: Exception) -> None:
+            await conn.disconnect()
+
+        try:
+            return await conn.retry.call_with_retry(send, failed)
+        finally:
+            if generation == self._generation:
+                self._idle.append(conn)
+            else:  # the store was closed meanwhile
+                await conn.disconnect()
+
     async def close(self) -> None:
-        """Stop extending and close the Redis client."""
+        """Stop extending and close the Redis client and connections."""
         if self._keeper is not None:
             self._keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._keeper
+        idle, self._idle = self._idle, []
+        self._generation += 1
+        for conn in idle:
+            await conn.disconnect()
         await self.client.aclose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -21,10 +22,14 @@ from .base import ConversationRecord, StoreError, TrackerStore
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 log = structlog.get_logger("subagents.stores")
 _T = TypeVar("_T")
 _PG_POOL_SIZE = 20
+_PG_TURN_CONNECTIONS = 16
+"""How many of the pool's connections a turn's statements may hold; the others stay free for
+the rest of the store (creating the tables, listing the senders)."""
 
 
 @dataclass
@@ -45,6 +50,11 @@ def _store_error(exc: BaseException) -> Exception:
     return error
 
 
+def _refusal(item: _PendingTurn, count: int) -> str:
+    return (f"conversation {item.sender_id!r} changed while a turn ran "
+            f"({count} events stored, {item.previous_count} expected)")
+
+
 def _accept(batch: list[_PendingTurn], stored: dict[str, int]
             ) -> tuple[dict[int, str], list[dict[str, Any]], list[dict[str, Any]]]:
     """Which turns of a batch are written (their conversation still has the count the turn
@@ -57,8 +67,7 @@ def _accept(batch: list[_PendingTurn], stored: dict[str, int]
     for index, item in enumerate(batch):
         count = stored.get(item.sender_id, 0)
         if count != item.previous_count:
-            refused[index] = (f"conversation {item.sender_id!r} changed while a turn ran "
-                              f"({count} events stored, {item.previous_count} expected)")
+            refused[index] = _refusal(item, count)
             continue
         stored[item.sender_id] = count + len(item.events)
         events += [{"sender_id": item.sender_id, "seq": count + i,
@@ -88,14 +97,47 @@ _SQLITE_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_
                   "event_count = excluded.event_count, updated_at = excluded.updated_at")
 _SQLITE_EVENTS = ("INSERT INTO subagents_events (sender_id, seq, data) "
                   "VALUES (:sender_id, :seq, :data)")
-_PG_COUNTS = ("SELECT sender_id, event_count FROM subagents_conversations "
-              "WHERE sender_id = ANY($1::varchar[])")
-_PG_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_count, updated_at) "
-              "SELECT * FROM unnest($1::varchar[], $2::text[], $3::int[], $4::float8[]) "
-              "ON CONFLICT (sender_id) DO UPDATE SET stack = EXCLUDED.stack, "
-              "event_count = EXCLUDED.event_count, updated_at = EXCLUDED.updated_at")
-_PG_EVENTS = ("INSERT INTO subagents_events (sender_id, seq, data) "
-              "SELECT * FROM unnest($1::varchar[], $2::int[], $3::text[])")
+# one statement (atomic on its own, one round trip): the stored counts of the turns'
+# conversations; the turns whose count is still the one they loaded replace their stack and
+# append their events; the counts come back, to tell the others why they were refused
+_PG_WRITE = """\
+WITH turn AS (
+    SELECT * FROM unnest($1::varchar[], $2::int[], $3::text[], $4::int[], $5::float8[])
+        AS t(sender_id, previous_count, stack, event_count, updated_at)),
+stored AS (
+    SELECT turn.sender_id, coalesce(c.event_count, 0) AS event_count
+    FROM turn LEFT JOIN subagents_conversations c ON c.sender_id = turn.sender_id),
+accepted AS (
+    SELECT turn.* FROM turn JOIN stored ON stored.sender_id = turn.sender_id
+    WHERE stored.event_count = turn.previous_count),
+upserted AS (
+    INSERT INTO subagents_conversations (sender_id, stack, event_count, updated_at)
+    SELECT sender_id, stack, event_count, updated_at FROM accepted
+    ON CONFLICT (sender_id) DO UPDATE SET stack = EXCLUDED.stack,
+        event_count = EXCLUDED.event_count, updated_at = EXCLUDED.updated_at),
+inserted AS (
+    INSERT INTO subagents_events (sender_id, seq, data)
+    SELECT * FROM unnest($6::varchar[], $7::int[], $8::text[]) AS e(sender_id, seq, data)
+    WHERE e.sender_id IN (SELECT sender_id FROM accepted))
+SELECT sender_id, event_count FROM stored"""
+
+
+def _distinct_runs(batch: list[_PendingTurn]) -> list[tuple[int, list[_PendingTurn]]]:
+    """The batch cut into runs in which no sender appears twice, each with the index of its
+    first turn (one run in practice: the lock store serialises the turns of a sender)."""
+    runs: list[tuple[int, list[_PendingTurn]]] = []
+    senders: set[str] = set()
+    for index, item in enumerate(batch):
+        if not runs or item.sender_id in senders:
+            runs.append((index, []))
+            senders.clear()
+        runs[-1][1].append(item)
+        senders.add(item.sender_id)
+    return runs
+
+
+def _columns(rows: list[dict[str, Any]], *keys: str) -> list[list[Any]]:
+    return [[row[key] for row in rows] for key in keys]
 
 
 def _record(sender_id: str, rows: Any) -> ConversationRecord:
@@ -232,18 +274,86 @@ def _serve_calls(calls: queue.SimpleQueue[_Call | None]) -> None:
         del call, function, future, result, error  # held by nothing while the thread waits
 
 
+class _DriverConnections:
+    """asyncpg connections of the engine's pool, kept checked out between turns.
+
+    A checkout from SQLAlchemy's pool and the check-in after it cost several times the CPU of
+    the statement run on the connection, so a turn takes an idle connection from this list
+    instead. At most ``size`` are in use at once. A connection whose statement failed goes
+    back to the engine's pool, which resets it; one found dead is dropped with every idle one
+    (the server went away) and the engine's pool is disposed of, as SQLAlchemy does on a
+    disconnect. The connections belong to the event loop that opened them.
+    """
+
+    def __init__(self, engine: AsyncEngine, reader: AsyncEngine, size: int) -> None:
+        self._engine = engine
+        self._reader = reader
+        self._size = size
+        self._idle: list[tuple[AsyncConnection, Any]] = []
+        self._slots = asyncio.Semaphore(size)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._generation = 0
+        """Bumped by :meth:`close`: a connection out at that time is not kept afterwards."""
+
+    async def run(self, work: Callable[[Any], Awaitable[_T]], *, retry: bool = False) -> _T:
+        """``work(asyncpg connection)``; with ``retry``, once more on a fresh connection when
+        the connection was found dead (only for work that is safe to run twice)."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # first use, or used again (after close()) on another loop
+            self._loop, self._idle, self._slots = loop, [], asyncio.Semaphore(self._size)
+        async with self._slots:
+            while True:
+                generation = self._generation
+                conn, driver = self._idle.pop() if self._idle else await self._open()
+                try:
+                    result = await work(driver)
+                except BaseException as exc:
+                    if driver is not None and not driver.is_closed():
+                        await conn.close()  # back to the engine's pool, which resets it
+                        raise
+                    await self._drop_all(conn)
+                    if not (retry and isinstance(exc, Exception)):
+                        raise
+                    retry = False
+                    continue
+                if generation == self._generation:
+                    self._idle.append((conn, driver))
+                else:  # the store was closed meanwhile
+                    await conn.close()
+                return result
+
+    async def _open(self) -> tuple[AsyncConnection, Any]:
+        conn = await self._reader.connect()
+        return conn, (await conn.get_raw_connection()).driver_connection
+
+    async def _drop_all(self, dead: AsyncConnection) -> None:
+        idle, self._idle = self._idle, []
+        for conn in (dead, *(conn for conn, _ in idle)):
+            await conn.invalidate()
+        await self._engine.dispose()
+
+    async def close(self) -> None:
+        """Give every idle connection back to the engine's pool (which the store disposes of)."""
+        idle, self._idle = self._idle, []
+        self._loop = None
+        self._generation += 1
+        for conn, _ in idle:
+            await conn.close()
+
+
 class SQLTrackerStore(TrackerStore):
     """Tables ``subagents_conversations`` (stack, event count) and ``subagents_events``.
 
     A turn is one transaction: its events are inserted and the conversation row updated
     together, so a crash mid-turn leaves the previous turn's state.
 
-    A load is one statement; concurrent turns share one write transaction of three
-    statements. SQLite runs on the stdlib driver in one dedicated thread (a load or a batch
-    of writes is one hop to that thread, not one per cursor call). SQLAlchemy keeps the
-    schema and the connection (pool); a turn's statements run on the driver's connection
-    directly (``sqlite3`` on the store's thread, the pooled asyncpg connection on
-    PostgreSQL).
+    A load is one statement; concurrent turns share one write (on SQLite a transaction of
+    three statements, on PostgreSQL a single statement). SQLite runs on the stdlib driver in
+    one dedicated thread (a load or a batch of writes is one hop to that thread, not one per
+    cursor call). SQLAlchemy keeps the schema and the connection (pool); a turn's statements
+    run on the driver's connection directly (``sqlite3`` on the store's thread; on
+    PostgreSQL an asyncpg connection of the pool that the store keeps checked out between
+    turns).
     """
 
     def __init__(self, url: str, *, busy_timeout: float = 30.0,
@@ -266,7 +376,7 @@ class SQLTrackerStore(TrackerStore):
             create_engine,
             event,
         )
-        from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+        from sqlalchemy.ext.asyncio import create_async_engine
         from sqlalchemy.pool import StaticPool
 
         self.url = url
@@ -274,6 +384,7 @@ class SQLTrackerStore(TrackerStore):
         _quiet_driver_logs()
         self.engine: AsyncEngine | None = None
         self._reader: AsyncEngine | None = None
+        self._driver: _DriverConnections | None = None
         self._sync_engine: Engine | None = None
         self._thread: _DatabaseThread | None = None
         if self.sqlite:
@@ -295,6 +406,7 @@ class SQLTrackerStore(TrackerStore):
                                               hide_parameters=True)
             # reads are single statements: without BEGIN/ROLLBACK they are one round trip
             self._reader = self.engine.execution_options(isolation_level="AUTOCOMMIT")
+            self._driver = _DriverConnections(self.engine, self._reader, _PG_TURN_CONNECTIONS)
         self.meta = MetaData()
         self.conversations = Table(
             "subagents_conversations", self.meta,
@@ -364,7 +476,9 @@ class SQLTrackerStore(TrackerStore):
         """The conversation of ``sender_id``; empty when there is none."""
         await self._init()
         if not self.sqlite:
-            return await self._on_driver(functools.partial(self._pg_load, sender_id))
+            assert self._driver is not None  # a load may run twice: it changes nothing
+            return await self._driver.run(functools.partial(self._pg_load, sender_id),
+                                          retry=True)
         return await self._on_thread(functools.partial(_sqlite_load, sender_id))
 
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
@@ -376,7 +490,7 @@ class SQLTrackerStore(TrackerStore):
                             asyncio.get_running_loop().create_future())
         # group commit: concurrent turns share one transaction (SQLite has a single writer;
         # on PostgreSQL it saves a round trip per turn). Turns of one sender never meet in a
-        # batch: the lock store serialises them.
+        # batch when a lock store serialises them (they are written in order if they do).
         self._pending.append(item)
         if self._writer is None or self._writer.done():
             self._writer = asyncio.ensure_future(self._write_pending())
@@ -400,7 +514,8 @@ class SQLTrackerStore(TrackerStore):
             if self.sqlite:
                 refused = await self._on_thread(functools.partial(_sqlite_write, batch))
             else:
-                refused = await self._on_driver(functools.partial(self._pg_write, batch))
+                assert self._driver is not None  # a write whose outcome is unknown is not re-run
+                refused = await self._driver.run(functools.partial(self._pg_write, batch))
         except BaseException as exc:  # every waiting turn gets the error, refused or not
             for item in batch:
                 if not item.done.done():
@@ -419,45 +534,31 @@ class SQLTrackerStore(TrackerStore):
             else:
                 item.done.set_result(None)
 
-    async def _on_driver(self, work: Callable[[Any], Awaitable[_T]]) -> _T:
-        """``work(asyncpg connection)`` on a connection of the engine's pool.
-
-        The two statements of a turn run on asyncpg directly: SQLAlchemy's execution layer
-        costs more CPU than the statements themselves. A connection found dead is dropped
-        with every pooled one (the server went away), as SQLAlchemy does on a disconnect.
-        """
-        assert self.engine is not None
-        assert self._reader is not None
-        async with self._reader.connect() as conn:
-            driver = (await conn.get_raw_connection()).driver_connection
-            try:
-                return await work(driver)
-            except BaseException:
-                if driver is None or driver.is_closed():
-                    await conn.invalidate()
-                    await self.engine.dispose()
-                raise
-
     async def _pg_load(self, sender_id: str, driver: Any) -> ConversationRecord:
         _log_statement(_PG_LOAD)
         return _record(sender_id, await driver.fetch(_PG_LOAD, sender_id))
 
     async def _pg_write(self, batch: list[_PendingTurn], driver: Any) -> dict[int, str]:
-        """One transaction of three statements, whatever the batch size."""
-        async with driver.transaction():
-            _log_statement(_PG_COUNTS)
-            rows = await driver.fetch(_PG_COUNTS, [item.sender_id for item in batch])
-            refused, conversations, events = _accept(batch, {r[0]: r[1] for r in rows})
-            if conversations:
-                _log_statement(_PG_UPSERT)
-                await driver.execute(_PG_UPSERT, *map(list, zip(*(
-                    (c["sender_id"], c["stack"], c["event_count"], c["updated_at"])
-                    for c in conversations), strict=True)))
-            if events:
-                _log_statement(_PG_EVENTS)
-                await driver.execute(_PG_EVENTS, *map(list, zip(*(
-                    (e["sender_id"], e["seq"], e["data"]) for e in events), strict=True)))
+        """One statement per run of distinct senders; several in one transaction."""
+        runs = _distinct_runs(batch)
+        refused: dict[int, str] = {}
+        async with driver.transaction() if len(runs) > 1 else contextlib.nullcontext():
+            for start, run in runs:
+                written = await self._pg_write_run(run, driver)
+                refused.update((start + index, reason) for index, reason in written.items())
         return refused
+
+    async def _pg_write_run(self, run: list[_PendingTurn], driver: Any) -> dict[int, str]:
+        # the rows of every turn as if accepted: the statement writes those still current
+        _, conversations, events = _accept(run, {i.sender_id: i.previous_count for i in run})
+        _log_statement(_PG_WRITE)
+        rows = await driver.fetch(
+            _PG_WRITE, [item.sender_id for item in run], [item.previous_count for item in run],
+            *_columns(conversations, "stack", "event_count", "updated_at"),
+            *_columns(events, "sender_id", "seq", "data"))
+        stored = {row[0]: row[1] for row in rows}
+        return {index: _refusal(item, stored[item.sender_id]) for index, item in enumerate(run)
+                if stored[item.sender_id] != item.previous_count}
 
     async def senders(self) -> list[str]:
         """The ids of all stored conversations."""
@@ -470,6 +571,8 @@ class SQLTrackerStore(TrackerStore):
     async def close(self) -> None:
         """Dispose of the database engine (the store may be used again afterwards)."""
         self._ready = False  # a store used again re-checks its tables (in-memory: new ones)
+        if self._driver is not None:
+            await self._driver.close()
         if self.engine is not None:
             await self.engine.dispose()
         if self._thread is not None and self._sync_engine is not None:
