@@ -229,11 +229,17 @@ def repair_name(name: str, offered: set[str], taken: set[str]) -> tuple[str, boo
 def assistant_message(plan: Plan) -> ChatMessage:
     """The assistant turn as the provider must see it again (arguments re-serialised)."""
     calls = [*plan.calls, *plan.unavailable, *plan.builtin]
-    order = {c.id: i for i, c in enumerate(plan.response.tool_calls)}
-    calls.sort(key=lambda c: order.get(c.id, len(order)))
+    if len(calls) > 1:
+        order = {c.id: i for i, c in enumerate(plan.response.tool_calls)}
+        calls.sort(key=lambda c: order.get(c.id, len(order)))
     return {"role": "assistant", "content": plan.text or None, "tool_calls": [
         {"id": c.id, "type": "function",
-         "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls]}
+         "function": {"name": c.name, "arguments": _dumps(c.arguments)}} for c in calls]}
+
+
+def _dumps(arguments: JsonObject) -> str:
+    # json.dumps({}) is "{}": the common call without arguments skips the encoder
+    return "{}" if arguments == {} else json.dumps(arguments)
 
 
 def tool_message(call_id: str, content: str) -> ChatMessage:
