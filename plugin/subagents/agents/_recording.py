@@ -33,8 +33,9 @@ def record_tool(run: AgentRun, outcome: ToolOutcome, *, agent_id: str, agent_nam
             run.structured.append({"name": call.name, "result": result.result or ""})
     for effect in outcome.effects:
         apply_effect(run, effect)
-    log.info("agent.tool.finished", agent=agent_name, tool=call.name, source=source,
-             is_error=result.is_error, duration_ms=round(outcome.duration_ms, 1))
+    # log.bind().info: the lazy proxy's own path, without its failed attribute lookup
+    log.bind().info("agent.tool.finished", agent=agent_name, tool=call.name, source=source,
+                    is_error=result.is_error, duration_ms=round(outcome.duration_ms, 1))
     if result.is_error:
         return f"Error: {result.error_message}", event
     if outcome.model_text is not None:

@@ -338,10 +338,11 @@ class MCPBaseAgent:
         output = self._output(run, outcome)
         await _trace.run_finished(run, self.name, output)
         run.release()
-        log.info("agent.run.finished", agent=self.name, status=output.status.value,
-                 exit_reason=output.exit_reason, steps=output.steps, tool_calls=output.tool_calls,
-                 prompt_tokens=run.usage.prompt_tokens,
-                 completion_tokens=run.usage.completion_tokens)
+        # log.bind().info: the lazy proxy's own path, without its failed attribute lookup
+        log.bind().info("agent.run.finished", agent=self.name, status=output.status.value,
+                        exit_reason=output.exit_reason, steps=output.steps,
+                        tool_calls=output.tool_calls, prompt_tokens=run.usage.prompt_tokens,
+                        completion_tokens=run.usage.completion_tokens)
         return output
 
     async def _guarded_loop(self, run: AgentRun) -> Outcome:
@@ -457,12 +458,12 @@ class MCPBaseAgent:
                 or self._text_kind(plan) != "filler_message":
             return False
         if said_before(run, plan.text):
-            log.info("agent.filler.repeated", agent=self.name)
+            log.bind().info("agent.filler.repeated", agent=self.name)
             return True
         limit = self.configuration.filler_fast_tool_ms
         if limit is not None and self._latency.usually_faster(
                 [call.name for call in plan.calls], limit):
-            log.info("agent.filler.fast_tools", agent=self.name)
+            log.bind().info("agent.filler.fast_tools", agent=self.name)
             return True
         return False
 
