@@ -98,7 +98,9 @@ async def invoke_tool(tool: Tool, arguments: JsonObject, ctx: CallContext) -> Ag
             ctx = CallContext(ctx.agent_input, ctx.tool_context, timeout, ctx.effects,
                               ctx.on_progress)
         outcome: Any = tool.run(args, ctx)
-        if inspect.isawaitable(outcome):
+        if type(outcome) is AgentToolResult:  # answered at once (a plain result never awaits)
+            result = outcome
+        elif inspect.isawaitable(outcome):
             async with asyncio.timeout_at(deadline):
                 result = await outcome
         else:

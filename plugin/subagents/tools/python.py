@@ -126,6 +126,8 @@ def custom_tool(custom: CustomToolSchema, settings: ToolSettings | None,
 
     def call(arguments: JsonObject, metadata: JsonObject) -> Any:
         result = executor(dict(arguments), AgentToolContext(metadata=metadata))
+        if type(result) is AgentToolResult:
+            return result
         return finish(result) if inspect.isawaitable(result) else \
             _as_result(custom.tool_name, result)
 
