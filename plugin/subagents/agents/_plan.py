@@ -13,6 +13,7 @@ from ..tools.base import Deferral, PlannedCall, Tool, ToolOutcome, Toolset
 from ..types import (
     AgentInput,
     AgentStatus,
+    AgentToolContext,
     AgentToolResult,
     ChatMessage,
     ExitReason,
@@ -177,6 +178,8 @@ class AgentRun:
     """Built-in tool names the agent handles itself (``task_completed``)."""
     offered_cache: tuple[tuple[Tool, ...], list[JsonObject]] | None = None
     """The offered tools and their schemas in the model's format."""
+    tool_context: AgentToolContext | None = None
+    """The tool context of the last step's calls (a copy of the input metadata)."""
 
     @property
     def recipient_id(self) -> str | None:

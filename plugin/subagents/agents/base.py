@@ -82,7 +82,14 @@ from ._plan import (
     unavailable_text,
 )
 from ._recording import apply_slot, record_tool
-from .budgets import BUDGET_EVENT, BUDGET_SENTENCE, BudgetGuard, CapHit, budget_note
+from .budgets import (
+    BUDGET_EVENT,
+    BUDGET_SENTENCE,
+    BudgetGuard,
+    CapHit,
+    budget_note,
+    caps_set,
+)
 from .fillers import LatencyBook, progress_sink, said_before
 from .schemas import (
     AgentInput,
@@ -363,7 +370,7 @@ class MCPBaseAgent:
         ended = await self._resume(run)
         if ended is not None:
             return ended
-        if self.configuration.budgets.enabled:
+        if caps_set(self.configuration.budgets):
             run.budget = BudgetGuard(self.configuration.budgets, self.llm.settings.model,
                                      run.input)
         for _ in range(self.configuration.max_agent_steps):
@@ -641,8 +648,13 @@ class MCPBaseAgent:
 
     # ------------------------------------------------------------------ tool execution
     def _call_context(self, run: AgentRun) -> CallContext:
-        return CallContext(run.input, AgentToolContext(metadata=dict(run.input.metadata)),
-                           timeout=self.configuration.tool_timeout, on_progress=run.progress)
+        # the tool context holds a copy of the input metadata; while that copy still equals the
+        # metadata (neither side changed) it serves the next step too
+        shared = run.tool_context
+        if shared is None or shared.metadata != run.input.metadata:
+            shared = run.tool_context = AgentToolContext(metadata=dict(run.input.metadata))
+        return CallContext(run.input, shared, timeout=self.configuration.tool_timeout,
+                           on_progress=run.progress)
 
     async def _execute(self, run: AgentRun, plan: Plan) -> Executed:
         """Run the plan's calls through the toolset, answer every call, record events."""
