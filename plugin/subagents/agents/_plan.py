@@ -190,7 +190,10 @@ class AgentRun:
         """Count one model reply's tokens, in total and for the model that gave it."""
         self.usage.add(usage)
         if model is not None:
-            self.model_usage.setdefault(model, Usage()).add(usage)
+            counted = self.model_usage.get(model)
+            if counted is None:
+                counted = self.model_usage[model] = Usage()
+            counted.add(usage)
 
     def count_tool(self, name: str) -> None:
         """Count one executed call of ``name``."""
