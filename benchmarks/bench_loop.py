@@ -201,6 +201,7 @@ async def main() -> None:
           f"same bodies): {client_cpu:.3f} ms; the loop's own work and its effect on the "
           f"call: {agent_cpu - client_cpu:.3f} ms")
     print(f"peak traced Python memory over 5 runs: {peak / 1024 / 1024:.2f} MB")
+    print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
 
 if __name__ == "__main__":

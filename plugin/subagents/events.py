@@ -7,6 +7,7 @@ events returned by hooks written with rasa-sdk work as they are.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from .types import (
@@ -48,10 +49,14 @@ def action_executed(name: str, *, metadata: JsonObject | None = None) -> Tracker
 def mcp_tool_executed(tool_name: str, arguments: JsonObject, result: str | None, *,
                       is_error: bool, error_message: str | None, agent_id: str,
                       duration_ms: float | None = None) -> TrackerEvent:
-    """An ``mcp_tool_executed`` event (``metadata.agent_id`` names the agent)."""
-    return McpToolExecuted(tool_name=tool_name, arguments=arguments, result=result,
-                           is_error=is_error, error_message=error_message, agent_id=agent_id,
-                           duration_ms=duration_ms).to_dict()
+    """An ``mcp_tool_executed`` event (``metadata.agent_id`` names the agent).
+
+    One per executed call, so the dict :class:`McpToolExecuted` gives is built directly,
+    key for key (a test holds the two equal)."""
+    return {"event": McpToolExecuted.type_name, "timestamp": time.time(),
+            "tool_name": tool_name, "arguments": arguments, "result": result,
+            "is_error": is_error, "error_message": error_message, "duration_ms": duration_ms,
+            "metadata": {"agent_id": agent_id}}
 
 
 def agent_event(name: str, agent_id: str, flow_id: str | None, *,

@@ -13,6 +13,7 @@ from ..tools.base import Deferral, PlannedCall, Tool, ToolOutcome, Toolset
 from ..types import (
     AgentInput,
     AgentStatus,
+    AgentToolContext,
     AgentToolResult,
     ChatMessage,
     ExitReason,
@@ -177,6 +178,8 @@ class AgentRun:
     """Built-in tool names the agent handles itself (``task_completed``)."""
     offered_cache: tuple[tuple[Tool, ...], list[JsonObject]] | None = None
     """The offered tools and their schemas in the model's format."""
+    tool_context: AgentToolContext | None = None
+    """The tool context of the last step's calls (a copy of the input metadata)."""
 
     @property
     def recipient_id(self) -> str | None:
@@ -187,7 +190,10 @@ class AgentRun:
         """Count one model reply's tokens, in total and for the model that gave it."""
         self.usage.add(usage)
         if model is not None:
-            self.model_usage.setdefault(model, Usage()).add(usage)
+            counted = self.model_usage.get(model)
+            if counted is None:
+                counted = self.model_usage[model] = Usage()
+            counted.add(usage)
 
     def count_tool(self, name: str) -> None:
         """Count one executed call of ``name``."""
@@ -229,11 +235,17 @@ def repair_name(name: str, offered: set[str], taken: set[str]) -> tuple[str, boo
 def assistant_message(plan: Plan) -> ChatMessage:
     """The assistant turn as the provider must see it again (arguments re-serialised)."""
     calls = [*plan.calls, *plan.unavailable, *plan.builtin]
-    order = {c.id: i for i, c in enumerate(plan.response.tool_calls)}
-    calls.sort(key=lambda c: order.get(c.id, len(order)))
+    if len(calls) > 1:
+        order = {c.id: i for i, c in enumerate(plan.response.tool_calls)}
+        calls.sort(key=lambda c: order.get(c.id, len(order)))
     return {"role": "assistant", "content": plan.text or None, "tool_calls": [
         {"id": c.id, "type": "function",
-         "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in calls]}
+         "function": {"name": c.name, "arguments": _dumps(c.arguments)}} for c in calls]}
+
+
+def _dumps(arguments: JsonObject) -> str:
+    # json.dumps({}) is "{}": the common call without arguments skips the encoder
+    return "{}" if arguments == {} else json.dumps(arguments)
 
 
 def tool_message(call_id: str, content: str) -> ChatMessage:

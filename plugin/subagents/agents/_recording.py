@@ -21,20 +21,21 @@ def record_tool(run: AgentRun, outcome: ToolOutcome, *, agent_id: str, agent_nam
     call, result = outcome.call, outcome.result
     run.count_tool(call.name)
     source = call.tool.source if call.tool else ""
+    duration_ms = round(outcome.duration_ms, 1)
     event = None
     if source != "builtin":
         event = ev.mcp_tool_executed(
             call.name, call.arguments, result.result, is_error=result.is_error,
-            error_message=result.error_message, agent_id=agent_id,
-            duration_ms=round(outcome.duration_ms, 1))
+            error_message=result.error_message, agent_id=agent_id, duration_ms=duration_ms)
         run.events.append(event)
         if not result.is_error:
             run.results[call.id] = result
             run.structured.append({"name": call.name, "result": result.result or ""})
     for effect in outcome.effects:
         apply_effect(run, effect)
-    log.info("agent.tool.finished", agent=agent_name, tool=call.name, source=source,
-             is_error=result.is_error, duration_ms=round(outcome.duration_ms, 1))
+    # log.bind().info: the lazy proxy's own path, without its failed attribute lookup
+    log.bind().info("agent.tool.finished", agent=agent_name, tool=call.name, source=source,
+                    is_error=result.is_error, duration_ms=duration_ms)
     if result.is_error:
         return f"Error: {result.error_message}", event
     if outcome.model_text is not None:

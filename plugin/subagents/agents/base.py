@@ -39,11 +39,13 @@ from ..config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
 from ..exceptions import AgentInitializationError, LLMError
 from ..llm import LLMClient, LLMResponse, make_llm_client, resolve_model_settings
 from ..observability import traced_agent_run
+from ..tools import approvals
 from ..tools.approvals import ApprovalToolset
 from ..tools.base import (
     CallContext,
     PlannedCall,
     Tool,
+    ToolOutcome,
     Toolset,
 )
 from ..tools.client_tools import ClientToolset
@@ -57,8 +59,10 @@ from ..tools.state_mapping import StateMappingToolset
 from ..types import ChatMessage, JsonObject, TrackerEvent
 from ..types import OutputChannelLike as OutputChannel
 from . import _trace
+from ._elicitation import PENDING_KEY as ELICITATION_PENDING_KEY
 from ._elicitation import resume as resume_elicitation
 from ._elicitation import settle as settle_elicitation
+from ._history import history_messages
 from ._images import images_message
 from ._limits import cap_text, capped_render, capped_render_async
 from ._model_io import deliver, generate, send_event
@@ -78,7 +82,14 @@ from ._plan import (
     unavailable_text,
 )
 from ._recording import apply_slot, record_tool
-from .budgets import BUDGET_EVENT, BUDGET_SENTENCE, BudgetGuard, CapHit, budget_note
+from .budgets import (
+    BUDGET_EVENT,
+    BUDGET_SENTENCE,
+    BudgetGuard,
+    CapHit,
+    budget_note,
+    caps_set,
+)
 from .fillers import LatencyBook, progress_sink, said_before
 from .schemas import (
     AgentInput,
@@ -284,8 +295,6 @@ class MCPBaseAgent:
     def build_messages_for_llm_request(self, context: AgentInput,
                                        turns: int = 10) -> list[ChatMessage]:
         """System prompt, then the last ``turns`` utterances as chat messages."""
-        from ._history import history_messages
-
         messages = [{"role": "system", "content": self.render_prompt_template(context)}]
         messages += history_messages(context, self.name, turns)
         return messages
@@ -336,10 +345,11 @@ class MCPBaseAgent:
         output = self._output(run, outcome)
         await _trace.run_finished(run, self.name, output)
         run.release()
-        log.info("agent.run.finished", agent=self.name, status=output.status.value,
-                 exit_reason=output.exit_reason, steps=output.steps, tool_calls=output.tool_calls,
-                 prompt_tokens=run.usage.prompt_tokens,
-                 completion_tokens=run.usage.completion_tokens)
+        # log.bind().info: the lazy proxy's own path, without its failed attribute lookup
+        log.bind().info("agent.run.finished", agent=self.name, status=output.status.value,
+                        exit_reason=output.exit_reason, steps=output.steps,
+                        tool_calls=output.tool_calls, prompt_tokens=run.usage.prompt_tokens,
+                        completion_tokens=run.usage.completion_tokens)
         return output
 
     async def _guarded_loop(self, run: AgentRun) -> Outcome:
@@ -357,19 +367,10 @@ class MCPBaseAgent:
         self._prepare(run, await self._mcp_tools())
         await _trace.run_started(run, self.name)
         run.progress = progress_sink(run, self.configuration, self.name)
-        resumed = await resume_client_tools(run, agent_id=self.agent_id)
-        if isinstance(resumed, Park):
-            return resumed.outcome
-        lost = await resume_elicitation(run, self._call_context(run), agent_id=self.agent_id,
-                                        agent_name=self.name)
-        if lost is not None:
-            return lost
-        recorded = len(run.events)
-        await resume_approval(run, self._call_context(run), agent_id=self.agent_id,
-                              agent_name=self.name,
-                              max_parallel=self.configuration.max_parallel_tools)
-        await _trace.resumed_calls(run, self.name, run.events[recorded:])
-        if self.configuration.budgets.enabled:
+        ended = await self._resume(run)
+        if ended is not None:
+            return ended
+        if caps_set(self.configuration.budgets):
             run.budget = BudgetGuard(self.configuration.budgets, self.llm.settings.model,
                                      run.input)
         for _ in range(self.configuration.max_agent_steps):
@@ -377,7 +378,8 @@ class MCPBaseAgent:
                 return await self._on_budget(run, hit)
             recorded = len(run.events)
             result = await self._step(run)
-            await _trace.texts(run, self.name, run.events[recorded:])
+            if _trace.tracing(run):
+                await _trace.texts(run, self.name, run.events[recorded:])
             match result:
                 case Continue(note=note):
                     if note:
@@ -391,12 +393,34 @@ class MCPBaseAgent:
         await _trace.texts(run, self.name, run.events[recorded:])
         return outcome
 
+    async def _resume(self, run: AgentRun) -> Outcome | None:
+        """Take up what an earlier invocation parked: client tool results, a server's request
+        for input, approved calls; the outcome when the run ends here. Each part runs only
+        when the input carries its saved state (a call context is built only then)."""
+        resumed = await resume_client_tools(run, agent_id=self.agent_id)
+        if isinstance(resumed, Park):
+            return resumed.outcome
+        metadata = run.input.metadata
+        if metadata.get(ELICITATION_PENDING_KEY):
+            lost = await resume_elicitation(run, self._call_context(run),
+                                            agent_id=self.agent_id, agent_name=self.name)
+            if lost is not None:
+                return lost
+        if metadata.get(approvals.PENDING_KEY):
+            recorded = len(run.events)
+            await resume_approval(run, self._call_context(run), agent_id=self.agent_id,
+                                  agent_name=self.name,
+                                  max_parallel=self.configuration.max_parallel_tools)
+            await _trace.resumed_calls(run, self.name, run.events[recorded:])
+        return None
+
     async def _step(self, run: AgentRun) -> StepResult:
         """One ReAct step: generate -> plan -> deliver text -> execute tools -> decide."""
         # 1. generate: the model sees the conversation, this run's exchange and the tools
         messages, offered = await self._messages(run), self._offered(run)
         response = await generate(self.llm, run, messages, offered)
-        await _trace.model_call(run, self.name, messages, offered, response)
+        if _trace.tracing(run):
+            await _trace.model_call(run, self.name, messages, offered, response)
         # 2. plan: resolve the calls against the offered tools before anything runs
         plan = self._plan(run, response)
         if plan.malformed:
@@ -441,12 +465,12 @@ class MCPBaseAgent:
                 or self._text_kind(plan) != "filler_message":
             return False
         if said_before(run, plan.text):
-            log.info("agent.filler.repeated", agent=self.name)
+            log.bind().info("agent.filler.repeated", agent=self.name)
             return True
         limit = self.configuration.filler_fast_tool_ms
         if limit is not None and self._latency.usually_faster(
                 [call.name for call in plan.calls], limit):
-            log.info("agent.filler.fast_tools", agent=self.name)
+            log.bind().info("agent.filler.fast_tools", agent=self.name)
             return True
         return False
 
@@ -568,8 +592,6 @@ class MCPBaseAgent:
         return system
 
     def _history(self, run: AgentRun) -> list[ChatMessage]:
-        from ._history import history_messages
-
         events, metadata = run.input.events, run.input.metadata
         key = (id(events), len(events), id(events[-1]) if events else None,
                run.input.user_message, metadata.get("restarted"))
@@ -626,8 +648,13 @@ class MCPBaseAgent:
 
     # ------------------------------------------------------------------ tool execution
     def _call_context(self, run: AgentRun) -> CallContext:
-        return CallContext(run.input, AgentToolContext(metadata=dict(run.input.metadata)),
-                           timeout=self.configuration.tool_timeout, on_progress=run.progress)
+        # the tool context holds a copy of the input metadata; while that copy still equals the
+        # metadata (neither side changed) it serves the next step too
+        shared = run.tool_context
+        if shared is None or shared.metadata != run.input.metadata:
+            shared = run.tool_context = AgentToolContext(metadata=dict(run.input.metadata))
+        return CallContext(run.input, shared, timeout=self.configuration.tool_timeout,
+                           on_progress=run.progress)
 
     async def _execute(self, run: AgentRun, plan: Plan) -> Executed:
         """Run the plan's calls through the toolset, answer every call, record events."""
@@ -637,9 +664,26 @@ class MCPBaseAgent:
             run.toolset, plan.calls, self._call_context(run),
             max_parallel=self.configuration.max_parallel_tools) if plan.calls else []
         executed = Executed(outcomes)
-        await _trace.tool_calls(run, self.name, outcomes)
-        answers: dict[str, str] = {}
+        if _trace.tracing(run):
+            await _trace.tool_calls(run, self.name, outcomes)
         ran = executed.ran
+        await self._answer(run, plan, ran)
+        if self.configuration.tool_result_images and not executed.deferred():
+            # after every answer of the step (a deferred call is answered later: no images then)
+            shown = images_message(ran)
+            if shown is not None:
+                run.tool_messages.append(shown)
+        if not run.tool_output_hook:
+            return executed  # the default hook adds nothing
+        current = {o.call.id: o.result for o in ran
+                   if not o.result.is_error and o.call.tool and o.call.tool.source != "builtin"}
+        if current:
+            await self._apply_hook_events(run, current)
+        return executed
+
+    async def _answer(self, run: AgentRun, plan: Plan, ran: list[ToolOutcome]) -> None:
+        """Record the calls that ran and answer every call of the plan, in call order."""
+        answers: dict[str, str] = {}
         for outcome in ran:
             if outcome.call.tool is not None and outcome.call.tool.source != "builtin":
                 self._latency.observe(outcome.call.name, outcome.duration_ms)
@@ -654,18 +698,6 @@ class MCPBaseAgent:
         for raw in plan.response.tool_calls:
             if raw.id in answers:
                 run.tool_messages.append(tool_message(raw.id, answers.pop(raw.id)))
-        if self.configuration.tool_result_images and not executed.deferred():
-            # after every answer of the step (a deferred call is answered later: no images then)
-            shown = images_message(ran)
-            if shown is not None:
-                run.tool_messages.append(shown)
-        if not run.tool_output_hook:
-            return executed  # the default hook adds nothing
-        current = {o.call.id: o.result for o in ran
-                   if not o.result.is_error and o.call.tool and o.call.tool.source != "builtin"}
-        if current:
-            await self._apply_hook_events(run, current)
-        return executed
 
     def _hook_replaced(self, name: str) -> bool:
         """Whether hook ``name`` is overridden by the class or replaced on the instance (the

@@ -29,6 +29,14 @@ BUDGET_EVENT = "agent_budget_exceeded"
 _TOOL_EVENT = "mcp_tool_executed"
 
 
+
+def caps_set(budgets: Budgets) -> bool:
+    """Whether any cap is set: what :attr:`Budgets.enabled` says, read from the fields as they
+    are instead of dumping both models (every run asks)."""
+    return any(value is not None for caps in (budgets.per_run, budgets.per_conversation)
+               for value in vars(caps).values())
+
+
 @dataclass(frozen=True)
 class CapHit:
     """A cap that stops the run."""

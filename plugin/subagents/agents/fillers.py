@@ -42,7 +42,10 @@ class LatencyBook:
 
     def observe(self, tool: str, duration_ms: float) -> None:
         """Record one call of ``tool``."""
-        self._durations.setdefault(tool, deque(maxlen=_WINDOW)).append(duration_ms)
+        seen = self._durations.get(tool)
+        if seen is None:
+            seen = self._durations[tool] = deque(maxlen=_WINDOW)
+        seen.append(duration_ms)
 
     def usually_faster(self, tools: list[str], limit_ms: float) -> bool:
         """Whether every one of ``tools`` has been measured enough and usually answers within

@@ -13,6 +13,10 @@ from .schemas import AgentInput, AgentStatus, AgentToolResult, AgentToolSchema, 
 TASK_COMPLETED = "task_completed"
 
 
+async def _never(arguments: JsonObject, ctx: Any) -> AgentToolResult:
+    raise AssertionError("task_completed is handled by the agent")
+
+
 class MCPOpenAgent(MCPBaseAgent):
     """Runs until the model calls ``task_completed`` (with a closing text) or asks the user.
 
@@ -22,6 +26,7 @@ class MCPOpenAgent(MCPBaseAgent):
 
     PROTOCOL_TYPE = "mcp_open"
     TEMPLATE_FILE = "open_agent.jinja2"
+    _default_builtins: list[AgentToolSchema] | None = None
 
     @staticmethod
     def get_task_completed_tool() -> JsonObject | None:
@@ -49,11 +54,20 @@ class MCPOpenAgent(MCPBaseAgent):
         return [AgentToolSchema.from_openai_json_format(tool)] if tool else []
 
     def _builtin_tools(self, run: AgentRun) -> list[Tool]:
-        async def never(arguments: JsonObject, ctx: Any) -> AgentToolResult:
-            raise AssertionError("task_completed is handled by the agent")
+        return [Tool(schema=schema, run=_never, source="builtin")
+                for schema in self._builtin_schemas(run.input)]
 
-        return [Tool(schema=schema, run=never, source="builtin")
-                for schema in self.get_agent_specific_built_in_tools(run.input)]
+    def _builtin_schemas(self, agent_input: AgentInput) -> list[AgentToolSchema]:
+        """What :meth:`get_agent_specific_built_in_tools` returns. While neither it nor
+        :meth:`get_task_completed_tool` is replaced (on the class or the instance), the answer
+        depends on nothing that changes: it is built once per agent."""
+        hook = getattr(self.get_agent_specific_built_in_tools, "__func__", None)
+        if hook is not MCPOpenAgent.get_agent_specific_built_in_tools \
+                or self.get_task_completed_tool is not MCPOpenAgent.get_task_completed_tool:
+            return self.get_agent_specific_built_in_tools(agent_input)
+        if self._default_builtins is None:
+            self._default_builtins = self.get_agent_specific_built_in_tools(agent_input)
+        return self._default_builtins
 
     def _handled_builtins(self) -> set[str]:
         return {TASK_COMPLETED} if self.get_task_completed_tool() else set()

@@ -57,7 +57,9 @@ class CallContext:
                            on_progress=self.on_progress)
 
 
-Runner = Callable[[JsonObject, CallContext], Awaitable[AgentToolResult]]
+Runner = Callable[[JsonObject, CallContext], "AgentToolResult | Awaitable[AgentToolResult]"]
+"""Runs a call: the result, or an awaitable of it (a runner that can answer at once should:
+the call then needs no timer)."""
 ProgressSink = Callable[[str, float, float | None, str | None], Awaitable[None]]
 """``(tool, progress, total, message)``: progress reported by a running call."""
 

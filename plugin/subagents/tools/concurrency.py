@@ -15,6 +15,9 @@ from .base import CallContext, PlannedCall, ToolOutcome, Toolset
 async def execute_calls(toolset: Toolset, calls: list[PlannedCall], ctx: CallContext, *,
                         max_parallel: int = 3) -> list[ToolOutcome]:
     """Execute ``calls`` (each with a tool of ``toolset``); outcomes in call order."""
+    if len(calls) == 1:  # nothing to overlap with: no limiter, no batch
+        assert calls[0].tool is not None
+        return [await toolset.call(calls[0], ctx)]
     outcomes: list[ToolOutcome] = []
     batch: list[PlannedCall] = []
     limiter = asyncio.Semaphore(max(1, max_parallel))

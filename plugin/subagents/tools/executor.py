@@ -91,12 +91,20 @@ async def invoke_tool(tool: Tool, arguments: JsonObject, ctx: CallContext) -> Ag
     timeout = tool.timeout or ctx.timeout
     try:
         args = validate_arguments(tool, arguments)
-        async with asyncio.timeout(timeout + 1.0):  # the runner enforces `timeout`: a backstop
-            if timeout != ctx.timeout:
-                ctx = CallContext(ctx.agent_input, ctx.tool_context, timeout, ctx.effects,
-                                  ctx.on_progress)
-            outcome: Any = tool.run(args, ctx)
-            result = await outcome if inspect.isawaitable(outcome) else outcome
+        # the runner enforces `timeout`; this is a backstop. Only an awaitable can overrun it:
+        # a runner that answers at once (a synchronous custom tool) needs no timer
+        deadline = asyncio.get_running_loop().time() + timeout + 1.0
+        if timeout != ctx.timeout:
+            ctx = CallContext(ctx.agent_input, ctx.tool_context, timeout, ctx.effects,
+                              ctx.on_progress)
+        outcome: Any = tool.run(args, ctx)
+        if type(outcome) is AgentToolResult:  # answered at once (a plain result never awaits)
+            result = outcome
+        elif inspect.isawaitable(outcome):
+            async with asyncio.timeout_at(deadline):
+                result = await outcome
+        else:
+            result = outcome
         if not isinstance(result, AgentToolResult):
             raise ToolInvocationError(f"tool {tool.name!r} returned {type(result).__name__}, "
                                       "not an AgentToolResult")

@@ -119,23 +119,38 @@ def custom_tool(custom: CustomToolSchema, settings: ToolSettings | None,
     if settings is not None and settings.read_only is not None:
         read_only = settings.read_only
 
-    async def run(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
-        extra = None
-        if metadata_hook is not None:
-            hook_ctx = {"sender_id": ctx.agent_input.recipient_id, "server_name": None,
-                        "tool_name": custom.tool_name, "agent_id": agent_name}
-            try:
-                extra = await metadata_hook(hook_ctx)
-            except Exception as exc:  # noqa: BLE001 - reported to the model
-                return AgentToolResult(tool_name=custom.tool_name, is_error=True,
-                                       error_message=f"the call-metadata hook failed for "
-                                                     f"{custom.tool_name!r}: {exc}")
-        metadata = {**ctx.tool_context.metadata, **(extra or {})}
-        executor: Callable[..., Any] = custom.tool_executor
+    executor: Callable[..., Any] = custom.tool_executor
+
+    async def finish(pending: Awaitable[Any]) -> AgentToolResult:
+        return _as_result(custom.tool_name, await pending)
+
+    def call(arguments: JsonObject, metadata: JsonObject) -> Any:
         result = executor(dict(arguments), AgentToolContext(metadata=metadata))
-        if inspect.isawaitable(result):
-            result = await result
-        return _as_result(custom.tool_name, result)
+        if type(result) is AgentToolResult:
+            return result
+        return finish(result) if inspect.isawaitable(result) else \
+            _as_result(custom.tool_name, result)
+
+    async def run_with_hook(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
+        assert metadata_hook is not None
+        hook_ctx = {"sender_id": ctx.agent_input.recipient_id, "server_name": None,
+                    "tool_name": custom.tool_name, "agent_id": agent_name}
+        try:
+            extra = await metadata_hook(hook_ctx)
+        except Exception as exc:  # noqa: BLE001 - reported to the model
+            return AgentToolResult(tool_name=custom.tool_name, is_error=True,
+                                   error_message=f"the call-metadata hook failed for "
+                                                 f"{custom.tool_name!r}: {exc}")
+        outcome = call(arguments, {**ctx.tool_context.metadata, **(extra or {})})
+        result: AgentToolResult = await outcome if inspect.isawaitable(outcome) else outcome
+        return result
+
+    def run(arguments: JsonObject, ctx: CallContext) -> Any:
+        # without a hook a synchronous executor's result comes back as is, not as a coroutine:
+        # the call then needs no timeout (nothing to interrupt) and no event-loop machinery
+        if metadata_hook is not None:
+            return run_with_hook(arguments, ctx)
+        return call(arguments, ctx.tool_context.metadata)
 
     return Tool(schema=custom.tool_definition, run=run, source="custom",
                 read_only=read_only, timeout=settings.timeout if settings else None)

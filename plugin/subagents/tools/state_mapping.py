@@ -8,6 +8,7 @@ JSON result: after a successful call the slot is set (a list slot is extended).
 
 from __future__ import annotations
 
+import inspect
 import json
 from typing import Any
 
@@ -44,7 +45,8 @@ def with_state_inputs(tool: Tool, settings: ToolSettings) -> Tool:
     async def run(arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
         filled = {**arguments, **{arg: state_value(src, ctx.agent_input)
                                   for arg, src in hidden.items()}}
-        return await inner(filled, ctx)
+        result = inner(filled, ctx)
+        return await result if inspect.isawaitable(result) else result
 
     return Tool(schema=schema, run=run, source=tool.source, read_only=tool.read_only,
                 timeout=tool.timeout, validate_arguments=tool.validate_arguments)
