@@ -624,3 +624,29 @@ async def test_the_shell_shows_the_reply_of_a_failed_turn_and_carries_on(tmp_pat
     assert code == 0
     failed_at = output.index("(the turn failed; error id ")
     assert "went wrong on my side" in output[:failed_at]  # the internal-error reply came first
+
+
+@pytest.mark.redis
+@needs_redis
+async def test_a_redis_command_cancelled_before_its_reply_does_not_answer_the_next_one(
+        redis_admin):
+    """A lock command cancelled while its reply is on its way (the client went away, say):
+    that reply must not be read as the answer to the connection's next command. (redis-py
+    drops a connection whose read was interrupted; the store keeps connections of its own
+    between commands, so this is what keeps them in step.)"""
+    from subagents.stores.redis_lock import RedisLockStore
+
+    _, url, connections = redis_admin
+    store = RedisLockStore(url=url)
+    try:
+        with anyio.fail_after(30):
+            # a command the server holds on to: its reply comes after 3 s, as nil
+            waiting = asyncio.ensure_future(
+                store._command("BLPOP", f"lock-{uuid.uuid4().hex[:8]}", 3))
+            await polled(connections, lambda found: any(c["cmd"] == "blpop" for c in found))
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            assert await store._command("PING") in (b"PONG", "PONG", True)
+    finally:
+        await store.close()

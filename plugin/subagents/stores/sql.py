@@ -144,8 +144,10 @@ def _record(sender_id: str, rows: Any) -> ConversationRecord:
     """The conversation from the rows of the load statement (none without its stack row)."""
     if not rows or rows[0][1] != -1:
         return ConversationRecord(sender_id)
-    return ConversationRecord(sender_id, [json.loads(row[0]) for row in rows[1:]],
-                              json.loads(rows[0][0]))
+    # one parse of all the events: half the CPU of a parse per event, and their keys are
+    # shared (a long conversation's load is most of its turn)
+    events = json.loads("[" + ",".join([row[0] for row in rows[1:]]) + "]")
+    return ConversationRecord(sender_id, events, json.loads(rows[0][0]))
 
 
 def _log_statement(statement: str) -> None:
