@@ -1,6 +1,6 @@
 """The one LLM client: any OpenAI-compatible chat completions endpoint, streaming or not.
 
-A non-streamed call posts plain JSON through one keep-alive aiohttp session per client and
+A non-streamed call posts plain JSON over keep-alive connections (:mod:`.llm_http`, or aiohttp) and
 parses the reply itself (no SDK models on the hot path); a streamed call goes through the
 openai SDK. Both retry alike: 408, 409, 429, 5xx and connection errors, with exponential
 backoff or the endpoint's ``Retry-After`` (up to two minutes); a stream that already started
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
     from .config.endpoints import EndpointsConfig, ModelConfig, ModelGroup
+    from .llm_http import KeepAlivePool
 
 log = structlog.get_logger("subagents.llm")
 
@@ -695,11 +696,13 @@ class _TimedOutError(Exception):
 
 
 class _JsonTransport:
-    """POSTs chat-completion bodies as plain JSON over one keep-alive aiohttp session.
+    """POSTs chat-completion bodies as plain JSON over keep-alive connections.
 
-    aiohttp's pool hands out an idle connection without probing every pooled socket, and the
-    reply is parsed straight from JSON; both matter once hundreds of conversations share one
-    process.
+    The connections are :mod:`subagents.llm_http`'s lean HTTP/1.1 pool (half aiohttp's CPU
+    per call), or one aiohttp session when a proxy applies to the endpoint, httptools is
+    missing, or ``SUBAGENTS_MODEL_HTTP_CLIENT=aiohttp`` is set. Neither probes every pooled
+    socket per request, and the reply is parsed straight from JSON; both matter once hundreds
+    of conversations share one process.
     """
 
     def __init__(self, url: str, headers: dict[str, str], timeout: float,
@@ -710,16 +713,35 @@ class _JsonTransport:
         self.max_retries = max_retries
         self.proxy = _env_proxy(self.url)
         self._session: aiohttp.ClientSession | None = None
+        self._pool: KeepAlivePool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timeout: aiohttp.ClientTimeout | None = None
         """The timeouts of a call without a deadline (built once)."""
+        self.lean = self.proxy is None and model_http_client() == "lean"
+        """Whether the calls go through the lean pool (else through aiohttp)."""
 
     def usable(self) -> bool:
-        """False once the session belongs to another (or a closed) event loop."""
+        """False once the connections belong to another (or a closed) event loop."""
         return self._loop is None or self._loop is _running_loop()
 
-    def open(self) -> aiohttp.ClientSession:
-        """The keep-alive session, created on first use on the running event loop."""
+    def open(self) -> None:
+        """Create the connection pool on the running event loop (connections open on use)."""
+        if self.lean:
+            self._open_pool()
+        else:
+            self._open_session()
+
+    def _open_pool(self) -> KeepAlivePool:
+        if self._pool is None:
+            from .llm_http import KeepAlivePool
+
+            self._loop = asyncio.get_running_loop()
+            self._pool = KeepAlivePool(self.url, self.headers, ssl_context=_tls_context(),
+                                       limit=1000, idle_timeout=30)
+        return self._pool
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        """The keep-alive aiohttp session, created on first use on the running event loop."""
         if self._session is None:
             import aiohttp
 
@@ -738,6 +760,8 @@ class _JsonTransport:
         attempt = 0
         while True:
             try:
+                if self.lean:
+                    return await self._lean_attempt(data, left)
                 return await self._attempt(data, left)
             except (_HTTPStatusError, _ConnectionFailedError, _TimedOutError) as exc:
                 retry_after = (exc.retry_after if isinstance(exc, _RetryableStatusError)
@@ -749,6 +773,20 @@ class _JsonTransport:
             await asyncio.sleep(_retry_delay(retry_after, attempt))
             attempt += 1
             left = _time_left()
+
+    async def _lean_attempt(self, data: bytes, left: float | None) -> Any:
+        from .llm_http import HTTPConnectionError, HTTPTimeoutError
+
+        seconds = self.timeout if left is None else max(0.01, min(self.timeout, left))
+        try:
+            response = await (self._pool or self._open_pool()).post(data, seconds)
+        except HTTPTimeoutError as exc:
+            raise _TimedOutError(str(exc)) from exc
+        except HTTPConnectionError as exc:
+            raise _ConnectionFailedError(str(exc)) from exc
+        if response.status >= 400:
+            raise _status_error(response.status, response.headers, response.body)
+        return json.loads(response.body)
 
     async def _attempt(self, data: bytes, left: float | None) -> Any:
         import aiohttp
@@ -762,8 +800,8 @@ class _JsonTransport:
             seconds = max(0.01, min(self.timeout, left))
             timeout = aiohttp.ClientTimeout(total=None, connect=seconds, sock_read=seconds)
         try:
-            async with self.open().post(self.url, data=data, headers=self.headers,
-                                         timeout=timeout, proxy=self.proxy) as response:
+            async with self._open_session().post(self.url, data=data, headers=self.headers,
+                                                 timeout=timeout, proxy=self.proxy) as response:
                 raw = await response.read()
                 if response.status >= 400:
                     raise _status_error(response.status, response.headers, raw)
@@ -777,6 +815,37 @@ class _JsonTransport:
         if self._session is not None and self.usable():
             await self._session.close()
         self._session = None
+        if self._pool is not None and self.usable():
+            await self._pool.close()
+        self._pool = None
+
+
+HTTP_CLIENT_VARIABLE = "SUBAGENTS_MODEL_HTTP_CLIENT"
+
+
+def model_http_client() -> str:
+    """The HTTP client of plain model calls: ``lean`` (:mod:`.llm_http`) unless
+    ``SUBAGENTS_MODEL_HTTP_CLIENT=aiohttp`` or httptools is missing, then ``aiohttp``.
+
+    Raises:
+        LLMError: the variable names no client (``llm.http_client_invalid``), or asks for
+            ``lean`` without httptools (``llm.http_client_unavailable``).
+    """
+    choice = os.environ.get(HTTP_CLIENT_VARIABLE, "").strip().lower()
+    if choice == "aiohttp":
+        return "aiohttp"
+    if choice not in ("", "auto", "lean"):
+        raise LLMError(f"{HTTP_CLIENT_VARIABLE}={choice!r} names no HTTP client: set it to "
+                       "auto (the default), lean or aiohttp, or unset it",
+                       code="llm.http_client_invalid")
+    from .llm_http import available
+
+    if not available():
+        if choice == "lean":
+            raise LLMError(f"{HTTP_CLIENT_VARIABLE}=lean needs httptools: pip install "
+                           "'subagents[fast]', or unset it", code="llm.http_client_unavailable")
+        return "aiohttp"
+    return "lean"
 
 
 class _RetryableStatusError(_HTTPStatusError):

@@ -56,6 +56,7 @@ from .dialogue.client_input import (
 from .dialogue.processor import Assistant
 from .exceptions import SubagentsError
 from .inspector import inspector_routes, wants_trace
+from .llm import model_http_client
 from .mcp.consent_relay import ConsentRelay
 from .mcp.consent_route import consent_relay, consent_routes
 from .recording_export import ExportError, a2a_agent_names, build_fixture, dump_fixture
@@ -490,6 +491,7 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
     import uvicorn
 
     thresholds = gc_thresholds_from_env()  # a wrong value stops serve before anything starts
+    model_http_client()  # so does a wrong SUBAGENTS_MODEL_HTTP_CLIENT
     failed: list[SubagentsError] = []
 
     class _Server(uvicorn.Server):

@@ -1,4 +1,8 @@
-"""The LLM client against the fake model server, over real HTTP."""
+"""The LLM client against the fake model server, over real HTTP.
+
+Every test runs twice: with the lean HTTP client of plain calls (the default) and with the
+aiohttp one (``SUBAGENTS_MODEL_HTTP_CLIENT=aiohttp``, also what a proxied endpoint uses).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,12 @@ from subagents.testing import FakeModelServer
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}]
 USER = [{"role": "user", "content": "weather in Berlin?"}]
+
+
+@pytest.fixture(autouse=True, params=["lean", "aiohttp"])
+def http_client(request, monkeypatch):
+    monkeypatch.setenv("SUBAGENTS_MODEL_HTTP_CLIENT", request.param)
+    return request.param
 
 
 def client(fake: FakeModelServer, caller: str = "default", **kw) -> LLMClient:
@@ -194,3 +204,71 @@ async def test_an_error_the_endpoint_says_not_to_retry_is_not_retried(headers):
         await llm.close()
     assert info.value.code == "llm.http_503"
     assert calls == ["Bearer sk-test"]
+
+
+async def test_plain_calls_use_the_client_the_variable_names(http_client):
+    async with FakeModelServer({"default": ["ok"]}) as fake:
+        llm = client(fake)
+        await llm.complete(USER, None)
+        assert llm._transport().lean is (http_client == "lean")
+        await llm.close()
+    assert fake.requests[0].headers["content-type"] == "application/json"
+
+
+async def test_a_proxy_from_the_environment_carries_plain_calls(monkeypatch):
+    """HTTP_PROXY applies to plain calls, whichever client was asked for: the request goes to
+    the proxy with the endpoint's absolute URL (a proxy that answers as the model here)."""
+    import asyncio
+    import json
+
+    seen: list[str] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode().split("\r\n")
+        seen.append(lines[0])
+        length = next(int(line.split(":", 1)[1]) for line in lines
+                      if line.lower().startswith("content-length:"))
+        await reader.readexactly(length)
+        body = json.dumps({"choices": [{"index": 0, "message": {
+            "role": "assistant", "content": "via the proxy"}, "finish_reason": "stop"}]}).encode()
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                     b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (len(body), body))
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    llm = LLMClient(ModelSettings(model="m", api_base="http://model.invalid:8000/v1",
+                                  api_key="sk-test", max_retries=0))
+    try:
+        with anyio.fail_after(10):
+            response = await llm.complete(USER, None)
+        assert llm._transport().lean is False
+    finally:
+        await llm.close()
+        server.close()
+        await server.wait_closed()
+    assert response.text == "via the proxy"
+    assert seen == ["POST http://model.invalid:8000/v1/chat/completions HTTP/1.1"]
+
+
+def test_plain_calls_work_on_uvloop(http_client):
+    """``serve`` runs on uvloop when it is installed (uvicorn's default), whose transports
+    are not asyncio's own classes."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> tuple[str | None, str | None]:
+        async with FakeModelServer({"default": ["first", "second"]}) as fake:
+            llm = client(fake)
+            first = await llm.complete(USER, None)
+            second = await llm.complete(USER, None)  # on the kept connection
+            await llm.close()
+            fake.assert_done()
+        return first.text, second.text
+
+    assert uvloop.run(main()) == ("first", "second")

@@ -145,18 +145,20 @@ _PLAIN_CALL_DRIVER = textwrap.dedent("""
             assistant = Assistant.load(sys.argv[1], llm_factory=fake.llm_factory(),
                                        tracker_store=InMemoryTrackerStore())
             async with assistant:
-                started = {"aiohttp": "aiohttp" in sys.modules}
+                started = {"lean": "httptools" in sys.modules,
+                           "aiohttp": "aiohttp" in sys.modules}
                 events = await assistant.handle_message("u1", "weather?")
             fake.assert_done()
         texts = [e["text"] for e in events if e["event"] == "bot"]
-        print(json.dumps({**started, "texts": texts, "openai": "openai" in sys.modules}))
+        print(json.dumps({**started, "texts": texts, "openai": "openai" in sys.modules,
+                          "aiohttp_after": "aiohttp" in sys.modules}))
 
     asyncio.run(main())
 """)
 
 
-def test_the_model_clients_open_at_start_and_plain_calls_never_import_the_sdk(tmp_path):
-    project = str(write_project(tmp_path, "http://127.0.0.1:9/mcp", {
+def _two_agent_project(tmp_path):
+    return str(write_project(tmp_path, "http://127.0.0.1:9/mcp", {
         "sub_agents/weather/config.yml": """
             agent: {name: weather_agent, description: Tells the weather.}
             configuration: {include_date_time: false}
@@ -164,10 +166,41 @@ def test_the_model_clients_open_at_start_and_plain_calls_never_import_the_sdk(tm
         "sub_agents/booking/config.yml": """
             agent: {name: booking_agent, description: Books a table.}
             """}))
+
+
+def _plain_call(project, **env):
+    environment = {k: v for k, v in os.environ.items() if k != "SUBAGENTS_MODEL_HTTP_CLIENT"}
     done = subprocess.run([sys.executable, "-c", _PLAIN_CALL_DRIVER, project],
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**environment, **env})
     assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_model_clients_open_at_start_and_plain_calls_never_import_the_sdk(tmp_path):
+    result = _plain_call(_two_agent_project(tmp_path))
     assert result["texts"] == ["Where are you?"]
-    assert result["aiohttp"] is True  # the connection pools opened during start-up
+    assert result["lean"] is True  # the connection pools opened during start-up
     assert result["openai"] is False  # only streamed calls go through the SDK
+    # the lean HTTP client serves plain calls: aiohttp is not even imported
+    assert result["aiohttp"] is False
+    assert result["aiohttp_after"] is False
+
+
+def test_plain_calls_go_through_aiohttp_when_the_variable_says_so(tmp_path):
+    result = _plain_call(_two_agent_project(tmp_path), SUBAGENTS_MODEL_HTTP_CLIENT="aiohttp")
+    assert result["texts"] == ["Where are you?"]
+    assert result["aiohttp"] is True  # its session opened during start-up
+    assert result["openai"] is False
+
+
+def test_an_unknown_model_http_client_stops_serve_with_the_variable_named(tmp_path):
+    project = _model_only_project(tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "subagents.cli", "serve", "--project", project, "--port", "0",
+         "--no-model-check"], capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "SUBAGENTS_MODEL_HTTP_CLIENT": "curl"})
+    assert done.returncode == 1
+    assert "[llm.http_client_invalid]" in done.stderr
+    assert "SUBAGENTS_MODEL_HTTP_CLIENT" in done.stderr
+    assert "serving on" not in done.stderr
