@@ -1,7 +1,9 @@
 """ReAct loop overhead: a 5-step run, model at zero latency, trivial in-process tool.
 
 The floor is a raw client: the same request bodies posted as plain JSON over one keep-alive
-aiohttp session, replies decoded with ``json.loads``, no SDK and no agent. Logging is set up
+aiohttp session, replies decoded with ``json.loads``, no SDK and no agent. A second floor posts
+them over the agent's own lean HTTP pool (:mod:`subagents.llm_http`) the same way: what a step
+costs beyond the cheapest wire traffic this process can do. Logging is set up
 as ``subagents serve`` sets it (WARNING), so filtered-out log calls cost what they cost there.
 
 Two figures per step: wall time minus the fake model's handler time (fake model in this
@@ -28,7 +30,8 @@ from subagents.agents.open_agent import MCPOpenAgent
 from subagents.agents.schemas import AgentInput, AgentToolContext, AgentToolResult
 from subagents.channels import CollectingOutputChannel
 from subagents.config.sub_agent import AgentConfiguration
-from subagents.llm import LLMClient, ModelSettings
+from subagents.llm import LLMClient, ModelSettings, model_http_client
+from subagents.llm_http import KeepAlivePool
 from subagents.logs import configure_logging
 from subagents.testing import FakeModelServer
 
@@ -109,9 +112,10 @@ asyncio.run(main())
 """
 
 
-async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float, float]:
-    """CPU ms of this process per agent step, per model call of the agent's client alone and
-    per raw call, fake model in a child."""
+async def _cpu_per_step(bodies: list[dict[str, Any]]
+                        ) -> tuple[float, float, float, float]:
+    """CPU ms of this process per agent step, per model call of the agent's client alone, per
+    raw aiohttp call and per raw call over the lean pool, fake model in a child."""
     import aiohttp
 
     runs = 3 + CPU_RUNS
@@ -165,10 +169,24 @@ async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float, flo
             start = time.process_time()
             await raw_runs(CPU_RUNS)
             raw_cpu = (time.process_time() - start) * 1000 / (CPU_RUNS * STEPS)
+        pool = KeepAlivePool(base + "/chat/completions", headers)
+
+        async def lean_runs(count: int) -> None:
+            for _ in range(count):
+                for body in bodies:
+                    response = await pool.post(json.dumps(body).encode(), 30)
+                    reply = json.loads(response.body)
+                    assert reply["choices"][0]["message"]["tool_calls"]
+
+        await lean_runs(3)
+        start = time.process_time()
+        await lean_runs(CPU_RUNS)
+        lean_cpu = (time.process_time() - start) * 1000 / (CPU_RUNS * STEPS)
+        await pool.close()
     finally:
         proc.stdin.close()
         await proc.wait()
-    return agent_cpu, client_cpu, raw_cpu
+    return agent_cpu, client_cpu, raw_cpu, lean_cpu
 
 
 async def main() -> None:
@@ -189,7 +207,7 @@ async def main() -> None:
         await _raw_floor(fake, bodies, 3)
         floor = await _raw_floor(fake, bodies, RUNS)
         fake.assert_done()
-    agent_cpu, client_cpu, raw_cpu = await _cpu_per_step(bodies)
+    agent_cpu, client_cpu, raw_cpu, lean_cpu = await _cpu_per_step(bodies)
     print(f"per step (wall minus fake-server time): median {statistics.median(per_step):.2f} ms"
           f", min {min(per_step):.2f} ms, max {max(per_step):.2f} ms  (n={len(per_step)} runs)")
     print(f"raw JSON client floor per call: median {statistics.median(floor):.2f} ms, "
@@ -198,8 +216,10 @@ async def main() -> None:
     print(f"CPU per step, fake model in a child process: agent {agent_cpu:.3f} ms, raw JSON "
           f"client {raw_cpu:.3f} ms  -> agent step / floor = {agent_cpu / raw_cpu:.2f}x")
     print(f"  of which the model call through the agent's client (LLMClient.complete alone, "
-          f"same bodies): {client_cpu:.3f} ms; the loop's own work and its effect on the "
-          f"call: {agent_cpu - client_cpu:.3f} ms")
+          f"same bodies, {model_http_client()} HTTP client): {client_cpu:.3f} ms; the loop's "
+          f"own work and its effect on the call: {agent_cpu - client_cpu:.3f} ms")
+    print(f"  raw JSON over the agent's lean HTTP pool (no agent, no retries): {lean_cpu:.3f} "
+          f"ms -> agent step / that floor = {agent_cpu / lean_cpu:.2f}x")
     print(f"peak traced Python memory over 5 runs: {peak / 1024 / 1024:.2f} MB")
     print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 
