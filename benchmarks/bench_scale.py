@@ -17,6 +17,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from _common import machine
 from bench_serve import (
     MODEL_MS,
     ChildFake,
@@ -33,7 +34,7 @@ from bench_serve import (
 
 
 async def run(root: Path, fake: FakeModel, workers: int, n: int, turns: int,
-              label: str) -> str:
+              label: str, spread: bool = False) -> str:
     procs, bases = [], []
     for index in range(workers):
         port = free_port()
@@ -51,7 +52,7 @@ async def run(root: Path, fake: FakeModel, workers: int, n: int, turns: int,
             tag = uuid.uuid4().hex[:8]
             await level(clients, fake, 20, f"warmup-{tag}")
             before = sum(cpu_seconds(p.pid) for p in procs)
-            wall, lat = await level(clients, fake, n, f"run-{tag}", turns)
+            wall, lat = await level(clients, fake, n, f"run-{tag}", turns, spread)
             cpu = sum(cpu_seconds(p.pid) for p in procs) - before
         finally:
             for client in clients:
@@ -68,22 +69,26 @@ async def run(root: Path, fake: FakeModel, workers: int, n: int, turns: int,
             f"{cpu / total * 1000:.2f} ms/turn")
 
 
-async def main(n: int, turns: int, postgres: str, redis: str) -> None:
+async def main(n: int, turns: int, postgres: str, redis: str, spread: bool = False) -> None:
     raise_fd_limit()
-    print(f"== scale-out (fake model {MODEL_MS} ms, {n} clients x {turns} turns) ==")
+    print(f"== scale-out (fake model {MODEL_MS} ms, {n} clients x {turns} turns, "
+          f"{'spread' if spread else 'burst'} arrivals) ==")
+    print(f"machine: {machine()}; load average before: {os.getloadavg()[0]:.2f}")
     async with ChildFake() as fake:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             write_project(root, fake)
-            print(await run(root, fake, 1, n, turns, "1 worker, SQLite"), flush=True)
+            print(await run(root, fake, 1, n, turns, "1 worker, SQLite", spread), flush=True)
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             write_project(root, fake)
             with (root / "endpoints.yml").open("a") as endpoints:
                 endpoints.write(f'tracker_store: {{type: sql, url: "{postgres}"}}\n'
                                 f'lock_store: {{type: redis, url: "{redis}"}}\n')
-            print(await run(root, fake, 1, n, turns, "1 worker, PostgreSQL+Redis"), flush=True)
-            print(await run(root, fake, 2, n, turns, "2 workers, PostgreSQL+Redis"), flush=True)
+            print(await run(root, fake, 1, n, turns, "1 worker, PostgreSQL+Redis", spread),
+                  flush=True)
+            print(await run(root, fake, 2, n, turns, "2 workers, PostgreSQL+Redis", spread),
+                  flush=True)
         await fake.assert_done()
 
 
@@ -91,9 +96,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--clients", type=int, default=100)
     parser.add_argument("--turns", type=int, default=5)
+    parser.add_argument("--arrivals", choices=("burst", "spread"), default="burst",
+                        help="burst: all clients start at once; spread: client i starts i/N "
+                             "of one model latency later")
     parser.add_argument("--postgres", default=os.environ.get("SUBAGENTS_TEST_POSTGRES_URL"))
     parser.add_argument("--redis", default=os.environ.get("SUBAGENTS_TEST_REDIS_URL"))
     args = parser.parse_args()
     if not args.postgres or not args.redis:
         parser.error("needs PostgreSQL and Redis: eval \"$(bash .ci/services.sh)\" first")
-    asyncio.run(main(args.clients, args.turns, args.postgres, args.redis))
+    asyncio.run(main(args.clients, args.turns, args.postgres, args.redis,
+                     args.arrivals == "spread"))

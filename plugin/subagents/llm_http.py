@@ -354,7 +354,8 @@ class KeepAlivePool:
         idle = self._idle
         while idle:
             connection = idle.pop()
-            if connection.closed:
+            if connection.closed or connection.transport is None \
+                    or connection.transport.is_closing():
                 continue
             if loop.time() - connection.idle_since >= self.idle_timeout:
                 connection.abort()
