@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 from subagents import events as ev
-from subagents.agents._copying import copy_input, json_copy
+from subagents.agents._copying import copy_input, fast_copy, json_copy
 from subagents.types import AgentInput, AgentInputSlot
 
 
@@ -83,4 +83,29 @@ def test_subclassed_containers_and_scalars_inside_plain_ones_are_copied_by_kind(
     assert copied[0]["tags"] is not tags
     assert copied[0]["tags"] == ["x"]
     copied[0]["tags"].append("y")
+    assert tags == ["x"]
+
+
+def test_the_events_copy_equals_the_by_type_copy_and_falls_back_for_other_types():
+    """Events are copied through marshal when it takes every object inside; a list holding
+    an enum member or a container subclass anywhere is copied by type instead, as before."""
+    plain = [ev.user_uttered("hi", metadata={"tags": ["x"], "n": 1.5, "ok": True}),
+             {"event": "slot", "name": "s", "value": {"deep": [[None, -0.0, 10**30]]}}]
+    copied = fast_copy(plain)
+    assert copied == plain == json_copy(plain)
+    copied[0]["metadata"]["tags"].append("y")
+    copied[1]["value"]["deep"][0].append(1)
+    assert plain[0]["metadata"]["tags"] == ["x"]
+    assert plain[1]["value"]["deep"] == [[None, -0.0, 10**30]]
+
+    class Tags(list):  # type: ignore[type-arg]
+        pass
+
+    tags = Tags(["x"])
+    odd = [*plain, {"event": "slot", "colour": Colour.RED, "tags": tags}]
+    copied = fast_copy(odd)
+    assert copied == json_copy(odd)
+    assert copied[2]["colour"] is Colour.RED  # not turned into a plain string
+    assert copied[2]["tags"] is not tags
+    copied[2]["tags"].append("y")
     assert tags == ["x"]

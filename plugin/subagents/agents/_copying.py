@@ -1,13 +1,16 @@
 """A fresh copy of an agent's input for each attempt, without ``copy.deepcopy``'s cost.
 
-Agent inputs are JSON-shaped (events, metadata and slot values are dicts, lists and scalars);
-copying those by type is several times faster than ``deepcopy``, which keeps a memo of every
-object it visits. Anything else falls back to ``deepcopy``.
+Agent inputs are JSON-shaped (events, metadata and slot values are dicts, lists and scalars).
+The events of a conversation - thousands of dicts in a long one - are copied through
+``marshal`` (a C round trip, about twice as fast as rebuilding them in Python); what marshal
+cannot take (another type anywhere inside) is copied by type, which is several times faster
+than ``deepcopy``, itself the fallback for objects that are not JSON-shaped.
 """
 
 from __future__ import annotations
 
 import copy
+import marshal
 from typing import Any
 
 from ..types import AgentInput, AgentInputSlot
@@ -36,6 +39,15 @@ def json_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+def fast_copy(value: Any) -> Any:
+    """:func:`json_copy`'s result, through marshal when every object inside is of a type it
+    takes (dicts, lists, tuples, strings, numbers, booleans, None; no subclasses)."""
+    try:
+        return marshal.loads(marshal.dumps(value))
+    except (ValueError, TypeError):  # a type marshal does not take, or nested too deep
+        return json_copy(value)
+
+
 def _copy_slot(slot: AgentInputSlot) -> AgentInputSlot:
     return slot.model_copy(update={
         "value": json_copy(slot.value), "allowed_values": json_copy(slot.allowed_values),
@@ -49,5 +61,5 @@ def copy_input(agent_input: AgentInput) -> AgentInput:
         return agent_input.model_copy(deep=True)  # a subclass may hold more state
     return agent_input.model_copy(update={
         "slots": [_copy_slot(slot) for slot in agent_input.slots],
-        "events": json_copy(agent_input.events),
+        "events": fast_copy(agent_input.events),
         "metadata": json_copy(agent_input.metadata)})
