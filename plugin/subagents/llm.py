@@ -424,10 +424,12 @@ class LLMClient:
     async def _call(self, body: dict[str, Any], stream: bool, on_text: TextCallback | None,
                     started: float, left: float | None) -> LLMResponse:
         """One call with its retries; every failure becomes LLMError."""
+        # the transport's own errors (bad settings) are not the reply's: made before the try
+        transport = None if stream else self._transport()
         try:
-            if stream:
+            if transport is None:
                 return await self._sdk_stream(body, on_text, started, left)
-            return _parse_completion(await self._transport().post(body, left))
+            return _parse_completion(await transport.post(body, left))
         except _HTTPStatusError as exc:
             raise LLMError(f"the model endpoint answered HTTP {exc.status}: {exc.detail}",
                            code="llm.auth" if exc.status == 401 else f"llm.http_{exc.status}"
@@ -717,8 +719,24 @@ class _JsonTransport:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timeout: aiohttp.ClientTimeout | None = None
         """The timeouts of a call without a deadline (built once)."""
-        self.lean = self.proxy is None and model_http_client() == "lean"
+        for name, value in headers.items():
+            if any(c in name or c in str(value) for c in "\r\n\0"):
+                raise LLMError(f"the model's request header {name!r} has a line break or a "
+                               "NUL character: fix extra_headers (or the key) in its "
+                               "settings", code="llm.header_invalid")
+        # credentials in the URL (user:password@host) are aiohttp's to send
+        self.lean = self.proxy is None and "@" not in urllib.parse.urlsplit(url).netloc \
+            and model_http_client() == "lean"
         """Whether the calls go through the lean pool (else through aiohttp)."""
+        if self.lean:
+            from .llm_http import KeepAlivePool
+
+            try:
+                self._pool = KeepAlivePool(url, headers, ssl_context=_tls_context(),
+                                           limit=1000, idle_timeout=30)
+            except ValueError as exc:
+                raise LLMError(f"the model endpoint {url!r} is not an http(s) URL: fix "
+                               "api_base in its settings", code="llm.api_base_invalid") from exc
 
     def usable(self) -> bool:
         """False once the connections belong to another (or a closed) event loop."""
@@ -732,12 +750,9 @@ class _JsonTransport:
             self._open_session()
 
     def _open_pool(self) -> KeepAlivePool:
-        if self._pool is None:
-            from .llm_http import KeepAlivePool
-
+        assert self._pool is not None
+        if self._loop is None:
             self._loop = asyncio.get_running_loop()
-            self._pool = KeepAlivePool(self.url, self.headers, ssl_context=_tls_context(),
-                                       limit=1000, idle_timeout=30)
         return self._pool
 
     def _open_session(self) -> aiohttp.ClientSession:
@@ -779,7 +794,7 @@ class _JsonTransport:
 
         seconds = self.timeout if left is None else max(0.01, min(self.timeout, left))
         try:
-            response = await (self._pool or self._open_pool()).post(data, seconds)
+            response = await self._open_pool().post(data, seconds)
         except HTTPTimeoutError as exc:
             raise _TimedOutError(str(exc)) from exc
         except HTTPConnectionError as exc:

@@ -21,6 +21,7 @@ connection whose call failed or was cancelled is closed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import ssl as _ssl
 import urllib.parse
@@ -28,7 +29,7 @@ import zlib
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 from . import __version__
 
@@ -65,18 +66,23 @@ def available() -> bool:
     return httptools is not None
 
 
+_FIRST_VALUE_ONLY = frozenset({"retry-after", "retry-after-ms", "x-should-retry",
+                               "content-type", "content-encoding"})
+"""Headers read as one value: a server that repeats one is taken at its first word."""
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; serves one request at a time."""
 
     __slots__ = ("_body", "_chunked", "_headers", "_length", "_loop", "_parser", "_status",
-                 "_timeout", "_timer", "_waiter", "closed", "idle_since", "keep", "last_read",
-                 "pool", "transport", "used")
+                 "_timeout", "_timer", "_waiter", "closed", "got_data", "idle_since", "keep",
+                 "last_read", "lost", "pool", "transport")
 
     def __init__(self, pool: KeepAlivePool, loop: asyncio.AbstractEventLoop) -> None:
         self.pool = pool
         self._loop = loop
         assert httptools is not None
-        self._parser = httptools.HttpResponseParser(self)
+        self._parser: Any = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self._waiter: asyncio.Future[HTTPResponse] | None = None
         self._status = 0
@@ -88,9 +94,11 @@ class _Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._timeout = 0.0
         self.closed = False
+        self.lost: asyncio.Future[None] = loop.create_future()
+        """Done once the connection is closed (``connection_lost``)."""
         self.keep = False
-        self.used = False
-        """A request was written on this connection (so the server saw its bytes)."""
+        self.got_data = False
+        """A byte of the reply to the current request arrived."""
         self.idle_since = 0.0
         self.last_read = 0.0
 
@@ -105,12 +113,13 @@ class _Connection(asyncio.Protocol):
             # bytes nobody asked for (on an idle connection): the framing is lost
             self.abort()
             return
+        self.got_data = True
         self.last_read = self._loop.time()
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
             # bad HTTP, an upgrade, or a callback's error (a reply nobody asked for)
-            self._fail(HTTPConnectionError(f"the server sent malformed HTTP: {exc}"))
+            self._fail(HTTPConnectionError(f"the server sent malformed HTTP: {exc!r}"))
             self.abort()
 
     def eof_received(self) -> bool:
@@ -120,20 +129,20 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         self._cancel_timer()
         self.pool._forget(self)
+        if not self.lost.done():
+            self.lost.set_result(None)
         waiter = self._waiter
-        if waiter is None or waiter.done():
-            return
-        if self._status >= 200 and not self._length and not self._chunked:
-            # a reply whose body ends when the server closes the connection
-            self._finish()
-            return
-        reason = f" ({exc})" if exc else ""
-        if self._status:
-            self._fail(HTTPConnectionError(
-                f"the server closed the connection before the reply ended{reason}"))
-        else:
-            self._fail(HTTPConnectionError(
-                f"the server closed the connection without replying{reason}"))
+        if waiter is not None and not waiter.done():
+            if exc is None and self._status >= 200 and not self._length and not self._chunked:
+                # a reply whose body ends when the server closes the connection
+                self._finish()
+            else:
+                reason = f" ({exc})" if exc else ""
+                self._fail(HTTPConnectionError(
+                    "the server closed the connection "
+                    f"{'before the reply ended' if self._status else 'without replying'}"
+                    f"{reason}"))
+        self._parser = None  # the parser points back here: no cycle left for the collector
 
     # ------------------------------------------------------------------ httptools callbacks
     def on_message_begin(self) -> None:
@@ -141,10 +150,15 @@ class _Connection(asyncio.Protocol):
             raise HTTPConnectionError("the server sent a reply nobody asked for")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._status:
+            return  # a chunked body's trailer: not the reply's headers
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         previous = self._headers.get(key)
-        self._headers[key] = text if previous is None else f"{previous}, {text}"
+        if previous is None:
+            self._headers[key] = text
+        elif key not in _FIRST_VALUE_ONLY:
+            self._headers[key] = f"{previous}, {text}"
         if key == "content-length":
             self._length = True
         elif key == "transfer-encoding" and "chunked" in text.lower():
@@ -171,7 +185,7 @@ class _Connection(asyncio.Protocol):
         waiter = self._loop.create_future()
         self._waiter = waiter
         self.keep = False
-        self.used = True
+        self.got_data = False
         self._timeout = timeout
         self.last_read = self._loop.time()
         self._timer = self._loop.call_at(self.last_read + timeout, self._check_stall)
@@ -209,8 +223,7 @@ class _Connection(asyncio.Protocol):
         if not (self._length or self._chunked or self._status in (204, 304)):
             self.keep = False  # a body framed by the close cannot share the connection
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        headers = self._headers
-        response = HTTPResponse(self._status, headers, body)
+        response = HTTPResponse(self._status, self._headers, body)
         self._reset()
         if waiter is not None and not waiter.done():
             waiter.set_result(response)
@@ -230,9 +243,13 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
 
     def close(self) -> None:
-        """Close the connection once what is written has gone out."""
+        """Close the connection once what is written has gone out (at once when a request
+        is still being written: the server may have stopped reading)."""
         if self.transport is not None and not self.closed:
-            self.transport.close()
+            if self.transport.get_write_buffer_size():
+                self.transport.abort()
+            else:
+                self.transport.close()
 
 
 class KeepAlivePool:
@@ -242,8 +259,11 @@ class KeepAlivePool:
         url: ``http://`` or ``https://`` URL; its path and query are the request target.
         headers: Sent with every request (``Authorization``, ``Content-Type``, ...).
         ssl_context: For ``https``; the system's default context when None.
-        limit: Requests in flight at once; more wait for one to end.
-        idle_timeout: Seconds an idle connection stays reusable.
+        limit: Requests in flight at once; more wait for one to end (up to the timeout).
+        idle_timeout: Seconds an idle connection stays open for reuse.
+
+    Raises:
+        ValueError: the URL is not http(s), or a header has a line break or a NUL.
     """
 
     def __init__(self, url: str, headers: Mapping[str, str], *,
@@ -258,7 +278,9 @@ class KeepAlivePool:
         self.port = parts.port or (443 if self.tls else 80)
         self.ssl_context = ssl_context
         self.idle_timeout = idle_timeout
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        target = urllib.parse.quote(parts.path or "/", safe=_PATH_SAFE)
+        if parts.query:
+            target += "?" + urllib.parse.quote(parts.query, safe=_QUERY_SAFE)
         authority = parts.netloc.rsplit("@", 1)[-1]  # never send credentials of the URL
         given = {name.lower() for name in headers}
         lines = [f"POST {target} HTTP/1.1", f"Host: {authority}"]
@@ -267,20 +289,24 @@ class KeepAlivePool:
         if "accept-encoding" not in given:
             lines.append("Accept-Encoding: gzip, deflate")
         for name, value in headers.items():
+            text = str(value)
+            if any(c in name or c in text for c in "\r\n\0") or not name.strip():
+                raise ValueError(f"the header {name!r} is empty or has a line break or a NUL")
             if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
                 continue
-            if "\r" in name or "\n" in name or "\r" in str(value) or "\n" in str(value):
-                raise ValueError(f"the header {name!r} has a line break")
-            lines.append(f"{name}: {value}")
+            lines.append(f"{name}: {text}")
         lines.append("Content-Length: ")
-        self._head = "\r\n".join(lines).encode("latin-1")
-        self._idle: list[_Connection] = []
+        # header values as UTF-8, as aiohttp sends them
+        self._head = "\r\n".join(lines).encode("utf-8")
+        self._idle: deque[_Connection] = deque()
+        """Idle connections, the longest idle first."""
         self._open: set[_Connection] = set()
         self._limit = limit
         self._busy = 0
         """Requests in flight (each holds one of ``limit`` slots)."""
         self._queue: deque[asyncio.Future[None]] = deque()
         """Requests waiting for a slot, in arrival order."""
+        self._sweep: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -308,37 +334,69 @@ class KeepAlivePool:
         if self._busy < self._limit and not self._queue:
             self._busy += 1
         else:
-            await self._wait_for_slot(loop)
+            await self._wait_for_slot(loop, timeout)
         try:
-            connection = self._idle_connection(loop)
-            if connection is None:
-                connection = await self._connect(loop, timeout)
-            waiter = connection.send(data, timeout)
+            connection, response = await self._exchange(loop, data, timeout)
+        finally:
+            self._release_slot()
+        if connection.keep and not connection.closed and not self._closed:
+            connection.idle_since = loop.time()
+            self._idle.append(connection)
+            if self._sweep is None:
+                self._sweep = loop.call_at(connection.idle_since + self.idle_timeout,
+                                           self._close_expired)
+        else:
+            connection.close()
+        coding = response.headers.get("content-encoding")
+        if coding and response.body:
             try:
-                response = await waiter
+                response.body = _decode(coding, response.body)
+            except HTTPConnectionError:
+                if response.status < 400:
+                    raise  # an error reply keeps its status, whatever its body
+        return response
+
+    async def _exchange(self, loop: asyncio.AbstractEventLoop, data: bytes, timeout: float
+                        ) -> tuple[_Connection, HTTPResponse]:
+        """Send the request on a kept or a new connection; the connection and the reply."""
+        connection = self._idle_connection(loop)
+        if connection is not None:
+            try:
+                return connection, await connection.send(data, timeout)
+            except HTTPConnectionError:
+                connection.abort()
+                if connection.got_data:
+                    raise
+                # a kept connection closed without a byte of reply: almost always the server's
+                # idle timeout running out as the request went out, so it goes out once more,
+                # at once, on a new connection (a retry by the caller would wait first)
             except BaseException:
                 connection.abort()
                 raise
-            if connection.keep and not connection.closed and not self._closed:
-                connection.idle_since = loop.time()
-                self._idle.append(connection)
-            else:
-                connection.close()
-            if response.headers.get("content-encoding"):
-                response.body = _decode(response.headers["content-encoding"], response.body)
-            return response
-        finally:
-            self._release_slot()
+        connection = await self._connect(loop, timeout)
+        try:
+            return connection, await connection.send(data, timeout)
+        except BaseException:
+            connection.abort()
+            raise
 
-    async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait until a request that ends hands its slot over."""
+    async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+        """Wait until a request that ends hands its slot over (at most ``timeout``)."""
         waiter = loop.create_future()
         self._queue.append(waiter)
         try:
-            await waiter
-        except asyncio.CancelledError:
+            async with asyncio.timeout(timeout):
+                await waiter
+        except BaseException as exc:
             if waiter.done() and not waiter.cancelled():
-                self._release_slot()  # handed over just as this request was cancelled
+                self._release_slot()  # handed over just as this request gave up
+            else:
+                with contextlib.suppress(ValueError):
+                    self._queue.remove(waiter)
+            if isinstance(exc, TimeoutError):
+                raise HTTPTimeoutError(
+                    f"all {self._limit} connections to {self.host}:{self.port} stayed busy "
+                    f"for {timeout:g}s") from exc
             raise
 
     def _release_slot(self) -> None:
@@ -351,28 +409,47 @@ class KeepAlivePool:
         self._busy -= 1
 
     def _idle_connection(self, loop: asyncio.AbstractEventLoop) -> _Connection | None:
+        """The most recently used idle connection still open; expired ones are closed."""
         idle = self._idle
+        if not idle:
+            return None
+        expired = loop.time() - self.idle_timeout
+        while idle and idle[0].idle_since <= expired:
+            idle.popleft().abort()
         while idle:
             connection = idle.pop()
-            if connection.closed or connection.transport is None \
-                    or connection.transport.is_closing():
-                continue
-            if loop.time() - connection.idle_since >= self.idle_timeout:
-                connection.abort()
-                continue
-            return connection
+            if not connection.closed and connection.transport is not None \
+                    and not connection.transport.is_closing():
+                return connection
         return None
+
+    def _close_expired(self) -> None:
+        """Close the connections idle for ``idle_timeout`` (a timer, while any are idle)."""
+        self._sweep = None
+        idle = self._idle
+        loop = self._loop
+        if loop is None:
+            return
+        expired = loop.time() - self.idle_timeout
+        while idle and idle[0].idle_since <= expired:
+            idle.popleft().abort()
+        if idle:
+            self._sweep = loop.call_at(idle[0].idle_since + self.idle_timeout,
+                                       self._close_expired)
 
     async def _connect(self, loop: asyncio.AbstractEventLoop, timeout: float) -> _Connection:
         ssl: _ssl.SSLContext | None = None
         if self.tls:
             ssl = self.ssl_context or _default_tls()
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as scope:
                 _, protocol = await loop.create_connection(
                     lambda: _Connection(self, loop), self.host, self.port, ssl=ssl,
                     server_hostname=self.host if ssl is not None else None)
         except TimeoutError as exc:
+            if not scope.expired():  # the system's own connect timeout
+                raise HTTPConnectionError(
+                    f"cannot connect to {self.host}:{self.port}: {exc}") from exc
             raise HTTPTimeoutError(
                 f"the connection to {self.host}:{self.port} did not open within "
                 f"{timeout:g}s") from exc
@@ -385,15 +462,28 @@ class KeepAlivePool:
 
     def _forget(self, connection: _Connection) -> None:
         self._open.discard(connection)
-        if connection in self._idle:  # closed by the server while idle (rare: no scan per call)
-            self._idle.remove(connection)
+        if connection.idle_since and connection in self._idle:
+            self._idle.remove(connection)  # closed by the server while idle (rare)
 
     async def close(self) -> None:
-        """Close the idle connections; those in use close when their request ends."""
+        """Close the idle connections and wait (up to a second) until they are closed; those
+        in use close when their request ends."""
         self._closed = True
-        idle, self._idle = self._idle, []
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        idle, self._idle = self._idle, deque()
         for connection in idle:
             connection.close()
+        waiting = [connection.lost for connection in idle if not connection.lost.done()]
+        if waiting:
+            await asyncio.wait(waiting, timeout=1.0)
+        for connection in idle:
+            connection.abort()  # a server that does not finish the TLS close in time
+
+
+_PATH_SAFE = "/%:@!$&'()*+,;=-._~"
+_QUERY_SAFE = _PATH_SAFE + "?"
 
 
 def _decode(coding: str, body: bytes) -> bytes:
@@ -401,7 +491,14 @@ def _decode(coding: str, body: bytes) -> bytes:
     coding = coding.strip().lower()
     try:
         if coding in ("gzip", "x-gzip"):
-            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+            parts = []
+            while body:  # a gzip body may hold several members, one after the other
+                decoder = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                parts.append(decoder.decompress(body))
+                if not decoder.eof:
+                    raise zlib.error("the body ends inside a gzip member")
+                body = decoder.unused_data
+            return b"".join(parts)
         if coding == "deflate":
             try:
                 return zlib.decompress(body)

@@ -272,3 +272,66 @@ def test_plain_calls_work_on_uvloop(http_client):
         return first.text, second.text
 
     assert uvloop.run(main()) == ("first", "second")
+
+
+async def test_a_header_with_a_line_break_is_a_settings_error_not_a_bad_reply():
+    llm = LLMClient(ModelSettings(model="m", api_base="http://127.0.0.1:9/v1",
+                                  headers={"X-Team": "a\r\nInjected: 1"}, max_retries=0))
+    with pytest.raises(LLMError) as info:
+        await llm.complete(USER, None)
+    await llm.close()
+    assert info.value.code == "llm.header_invalid"
+    assert "X-Team" in str(info.value)
+
+
+async def test_an_error_reply_with_an_empty_compressed_body_keeps_its_status():
+    """A 401 with `Content-Encoding: gzip` and no body is the auth error, not a connection
+    error retried three times."""
+    import asyncio
+
+    seen: list[bytes] = []
+
+    async def model(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:
+                break
+            seen.append(head)
+            length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 401 Unauthorized\r\nContent-Encoding: gzip\r\n"
+                         b"Content-Length: 0\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(model, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    llm = LLMClient(ModelSettings(model="m", api_base=f"http://127.0.0.1:{port}/v1",
+                                  api_key="sk-test", max_retries=2))
+    try:
+        with anyio.fail_after(10), pytest.raises(LLMError) as info:
+            await llm.complete(USER, None)
+    finally:
+        await llm.close()
+        server.close()
+        await server.wait_closed()
+    assert info.value.code == "llm.auth"
+    assert len(seen) == 1
+
+
+async def test_an_endpoint_with_credentials_in_its_url_goes_through_aiohttp():
+    llm = LLMClient(ModelSettings(model="m", api_base="http://user:secret@127.0.0.1:9/v1",
+                                  api_key="sk-test"))
+    assert llm._transport().lean is False
+    await llm.close()
+
+
+async def test_an_endpoint_that_is_not_http_is_a_settings_error(http_client):
+    llm = LLMClient(ModelSettings(model="m", api_base="ftp://127.0.0.1:9/v1", max_retries=0))
+    with pytest.raises(LLMError) as info:
+        await llm.complete(USER, None)
+    await llm.close()
+    assert info.value.code == ("llm.api_base_invalid" if http_client == "lean"
+                               else "llm.connection")

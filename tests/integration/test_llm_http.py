@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import gzip
+import inspect
 import ipaddress
 import json
 import socket
@@ -977,3 +978,189 @@ async def test_https_to_a_host_the_certificate_does_not_name_is_a_connection_err
             await post(pool, timeout=2)
     assert server.requests == []
 
+
+
+# --- found in review ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [401, 429, 204])
+async def test_an_empty_body_with_a_content_coding_keeps_its_status(status):
+    """A reply with `Content-Encoding: gzip` and no body (servers send these for errors) is
+    returned as it is: decoding nothing is not an error."""
+    raw = response(status, b"", ("Content-Encoding", "gzip"), ("Retry-After", "3"))
+    async with served(reply(raw)) as (_, pool):
+        result = await post(pool)
+    assert (result.status, result.body, result.headers["retry-after"]) == (status, b"", "3")
+
+
+async def test_an_error_reply_whose_body_does_not_decode_keeps_its_status():
+    raw = response(503, b"not gzip at all", ("Content-Encoding", "gzip"))
+    async with served(reply(raw)) as (_, pool):
+        result = await post(pool)
+    assert result.status == 503
+
+
+async def test_a_repeated_retry_after_is_read_as_its_first_value():
+    raw = response(429, b"{}", ("Retry-After", "5"), ("Retry-After", "5"),
+                   ("X-Should-Retry", "true"), ("x-should-retry", "true"))
+    async with served(reply(raw)) as (_, pool):
+        result = await post(pool)
+    assert result.headers["retry-after"] == "5"
+    assert result.headers["x-should-retry"] == "true"
+
+
+async def test_a_chunked_bodys_trailers_are_not_taken_for_headers():
+    raw = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Trace: head\r\n\r\n"
+           b"2\r\n{}\r\n0\r\nX-Trace: trailer\r\nX-Checksum: 1\r\n\r\n")
+    async with served(reply(raw)) as (server, pool):
+        result = await post(pool)
+        await post(pool)
+    assert result.body == b"{}"
+    assert result.headers["x-trace"] == "head"
+    assert "x-checksum" not in result.headers
+    assert server.accepts == 1
+
+
+async def test_a_gzip_body_of_several_members_is_decoded_whole():
+    body = gzip.compress(b'{"a": ') + gzip.compress(b'"b"}')
+    async with served(reply(response(200, body, ("Content-Encoding", "gzip")))) as (_, pool):
+        result = await post(pool)
+    assert result.body == b'{"a": "b"}'
+
+
+async def test_idle_connections_are_closed_after_the_idle_timeout_without_more_traffic():
+    """Connections left idle after a burst are closed once idle_timeout passes, even when no
+    request comes to look at them."""
+    arrived = asyncio.Event()
+
+    async def respond(request: Request, conn: Conn) -> bool:
+        if len(server.requests) == 3:
+            arrived.set()
+        await asyncio.wait_for(arrived.wait(), WAIT)
+        await conn.send(response(200, b"{}"))
+        return True
+
+    async with served(respond, idle_timeout=0.05) as (server, pool):
+        await asyncio.gather(*(post(pool) for _ in range(3)))
+        assert server.accepts == 3
+        for conn in server.conns:
+            await closed(conn)  # the client closed every one of them
+        assert pool.open_connections == 0
+
+
+async def test_the_oldest_idle_connections_are_closed_while_traffic_goes_on():
+    """Steady traffic reuses the newest connection; the others of an earlier burst are closed
+    once idle longer than idle_timeout, not kept forever at the bottom of the pool."""
+    arrived = asyncio.Event()
+
+    async def respond(request: Request, conn: Conn) -> bool:
+        if len(server.requests) == 4:
+            arrived.set()
+        if len(server.requests) <= 4:
+            await asyncio.wait_for(arrived.wait(), WAIT)
+        await conn.send(response(200, b"{}"))
+        return True
+
+    async with served(respond, idle_timeout=0.2) as (server, pool):
+        await asyncio.gather(*(post(pool) for _ in range(4)))
+        start = time.monotonic()
+        async with asyncio.timeout(WAIT):
+            while pool.open_connections > 1:
+                await post(pool)  # one at a time: only the newest connection is used
+        assert time.monotonic() - start >= 0.15
+    assert server.accepts == 4
+
+
+async def test_a_kept_connection_closed_without_a_reply_is_retried_at_once_on_a_new_one():
+    """The keep-alive race: the server closes an idle connection just as the next request goes
+    out on it. The request goes out again on a new connection, without an error."""
+
+    async def respond(request: Request, conn: Conn) -> bool:
+        if len(conn.requests) == 2:  # the second request on a connection: drop it unanswered
+            return False
+        await conn.send(response(200, b'{"n": %d}' % len(server.requests)))
+        return True
+
+    async with served(respond) as (server, pool):
+        first = await post(pool)
+        second = await post(pool)
+    assert (first.body, second.body) == (b'{"n": 1}', b'{"n": 3}')
+    assert server.accepts == 2
+    assert [r.body for r in server.requests] == [BODY] * 3
+
+
+async def test_a_new_connection_closed_without_a_reply_is_an_error_not_retried():
+    async with served(reply(keep=False)) as (server, pool):
+        with pytest.raises(HTTPConnectionError, match="without replying"):
+            await post(pool)
+    assert len(server.requests) == 1
+
+
+async def test_a_kept_connection_closed_mid_reply_is_an_error_not_retried():
+    async def respond(request: Request, conn: Conn) -> bool:
+        if len(conn.requests) == 2:
+            await conn.send(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n{}")
+            return False
+        await conn.send(response(200, b"{}"))
+        return True
+
+    async with served(respond) as (server, pool):
+        await post(pool)
+        with pytest.raises(HTTPConnectionError, match="before the reply ended"):
+            await post(pool)
+    assert len(server.requests) == 2
+
+
+async def test_waiting_for_a_free_slot_times_out_and_leaves_the_queue_clean():
+    async with served(stall, limit=1) as (server, pool):
+        first = asyncio.ensure_future(pool.post(BODY, WAIT))
+        await eventually(lambda: len(server.requests) == 1)
+        with pytest.raises(HTTPTimeoutError, match="stayed busy"):
+            await post(pool, timeout=0.1)
+        assert not pool._queue
+        first.cancel()
+        with suppress(asyncio.CancelledError):
+            await first
+    assert len(server.requests) == 1
+
+
+async def test_header_values_go_out_as_utf8_and_the_path_percent_encoded():
+    async with RawServer(json_reply()) as server, pool_for(
+            server.url("/my models/v1/chat completions?q=a b"),
+            {"X-Team": "café"}) as pool:
+        await post(pool)
+    [request] = server.requests
+    assert request.line == "POST /my%20models/v1/chat%20completions?q=a%20b HTTP/1.1"
+    raw = dict(request.raw_headers)
+    assert raw["X-Team"].encode("latin-1").decode("utf-8") == "café"
+
+
+@pytest.mark.parametrize("headers", [{"X-Bad": "a\r\nInjected: 1"}, {"X-Nul": "a\0b"},
+                                     {"": "empty name"}])
+def test_a_header_with_a_line_break_or_nul_is_refused(headers):
+    with pytest.raises(ValueError, match="line break or a NUL"):
+        KeepAlivePool("http://127.0.0.1:9/v1", headers)
+
+
+async def test_close_waits_until_its_connections_are_closed():
+    async with served(json_reply()) as (_, pool):
+        await asyncio.gather(*(post(pool) for _ in range(3)))
+        await pool.close()
+        assert pool.open_connections == 0
+
+
+# --- the same on uvloop -------------------------------------------------------------------------
+
+_ON_UVLOOP = sorted(
+    (function for name, function in list(globals().items())
+     if name.startswith("test_") and inspect.iscoroutinefunction(function)
+     and not inspect.signature(function).parameters),
+    key=lambda function: function.__name__)
+
+
+@pytest.mark.parametrize("case", _ON_UVLOOP, ids=lambda function: function.__name__)
+def test_on_uvloop(case):
+    """`serve` runs on uvloop when it is installed: every test above without parameters runs
+    again on a uvloop event loop (its transports are not asyncio's own classes)."""
+    uvloop = pytest.importorskip("uvloop")
+    uvloop.run(case())
