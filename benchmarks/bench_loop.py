@@ -120,7 +120,7 @@ async def _cpu_per_step(bodies: list[dict[str, Any]]
 
     runs = 3 + CPU_RUNS
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", _CHILD, json.dumps(script()), str(runs * 3),
+        sys.executable, "-c", _CHILD, json.dumps(script()), str(runs * 4),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env={**os.environ})
     assert proc.stdout is not None
     assert proc.stdin is not None
