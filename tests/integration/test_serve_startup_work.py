@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from tests.dialogue_harness import write_project
 
 _DRIVER = textwrap.dedent("""
@@ -120,15 +122,20 @@ def test_the_collection_thresholds_come_from_the_environment_when_set(tmp_path):
     assert serving["frozen"] > 10_000
 
 
-def test_wrong_collection_thresholds_stop_serve_with_the_variable_named(tmp_path):
+@pytest.mark.parametrize(("variable", "value", "code"), [
+    ("SUBAGENTS_GC_THRESHOLDS", "lots", "server.gc_thresholds_invalid"),
+    ("SUBAGENTS_MODEL_HTTP_CLIENT", "curl", "llm.http_client_invalid"),
+])
+def test_a_wrong_setting_in_the_environment_stops_serve_with_the_variable_named(
+        tmp_path, variable, value, code):
     project = _model_only_project(tmp_path)
     done = subprocess.run(
         [sys.executable, "-m", "subagents.cli", "serve", "--project", project, "--port", "0",
          "--no-model-check"], capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, "SUBAGENTS_GC_THRESHOLDS": "lots"})
+        env={**os.environ, variable: value})
     assert done.returncode == 1
-    assert "[server.gc_thresholds_invalid]" in done.stderr
-    assert "SUBAGENTS_GC_THRESHOLDS" in done.stderr
+    assert f"[{code}]" in done.stderr
+    assert variable in done.stderr
     assert "serving on" not in done.stderr
 
 
@@ -192,15 +199,3 @@ def test_plain_calls_go_through_aiohttp_when_the_variable_says_so(tmp_path):
     assert result["texts"] == ["Where are you?"]
     assert result["aiohttp"] is True  # its session opened during start-up
     assert result["openai"] is False
-
-
-def test_an_unknown_model_http_client_stops_serve_with_the_variable_named(tmp_path):
-    project = _model_only_project(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-m", "subagents.cli", "serve", "--project", project, "--port", "0",
-         "--no-model-check"], capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, "SUBAGENTS_MODEL_HTTP_CLIENT": "curl"})
-    assert done.returncode == 1
-    assert "[llm.http_client_invalid]" in done.stderr
-    assert "SUBAGENTS_MODEL_HTTP_CLIENT" in done.stderr
-    assert "serving on" not in done.stderr
