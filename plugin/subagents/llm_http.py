@@ -13,9 +13,12 @@ chunked transfer coding or the server closing the connection; gzip and deflate c
 codings decoded; 1xx interim replies skipped; TLS through the event loop's SSL support
 (certificate and hostname verified by the given context). Timeouts work as aiohttp's
 ``ClientTimeout(connect=t, sock_read=t)``: the connection must open within ``t`` and the reply
-must not stall for ``t`` between two reads. A connection is reused only after a complete
-reply that allows keep-alive and only while it has been idle less than ``idle_timeout``; a
-connection whose call failed or was cancelled is closed.
+must not stall for ``t`` between two reads, and a request waits at most ``t`` for a free
+connection. A connection is reused only after a complete reply that allows keep-alive and
+only while it has been idle less than ``idle_timeout`` (a timer closes those idle longer); a
+connection whose call failed or was cancelled is closed. A request on a kept connection that
+the server closes without a byte of reply - its idle timeout running out as the request went
+out - is sent once more, at once, on a new connection.
 """
 
 from __future__ import annotations
