@@ -1,12 +1,13 @@
 """The one LLM client: any OpenAI-compatible chat completions endpoint, streaming or not.
 
-A non-streamed call posts plain JSON over keep-alive connections (:mod:`.llm_http`, or aiohttp) and
-parses the reply itself (no SDK models on the hot path); a streamed call goes through the
-openai SDK. Both retry alike: 408, 409, 429, 5xx and connection errors, with exponential
-backoff or the endpoint's ``Retry-After`` (up to two minutes); a stream that already started
-is never retried. Every failure becomes :class:`~subagents.exceptions.LLMError` with a
-stable code (``llm.timeout``, ``llm.connection``, ``llm.http_<status>``, ``llm.auth``,
-``llm.bad_response``, ``llm.deadline``).
+A non-streamed call posts plain JSON over keep-alive connections (:mod:`.llm_http`, or
+aiohttp behind a proxy) and parses the reply itself (no SDK models on the hot path); a
+streamed call goes through the openai SDK. Both retry alike: 408, 409, 429, 5xx and
+connection errors, with exponential backoff or the endpoint's ``Retry-After`` (up to two
+minutes); a stream that already started is never retried. Every failure becomes
+:class:`~subagents.exceptions.LLMError` with a stable code (``llm.timeout``,
+``llm.connection``, ``llm.http_<status>``, ``llm.auth``, ``llm.bad_response``,
+``llm.deadline``).
 
 Inside :func:`call_deadline` every call - its retries and their waits included - ends by the
 deadline: the request timeout shrinks to the time left, and a call still running then fails
