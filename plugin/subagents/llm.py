@@ -48,6 +48,8 @@ from .config.endpoints import (
     normalize_model_keys,
 )
 from .exceptions import ConfigError, ConfigIssue, LLMError
+from .llm_http import HTTPConnectionError, HTTPTimeoutError, KeepAlivePool
+from .llm_http import available as llm_http_available
 from .llm_routing import Deployment, Router, RouterSettings
 from .observability import traced_model_call
 
@@ -58,7 +60,6 @@ if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
     from .config.endpoints import EndpointsConfig, ModelConfig, ModelGroup
-    from .llm_http import KeepAlivePool
 
 log = structlog.get_logger("subagents.llm")
 
@@ -730,8 +731,6 @@ class _JsonTransport:
             and model_http_client() == "lean"
         """Whether the calls go through the lean pool (else through aiohttp)."""
         if self.lean:
-            from .llm_http import KeepAlivePool
-
             try:
                 self._pool = KeepAlivePool(url, headers, ssl_context=_tls_context(),
                                            limit=1000, idle_timeout=30)
@@ -791,8 +790,6 @@ class _JsonTransport:
             left = _time_left()
 
     async def _lean_attempt(self, data: bytes, left: float | None) -> Any:
-        from .llm_http import HTTPConnectionError, HTTPTimeoutError
-
         seconds = self.timeout if left is None else max(0.01, min(self.timeout, left))
         try:
             response = await self._open_pool().post(data, seconds)
@@ -854,9 +851,7 @@ def model_http_client() -> str:
         raise LLMError(f"{HTTP_CLIENT_VARIABLE}={choice!r} names no HTTP client: set it to "
                        "auto (the default), lean or aiohttp, or unset it",
                        code="llm.http_client_invalid")
-    from .llm_http import available
-
-    if not available():
+    if not llm_http_available():
         if choice == "lean":
             raise LLMError(f"{HTTP_CLIENT_VARIABLE}=lean needs httptools: pip install "
                            "'subagents[fast]', or unset it", code="llm.http_client_unavailable")

@@ -24,7 +24,6 @@ out - is sent once more, at once, on a new connection.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import ssl as _ssl
 import urllib.parse
@@ -305,10 +304,8 @@ class KeepAlivePool:
         """Idle connections, the longest idle first."""
         self._open: set[_Connection] = set()
         self._limit = limit
-        self._busy = 0
-        """Requests in flight (each holds one of ``limit`` slots)."""
-        self._queue: deque[asyncio.Future[None]] = deque()
-        """Requests waiting for a slot, in arrival order."""
+        self._slots = asyncio.Semaphore(limit)
+        """One per request in flight."""
         self._sweep: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
@@ -334,14 +331,21 @@ class KeepAlivePool:
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         data = b"%b%d\r\n\r\n%b" % (self._head, len(body), body)
-        if self._busy < self._limit and not self._queue:
-            self._busy += 1
+        slots = self._slots
+        if slots.locked():  # all busy: wait, as long as a connection may take to open
+            try:
+                async with asyncio.timeout(timeout):
+                    await slots.acquire()
+            except TimeoutError as exc:
+                raise HTTPTimeoutError(
+                    f"all {self._limit} connections to {self.host}:{self.port} stayed busy "
+                    f"for {timeout:g}s") from exc
         else:
-            await self._wait_for_slot(loop, timeout)
+            await slots.acquire()  # at once
         try:
             connection, response = await self._exchange(loop, data, timeout)
         finally:
-            self._release_slot()
+            slots.release()
         if connection.keep and not connection.closed and not self._closed:
             connection.idle_since = loop.time()
             self._idle.append(connection)
@@ -382,34 +386,6 @@ class KeepAlivePool:
         except BaseException:
             connection.abort()
             raise
-
-    async def _wait_for_slot(self, loop: asyncio.AbstractEventLoop, timeout: float) -> None:
-        """Wait until a request that ends hands its slot over (at most ``timeout``)."""
-        waiter = loop.create_future()
-        self._queue.append(waiter)
-        try:
-            async with asyncio.timeout(timeout):
-                await waiter
-        except BaseException as exc:
-            if waiter.done() and not waiter.cancelled():
-                self._release_slot()  # handed over just as this request gave up
-            else:
-                with contextlib.suppress(ValueError):
-                    self._queue.remove(waiter)
-            if isinstance(exc, TimeoutError):
-                raise HTTPTimeoutError(
-                    f"all {self._limit} connections to {self.host}:{self.port} stayed busy "
-                    f"for {timeout:g}s") from exc
-            raise
-
-    def _release_slot(self) -> None:
-        queue = self._queue
-        while queue:
-            waiter = queue.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # the slot goes to the next waiting request
-                return
-        self._busy -= 1
 
     def _idle_connection(self, loop: asyncio.AbstractEventLoop) -> _Connection | None:
         """The most recently used idle connection still open; expired ones are closed."""

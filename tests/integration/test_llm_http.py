@@ -1111,17 +1111,25 @@ async def test_a_kept_connection_closed_mid_reply_is_an_error_not_retried():
     assert len(server.requests) == 2
 
 
-async def test_waiting_for_a_free_slot_times_out_and_leaves_the_queue_clean():
-    async with served(stall, limit=1) as (server, pool):
+async def test_waiting_for_a_free_slot_times_out_and_gives_the_slot_back():
+    """With every connection busy a post waits at most its timeout; the slot the first post
+    frees afterwards serves the next post."""
+    async def respond(request: Request, conn: Conn) -> bool:
+        if len(server.requests) == 1:
+            await asyncio.wait_for(release.wait(), WAIT)
+        await conn.send(response(200, b"{}"))
+        return True
+
+    release = asyncio.Event()
+    async with served(respond, limit=1) as (server, pool):
         first = asyncio.ensure_future(pool.post(BODY, WAIT))
         await eventually(lambda: len(server.requests) == 1)
         with pytest.raises(HTTPTimeoutError, match="stayed busy"):
             await post(pool, timeout=0.1)
-        assert not pool._queue
-        first.cancel()
-        with suppress(asyncio.CancelledError):
-            await first
-    assert len(server.requests) == 1
+        release.set()
+        assert (await asyncio.wait_for(first, WAIT)).status == 200
+        assert (await post(pool)).status == 200
+    assert len(server.requests) == 2
 
 
 async def test_header_values_go_out_as_utf8_and_the_path_percent_encoded():
