@@ -392,15 +392,19 @@ class KeepAlivePool:
         idle = self._idle
         if not idle:
             return None
-        expired = loop.time() - self.idle_timeout
-        while idle and idle[0].idle_since <= expired:
-            idle.popleft().abort()
+        self._close_idle_since(loop.time() - self.idle_timeout)
         while idle:
             connection = idle.pop()
             if not connection.closed and connection.transport is not None \
                     and not connection.transport.is_closing():
                 return connection
         return None
+
+    def _close_idle_since(self, expired: float) -> None:
+        """Close the connections idle since ``expired`` or longer (the oldest come first)."""
+        idle = self._idle
+        while idle and idle[0].idle_since <= expired:
+            idle.popleft().close()
 
     def _close_expired(self) -> None:
         """Close the connections idle for ``idle_timeout`` (a timer, while any are idle)."""
@@ -409,9 +413,7 @@ class KeepAlivePool:
         loop = self._loop
         if loop is None:
             return
-        expired = loop.time() - self.idle_timeout
-        while idle and idle[0].idle_since <= expired:
-            idle.popleft().abort()
+        self._close_idle_since(loop.time() - self.idle_timeout)
         if idle:
             self._sweep = loop.call_at(idle[0].idle_since + self.idle_timeout,
                                        self._close_expired)
