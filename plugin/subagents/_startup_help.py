@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .exceptions import SubagentsError
+from subagents.exceptions import SubagentsError
 
 _MAX_NOTE_LINES = 12
 UNREACHABLE_CODES = frozenset({"agent.a2a.card_unreachable", "agent.a2a.card_not_found",
@@ -43,7 +43,7 @@ def _agent_note(paths: Any, agent: str) -> tuple[str | None, list[str]]:
     root = getattr(paths, "root", None)
     if not isinstance(folder, Path) or not folder.is_dir():
         return None, []
-    from ._yaml import YamlSyntaxError, load_yaml
+    from subagents._yaml import YamlSyntaxError, load_yaml
 
     for config in sorted(folder.glob("*/config.yml")):
         try:

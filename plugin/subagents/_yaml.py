@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .exceptions import ConfigIssue
+from subagents.exceptions import ConfigIssue
 
 Loc = tuple[str | int, ...]
 

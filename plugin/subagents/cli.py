@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
+from subagents import __version__
 
 if TYPE_CHECKING:
-    from .config.project import Project
+    from subagents.config.project import Project
 
 _EPILOG = """\
 examples:
@@ -91,7 +91,7 @@ def _project_arg(parser: argparse.ArgumentParser) -> None:
 
 def _paths(args: argparse.Namespace) -> Any:
     """The project's file locations from --project and the Rasa-style location options."""
-    from .config.project import ProjectPaths
+    from subagents.config.project import ProjectPaths
 
     return ProjectPaths.resolve(args.project.resolve(), config=args.config, domain=args.domain,
                                 data=args.data, endpoints=args.endpoints,
@@ -114,7 +114,7 @@ def _model_check_arg(parser: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``subagents`` argument parser (every command, option and example)."""
-    from .scaffold import DEFAULT_TEMPLATE, TEMPLATES
+    from subagents.scaffold import DEFAULT_TEMPLATE, TEMPLATES
 
     parser = argparse.ArgumentParser(
         prog="subagents", formatter_class=_Formatter, epilog=_EPILOG,
@@ -262,7 +262,7 @@ def _log_level(args: argparse.Namespace) -> str:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """``subagents init``: write a template project and say what to do next."""
-    from .scaffold import ScaffoldError, create_project
+    from subagents.scaffold import ScaffoldError, create_project
 
     try:
         scaffold = create_project(args.directory, args.template, force=args.force)
@@ -292,11 +292,11 @@ def cmd_validate(project_dir: Any, *, connect: bool = False) -> int:
 
     With ``connect``, the MCP tool steps are also checked against their servers' tool lists.
     """
-    from .config.project import collect_issues
+    from subagents.config.project import collect_issues
 
     project, issues = collect_issues(project_dir)
     if project is not None and connect:
-        from .validate_connect import connected_issues
+        from subagents.validate_connect import connected_issues
 
         issues = [*issues, *connected_issues(project)]
         if any(i.severity == "error" for i in issues):
@@ -316,7 +316,7 @@ def cmd_validate(project_dir: Any, *, connect: bool = False) -> int:
 
 def cmd_structure(project_dir: Any) -> int:
     """``subagents demo --structure``: the flows, their steps and the sub agents."""
-    from .config.project import collect_issues
+    from subagents.config.project import collect_issues
 
     project, issues = collect_issues(project_dir)
     if project is None:
@@ -350,9 +350,9 @@ def _default_tests(project: Path) -> Path:
 
 def cmd_test(args: argparse.Namespace) -> int:
     """``subagents test``: run conversation test files; exit 1 if one fails."""
-    from .testing.e2e import Runner
-    from .testing.fixtures import discover, load_files
-    from .testing.report import (
+    from subagents.testing.e2e import Runner
+    from subagents.testing.fixtures import discover, load_files
+    from subagents.testing.report import (
         Progress,
         case_line,
         failure_text,
@@ -411,8 +411,8 @@ def cmd_test(args: argparse.Namespace) -> int:
 def _ready_to_run(args: argparse.Namespace) -> Project | None:
     """For shell and serve: the loaded project if it loads and, unless skipped, every model
     answers; None otherwise (the problems are printed)."""
-    from .config.project import collect_issues
-    from .preflight import check_models, format_problems
+    from subagents.config.project import collect_issues
+    from subagents.preflight import check_models, format_problems
 
     project, issues = collect_issues(_paths(args))
     errors = _print_issues(issues)
@@ -429,7 +429,7 @@ def _ready_to_run(args: argparse.Namespace) -> Project | None:
 
 
 def _enable_observability(args: argparse.Namespace) -> bool:
-    from . import observability
+    from subagents import observability
 
     wanted = [("metrics", args.metrics, observability.enable_metrics),
               ("tracing", bool(args.otlp_endpoint),
@@ -450,7 +450,7 @@ def _enable_observability(args: argparse.Namespace) -> bool:
 def _run_test(args: argparse.Namespace) -> int:
     """``test``, or ``test export SENDER_ID`` (when no file is named ``export``)."""
     if args.paths and str(args.paths[0]) == "export" and not args.paths[0].exists():
-        from .testing.export import cmd_export
+        from subagents.testing.export import cmd_export
 
         return cmd_export(args.project, [str(p) for p in args.paths[1:]], args.out)
     return cmd_test(args)
@@ -460,14 +460,14 @@ def _run_demo(args: argparse.Namespace) -> int:
     """``demo``: play a recorded conversation, or list the project's structure."""
     if args.structure:
         return cmd_structure(_paths(args))
-    from .demo.player import play
+    from subagents.demo.player import play
 
     return play(_paths(args), args.script)
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "mcp":
-        from .mcp.signin import cmd_login
+        from subagents.mcp.signin import cmd_login
 
         return cmd_login(args.project, args.server)
     if args.command == "init":
@@ -479,11 +479,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return _run_demo(args)
     if getattr(args, "record", False):
-        from . import recording
+        from subagents import recording
 
         recording.enable()
     if args.command == "inspect" and args.replay:
-        from .inspector_replay import run_replay
+        from subagents.inspector_replay import run_replay
 
         return run_replay(args.replay, args.project.resolve(), host=args.host, port=args.port,
                           token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
@@ -491,12 +491,12 @@ def _run(args: argparse.Namespace) -> int:
     if project is None:
         return 1
     if args.command == "shell":
-        from .shell import run_shell
+        from subagents.shell import run_shell
 
         return run_shell(_paths(args), debug=args.debug)
-    from .channels.registry import load_channels
-    from .dialogue.processor import Assistant
-    from .server import serve
+    from subagents.channels.registry import load_channels
+    from subagents.dialogue.processor import Assistant
+    from subagents.server import serve
 
     if args.command == "inspect":
         print(f"subagents inspect: the inspector is at http://{args.host}:{args.port}/inspect",
@@ -518,8 +518,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subagents`` command; returns the exit status."""
-    from .exceptions import ProjectInvalidError, SubagentsError
-    from .logs import configure_logging
+    from subagents.exceptions import ProjectInvalidError, SubagentsError
+    from subagents.logs import configure_logging
 
     args = build_parser().parse_args(argv)
     configure_logging(_log_level(args))
@@ -529,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors = _print_issues(exc.issues)
         print(f"{errors} error(s): the project does not load.", file=sys.stderr)
     except SubagentsError as exc:
-        from ._startup_help import startup_error_text
+        from subagents._startup_help import startup_error_text
 
         paths = _paths(args) if isinstance(getattr(args, "project", None), Path) else None
         print(startup_error_text(args.command, exc, paths), file=sys.stderr)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from .types import (
+from subagents.types import (
     ActionExecuted,
     AgentEvent,
     BotUttered,

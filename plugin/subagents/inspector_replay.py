@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from .exceptions import SubagentsError
+from subagents.exceptions import SubagentsError
 
 REPLAY_PREFIX = "replay-"
 """The replayed conversation's sender id is this prefix and the case's name (so a replay saved
@@ -35,7 +35,7 @@ def load_case(spec: str, project: Path) -> Any:
     Raises:
         ReplayError: The file does not exist or does not load, or has no such case.
     """
-    from .testing.fixtures import load_files
+    from subagents.testing.fixtures import load_files
 
     file, _, name = spec.partition("::")
     path = Path(file)
@@ -87,8 +87,8 @@ def replay_plan(case: Any) -> dict[str, Any]:
 async def _replay_project(case: Any, project: Path) -> AsyncIterator[Any]:
     """The loaded project; with a ``tool_script``, its MCP servers are replay stand-ins that
     answer with the recorded results (the real servers are not started)."""
-    from .config.project import load_project
-    from .testing.tool_replay import replay_servers
+    from subagents.config.project import load_project
+    from subagents.testing.tool_replay import replay_servers
 
     loaded = load_project(project)
     if case.tool_script is None:
@@ -107,12 +107,12 @@ async def replay_app(case: Any, project: Path, *, token: str | None = None,
     ``llm_script`` and whose MCP servers answer from its ``tool_script`` (when it has one); the
     stand-ins run while the context is open. The replayed conversation is recorded, so the page
     can save what happened as a new test."""
-    from . import events as ev
-    from . import recording
-    from .dialogue.processor import Assistant
-    from .server import create_app
-    from .stores import InMemoryTrackerStore
-    from .testing import FakeModelServer
+    from subagents import events as ev
+    from subagents import recording
+    from subagents.dialogue.processor import Assistant
+    from subagents.server import create_app
+    from subagents.stores import InMemoryTrackerStore
+    from subagents.testing import FakeModelServer
 
     async with FakeModelServer(case.llm_script) as fake, \
             _replay_project(case, project) as loaded:
@@ -131,8 +131,8 @@ async def serve_replay(case: Any, project: Path, *, host: str, port: int,
     """Serve the API and the inspector with the case's scripted models until stopped."""
     import uvicorn
 
-    from .server import uvicorn_config
-    from .server_security import LOOPBACK_HOSTS, is_loopback, warn_if_exposed
+    from subagents.server import uvicorn_config
+    from subagents.server_security import LOOPBACK_HOSTS, is_loopback, warn_if_exposed
 
     warn_if_exposed(host, token)
     hosts = list(LOOPBACK_HOSTS) if is_loopback(host) else None

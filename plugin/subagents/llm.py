@@ -39,19 +39,19 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from . import usage as _usage_prices
-from .config._base import resolve_env
-from .config.endpoints import (
+from subagents import usage as _usage_prices
+from subagents.config._base import resolve_env
+from subagents.config.endpoints import (
     CLIENT_MODEL_KEYS,
     ROUTING_MODEL_KEYS,
     ROUTING_STRATEGIES,
     normalize_model_keys,
 )
-from .exceptions import ConfigError, ConfigIssue, LLMError
-from .llm_http import HTTPConnectionError, HTTPTimeoutError, KeepAlivePool
-from .llm_http import available as llm_http_available
-from .llm_routing import Deployment, Router, RouterSettings
-from .observability import traced_model_call
+from subagents.exceptions import ConfigError, ConfigIssue, LLMError
+from subagents.llm_http import HTTPConnectionError, HTTPTimeoutError, KeepAlivePool
+from subagents.llm_http import available as llm_http_available
+from subagents.llm_routing import Deployment, Router, RouterSettings
+from subagents.observability import traced_model_call
 
 if TYPE_CHECKING:
     import ssl
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     import aiohttp
     from openai import AsyncOpenAI
 
-    from .config.endpoints import EndpointsConfig, ModelConfig, ModelGroup
+    from subagents.config.endpoints import EndpointsConfig, ModelConfig, ModelGroup
 
 log = structlog.get_logger("subagents.llm")
 

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
-from . import __version__
+from subagents import __version__
 
 try:
     import httptools

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config.endpoints import ROUTING_STRATEGIES
+from subagents.config.endpoints import ROUTING_STRATEGIES
 
 DEFAULT_ALLOWED_FAILS = 3
 DEFAULT_COOLDOWN_TIME = 5.0

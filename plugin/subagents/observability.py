@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from . import recording, usage
+from subagents import recording, usage
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -12,10 +12,10 @@ import asyncio
 import os
 from dataclasses import dataclass
 
-from .config._base import resolve_env
-from .config.project import Project
-from .exceptions import ConfigError
-from .llm import ModelSettings, resolve_model_settings
+from subagents.config._base import resolve_env
+from subagents.config.project import Project
+from subagents.exceptions import ConfigError
+from subagents.llm import ModelSettings, resolve_model_settings
 
 OPENAI_BASE = "https://api.openai.com/v1"
 

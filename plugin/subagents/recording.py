@@ -29,10 +29,10 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from . import events as ev
+from subagents import events as ev
 
 if TYPE_CHECKING:
-    from .stores import LockStore, TrackerStore
+    from subagents.stores import LockStore, TrackerStore
 
 METADATA_KEY = "recording"
 SWITCH_KEY = "record_conversation"

@@ -16,11 +16,11 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from . import recording
-from .exceptions import ConfigError, ConfigIssue
+from subagents import recording
+from subagents.exceptions import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
-    from .config.project import Project
+    from subagents.config.project import Project
 
 
 class ExportError(ConfigError):

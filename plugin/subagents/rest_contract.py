@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import observability
+from subagents import observability
 
 _TRUE = {"true", "1", "yes"}
 

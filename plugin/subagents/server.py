@@ -42,26 +42,26 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from . import __version__, recording
-from .channels.base import CollectingOutputChannel
-from .channels.input import InputChannel
-from .channels.registry import mount_channels
-from .channels.sse import QueueOutputChannel, sse_frame
-from .dialogue.client_input import (
+from subagents import __version__, recording
+from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.input import InputChannel
+from subagents.channels.registry import mount_channels
+from subagents.channels.sse import QueueOutputChannel, sse_frame
+from subagents.dialogue.client_input import (
     ClientInputError,
     TurnFailedError,
     check_message_id,
     check_sender_id,
 )
-from .dialogue.processor import Assistant
-from .exceptions import SubagentsError
-from .inspector import inspector_routes, wants_trace
-from .llm import model_http_client
-from .mcp.consent_relay import ConsentRelay
-from .mcp.consent_route import consent_relay, consent_routes
-from .recording_export import ExportError, a2a_agent_names, build_fixture, dump_fixture
-from .rest_contract import extra_routes, token_matches, wants_stream
-from .server_security import (
+from subagents.dialogue.processor import Assistant
+from subagents.exceptions import SubagentsError
+from subagents.inspector import inspector_routes, wants_trace
+from subagents.llm import model_http_client
+from subagents.mcp.consent_relay import ConsentRelay
+from subagents.mcp.consent_route import consent_relay, consent_routes
+from subagents.recording_export import ExportError, a2a_agent_names, build_fixture, dump_fixture
+from subagents.rest_contract import extra_routes, token_matches, wants_stream
+from subagents.server_security import (
     HEADER_TIMEOUT,
     LOOPBACK_HOSTS,
     cors_origins_from_env,
@@ -70,7 +70,7 @@ from .server_security import (
     security_middleware,
     warn_if_exposed,
 )
-from .stores.redis_lock import RedisLockStore
+from subagents.stores.redis_lock import RedisLockStore
 
 log = structlog.get_logger("subagents.server")
 MAX_BODY = 1_000_000
@@ -411,7 +411,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]
     if a2a_agents is not None:
-        from .a2a.server import sub_agent_routes
+        from subagents.a2a.server import sub_agent_routes
 
         routes += sub_agent_routes(assistant, a2a_agents, guard=api.guard)
     app = Starlette(routes=routes, lifespan=api.lifespan,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import structlog
 
-from .channels.console import ConsoleOutputChannel
-from .config.project import ProjectPaths
-from .exceptions import SubagentsError
+from subagents.channels.console import ConsoleOutputChannel
+from subagents.config.project import ProjectPaths
+from subagents.exceptions import SubagentsError
 
 log = structlog.get_logger("subagents.shell")
 
@@ -36,8 +36,8 @@ def _reader(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None],
 
 
 async def _shell(project: Path | ProjectPaths, debug: bool) -> None:
-    from .dialogue.client_input import TurnFailedError
-    from .dialogue.processor import Assistant
+    from subagents.dialogue.client_input import TurnFailedError
+    from subagents.dialogue.processor import Assistant
 
     assistant = Assistant.load(project)
     channel = ConsoleOutputChannel(debug=debug)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .types import AgentInputSlot
+from subagents.types import AgentInputSlot
 
 __all__ = ["coerce_slot_value"]
 

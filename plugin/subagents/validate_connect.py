@@ -12,16 +12,16 @@ import asyncio
 
 import structlog
 
-from .config._tool_step_check import unknown_tool_issues, unreachable_issue
-from .config.project import Project
-from .exceptions import ConfigIssue
+from subagents.config._tool_step_check import unknown_tool_issues, unreachable_issue
+from subagents.config.project import Project
+from subagents.exceptions import ConfigIssue
 
 log = structlog.get_logger("subagents.validate")
 
 
 async def _list_tools(project: Project, server: str) -> list[str] | str:
     """The tool names of ``server``, or why they could not be listed."""
-    from .mcp.connection import MCPServerConnection
+    from subagents.mcp.connection import MCPServerConnection
 
     config = project.endpoints.mcp_server(server)
     if config is None:  # already reported as flow.call.unknown_mcp_server

@@ -7,6 +7,6 @@ side is :mod:`subagents.a2a.server`. Both need the optional ``a2a-sdk`` package
 
 from __future__ import annotations
 
-from ..agents.a2a_agent import A2AAgent
+from subagents.agents.a2a_agent import A2AAgent
 
 __all__ = ["A2AAgent"]

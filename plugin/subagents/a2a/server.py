@@ -34,13 +34,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
-from ..channels.base import CollectingOutputChannel
-from ..exceptions import AgentInitializationError
+from subagents.agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
+from subagents.channels.base import CollectingOutputChannel
+from subagents.exceptions import AgentInitializationError
 
 if TYPE_CHECKING:
-    from ..agents.base import MCPBaseAgent
-    from ..dialogue.processor import Assistant
+    from subagents.agents.base import MCPBaseAgent
+    from subagents.dialogue.processor import Assistant
 
 log = structlog.get_logger("subagents.a2a")
 CARD_PATH = "/.well-known/agent-card.json"

@@ -13,7 +13,7 @@ import copy
 import marshal
 from typing import Any
 
-from ..types import AgentInput, AgentInputSlot
+from subagents.types import AgentInput, AgentInputSlot
 
 _IMMUTABLE = (str, int, float, bool, type(None))
 _SCALARS = frozenset(_IMMUTABLE)

@@ -18,12 +18,16 @@ from typing import Any
 import structlog
 from pydantic import BaseModel, Field
 
-from ..exceptions import ToolArgumentsError, ToolInvocationError
-from ..mcp.callbacks import ELICITATIONS, with_defaults
-from ..mcp.consent import CONSENTS
-from ..tools.base import CallContext, Deferral, PendingCall, PlannedCall, Tool
-from ..tools.elicitation import elicitation_key
-from ..types import (
+from subagents.agents._images import without_images
+from subagents.agents._model_io import send_event
+from subagents.agents._plan import AgentRun, Executed, Outcome, Park, tool_message
+from subagents.agents._recording import record_tool
+from subagents.exceptions import ToolArgumentsError, ToolInvocationError
+from subagents.mcp.callbacks import ELICITATIONS, with_defaults
+from subagents.mcp.consent import CONSENTS
+from subagents.tools.base import CallContext, Deferral, PendingCall, PlannedCall, Tool
+from subagents.tools.elicitation import elicitation_key
+from subagents.types import (
     AgentStatus,
     AgentToolResult,
     AgentToolSchema,
@@ -31,10 +35,6 @@ from ..types import (
     ExitReason,
     JsonObject,
 )
-from ._images import without_images
-from ._model_io import send_event
-from ._plan import AgentRun, Executed, Outcome, Park, tool_message
-from ._recording import record_tool
 
 log = structlog.get_logger("subagents.agent")
 

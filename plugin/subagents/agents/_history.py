@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from ..types import ChatMessage, TrackerEvent
-from .schemas import AgentInput
+from subagents.agents.schemas import AgentInput
+from subagents.types import ChatMessage, TrackerEvent
 
 PREVIOUS_RUN_START = "--- Previous run (completed). ---"
 PREVIOUS_RUN_END = "--- End of previous run ---"

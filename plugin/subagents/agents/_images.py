@@ -8,8 +8,8 @@ recorded in the tracker.
 
 from __future__ import annotations
 
-from ..tools.base import ToolOutcome
-from ..types import ChatMessage
+from subagents.tools.base import ToolOutcome
+from subagents.types import ChatMessage
 
 INTRO = "The tool results above returned these images:"
 OMITTED = "[images of the tool results above were shown here]"

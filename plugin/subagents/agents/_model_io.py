@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..llm import LLMClient, LLMResponse
-from ..types import ChatMessage, JsonObject, OutputChannelLike, TrackerEvent
-from ._plan import AgentRun
+from subagents.agents._plan import AgentRun
+from subagents.llm import LLMClient, LLMResponse
+from subagents.types import ChatMessage, JsonObject, OutputChannelLike, TrackerEvent
 
 
 async def generate(llm: LLMClient, run: AgentRun, messages: list[ChatMessage],

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from .. import events as ev
-from ..tools import approvals, client_tools
-from ..tools.base import CallContext, Deferral, PendingCalls
-from ..tools.concurrency import execute_calls
-from ..types import AgentStatus, ExitReason
-from ._elicitation import park_on_elicitation
-from ._images import without_images
-from ._model_io import send_event
-from ._plan import AgentRun, Continue, Executed, Outcome, Park, tool_message
-from ._recording import record_tool
+from subagents import events as ev
+from subagents.agents._elicitation import park_on_elicitation
+from subagents.agents._images import without_images
+from subagents.agents._model_io import send_event
+from subagents.agents._plan import AgentRun, Continue, Executed, Outcome, Park, tool_message
+from subagents.agents._recording import record_tool
+from subagents.tools import approvals, client_tools
+from subagents.tools.base import CallContext, Deferral, PendingCalls
+from subagents.tools.concurrency import execute_calls
+from subagents.types import AgentStatus, ExitReason
 
 
 async def park(run: AgentRun, executed: Executed, *, agent_name: str,

@@ -7,10 +7,10 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..llm import LLMResponse, ToolCall, Usage
-from ..tools.approvals import ApprovalToolset
-from ..tools.base import Deferral, PlannedCall, Tool, ToolOutcome, Toolset
-from ..types import (
+from subagents.llm import LLMResponse, ToolCall, Usage
+from subagents.tools.approvals import ApprovalToolset
+from subagents.tools.base import Deferral, PlannedCall, Tool, ToolOutcome, Toolset
+from subagents.types import (
     AgentInput,
     AgentStatus,
     AgentToolContext,
@@ -20,11 +20,11 @@ from ..types import (
     JsonObject,
     TrackerEvent,
 )
-from ..types import OutputChannelLike as OutputChannel
+from subagents.types import OutputChannelLike as OutputChannel
 
 if TYPE_CHECKING:
-    from .budgets import BudgetGuard
-    from .fillers import ProgressReporter
+    from subagents.agents.budgets import BudgetGuard
+    from subagents.agents.fillers import ProgressReporter
 
 _NAME_RUN = re.compile(r"^[A-Za-z0-9_.\-]+")
 _SANITISE = re.compile(r"[^A-Za-z0-9_\-]")

@@ -6,10 +6,10 @@ from typing import Any
 
 import structlog
 
-from .. import events as ev
-from ..tools.base import SlotEffect, ToolOutcome
-from ..types import AgentInputSlot, TrackerEvent
-from ._plan import AgentRun
+from subagents import events as ev
+from subagents.agents._plan import AgentRun
+from subagents.tools.base import SlotEffect, ToolOutcome
+from subagents.types import AgentInputSlot, TrackerEvent
 
 log = structlog.get_logger("subagents.agent")
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..llm import LLMResponse
-from ..tools.base import Deferral, ToolOutcome
-from ..types import AgentOutput, ChatMessage, JsonObject, TrackerEvent
-from ._plan import AgentRun
+from subagents.agents._plan import AgentRun
+from subagents.llm import LLMResponse
+from subagents.tools.base import Deferral, ToolOutcome
+from subagents.types import AgentOutput, ChatMessage, JsonObject, TrackerEvent
 
 RAW_LIMIT = 20_000
 """Characters of a raw request or response kept in a trace record."""

@@ -42,21 +42,21 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import structlog
 
-from .. import recording
-from ..config._base import resolve_env
-from ..config.sub_agent import AgentConfiguration, SubAgentConfig
-from ..exceptions import AgentInitializationError, ConfigError, MCPConnectionError
-from ..observability import traced_agent_run
-from ..types import OutputChannelLike as OutputChannel
-from .base import MCPBaseAgent
-from .schemas import AgentInput, AgentOutput, AgentStatus
+from subagents import recording
+from subagents.agents.base import MCPBaseAgent
+from subagents.agents.schemas import AgentInput, AgentOutput, AgentStatus
+from subagents.config._base import resolve_env
+from subagents.config.sub_agent import AgentConfiguration, SubAgentConfig
+from subagents.exceptions import AgentInitializationError, ConfigError, MCPConnectionError
+from subagents.observability import traced_agent_run
+from subagents.types import OutputChannelLike as OutputChannel
 
 if TYPE_CHECKING:
     import httpx
 
-    from ..config.endpoints import EndpointsConfig
-    from ..llm import LLMClient
-    from ..mcp.pool import MCPPool
+    from subagents.config.endpoints import EndpointsConfig
+    from subagents.llm import LLMClient
+    from subagents.mcp.pool import MCPPool
 
 log = structlog.get_logger("subagents.a2a")
 
@@ -147,8 +147,8 @@ class A2AAgent(MCPBaseAgent):
             raise AgentInitializationError(
                 f"agent {self.name!r}: configuration.auth must be a mapping (api_key, token, "
                 "oauth, module or headers)", code="agent.a2a.auth_invalid")
-        from ..config.endpoints import McpServerConfig
-        from ..mcp.auth import HeaderBuilder
+        from subagents.config.endpoints import McpServerConfig
+        from subagents.mcp.auth import HeaderBuilder
 
         try:
             config = McpServerConfig(name=self.name, url="a2a", **auth)
@@ -324,8 +324,8 @@ class A2AAgent(MCPBaseAgent):
         hook_path = self.configuration.pre_call_hook
         if not hook_path:
             return {}
-        from ..config.project import import_from_project
-        from ..tools.mcp_tools import run_pre_call_hook
+        from subagents.config.project import import_from_project
+        from subagents.tools.mcp_tools import run_pre_call_hook
 
         mod_name = hook_path.rpartition(".")[0]
         import_from_project(self.project_root, mod_name)  # the project's own module

@@ -34,40 +34,17 @@ from zoneinfo import ZoneInfo
 import anyio
 import structlog
 
-from .. import events as ev
-from ..config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
-from ..exceptions import AgentInitializationError, LLMError
-from ..llm import LLMClient, LLMResponse, make_llm_client, resolve_model_settings
-from ..observability import traced_agent_run
-from ..tools import approvals
-from ..tools.approvals import ApprovalToolset
-from ..tools.base import (
-    CallContext,
-    PlannedCall,
-    Tool,
-    ToolOutcome,
-    Toolset,
-)
-from ..tools.client_tools import ClientToolset
-from ..tools.concurrency import execute_calls
-from ..tools.elicitation import ElicitationToolset
-from ..tools.executor import FunctionToolset
-from ..tools.mcp_tools import MCPToolset
-from ..tools.python import custom_tool
-from ..tools.result_budget import ResultBudgetToolset
-from ..tools.state_mapping import StateMappingToolset
-from ..types import ChatMessage, JsonObject, TrackerEvent
-from ..types import OutputChannelLike as OutputChannel
-from . import _trace
-from ._elicitation import PENDING_KEY as ELICITATION_PENDING_KEY
-from ._elicitation import resume as resume_elicitation
-from ._elicitation import settle as settle_elicitation
-from ._history import history_messages
-from ._images import images_message
-from ._limits import cap_text, capped_render, capped_render_async
-from ._model_io import deliver, generate, send_event
-from ._parking import park, resume_approval, resume_client_tools
-from ._plan import (
+from subagents import events as ev
+from subagents.agents import _trace
+from subagents.agents._elicitation import PENDING_KEY as ELICITATION_PENDING_KEY
+from subagents.agents._elicitation import resume as resume_elicitation
+from subagents.agents._elicitation import settle as settle_elicitation
+from subagents.agents._history import history_messages
+from subagents.agents._images import images_message
+from subagents.agents._limits import cap_text, capped_render, capped_render_async
+from subagents.agents._model_io import deliver, generate, send_event
+from subagents.agents._parking import park, resume_approval, resume_client_tools
+from subagents.agents._plan import (
     AgentRun,
     Continue,
     Executed,
@@ -81,8 +58,8 @@ from ._plan import (
     tool_message,
     unavailable_text,
 )
-from ._recording import apply_slot, record_tool
-from .budgets import (
+from subagents.agents._recording import apply_slot, record_tool
+from subagents.agents.budgets import (
     BUDGET_EVENT,
     BUDGET_SENTENCE,
     BudgetGuard,
@@ -90,8 +67,8 @@ from .budgets import (
     budget_note,
     caps_set,
 )
-from .fillers import LatencyBook, progress_sink, said_before
-from .schemas import (
+from subagents.agents.fillers import LatencyBook, progress_sink, said_before
+from subagents.agents.schemas import (
     AgentInput,
     AgentOutput,
     AgentStatus,
@@ -101,10 +78,27 @@ from .schemas import (
     CustomToolSchema,
     ExitReason,
 )
+from subagents.config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
+from subagents.exceptions import AgentInitializationError, LLMError
+from subagents.llm import LLMClient, LLMResponse, make_llm_client, resolve_model_settings
+from subagents.observability import traced_agent_run
+from subagents.tools import approvals
+from subagents.tools.approvals import ApprovalToolset
+from subagents.tools.base import CallContext, PlannedCall, Tool, ToolOutcome, Toolset
+from subagents.tools.client_tools import ClientToolset
+from subagents.tools.concurrency import execute_calls
+from subagents.tools.elicitation import ElicitationToolset
+from subagents.tools.executor import FunctionToolset
+from subagents.tools.mcp_tools import MCPToolset
+from subagents.tools.python import custom_tool
+from subagents.tools.result_budget import ResultBudgetToolset
+from subagents.tools.state_mapping import StateMappingToolset
+from subagents.types import ChatMessage, JsonObject, TrackerEvent
+from subagents.types import OutputChannelLike as OutputChannel
 
 if TYPE_CHECKING:
-    from ..config.endpoints import EndpointsConfig
-    from ..mcp.pool import MCPPool
+    from subagents.config.endpoints import EndpointsConfig
+    from subagents.mcp.pool import MCPPool
 
 log = structlog.get_logger("subagents.agent")
 TEMPLATES = Path(__file__).with_name("templates")
@@ -243,7 +237,7 @@ class MCPBaseAgent:
 
     def get_custom_tool_definitions(self) -> list[JsonObject]:
         """OpenAI-format tool dicts, each with a ``tool_executor(arguments, context)``."""
-        from ..tools.python import discover_python_tools
+        from subagents.tools.python import discover_python_tools
 
         return discover_python_tools(self)
 

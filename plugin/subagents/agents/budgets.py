@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from .. import usage as usage_tally
-from ..config.budgets import BudgetCaps, Budgets
-from ..types import AgentInput
-from ._plan import AgentRun
+from subagents import usage as usage_tally
+from subagents.agents._plan import AgentRun
+from subagents.config.budgets import BudgetCaps, Budgets
+from subagents.types import AgentInput
 
 log = structlog.get_logger("subagents.agent.budget")
 

@@ -22,8 +22,8 @@ from typing import Any
 
 import structlog
 
-from ..types import OutputChannelLike
-from ._plan import AgentRun
+from subagents.agents._plan import AgentRun
+from subagents.types import OutputChannelLike
 
 log = structlog.get_logger("subagents.agent.fillers")
 

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tools.base import Tool
-from ..types import ChatMessage, JsonObject
-from ._plan import AgentRun, Continue, Executed, Finish, Outcome, Plan, StepResult
-from .base import MCPBaseAgent
-from .schemas import AgentInput, AgentStatus, AgentToolResult, AgentToolSchema, ExitReason
+from subagents.agents._plan import AgentRun, Continue, Executed, Finish, Outcome, Plan, StepResult
+from subagents.agents.base import MCPBaseAgent
+from subagents.agents.schemas import (
+    AgentInput,
+    AgentStatus,
+    AgentToolResult,
+    AgentToolSchema,
+    ExitReason,
+)
+from subagents.tools.base import Tool
+from subagents.types import ChatMessage, JsonObject
 
 TASK_COMPLETED = "task_completed"
 

@@ -12,18 +12,18 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config.project import AgentSpec, import_from_project
-from ..exceptions import AgentInitializationError
-from ..rasa_compat import is_rasa_class
-from .a2a_agent import A2AAgent
-from .base import MCPBaseAgent
-from .open_agent import MCPOpenAgent
-from .task_agent import MCPTaskAgent
+from subagents.agents.a2a_agent import A2AAgent
+from subagents.agents.base import MCPBaseAgent
+from subagents.agents.open_agent import MCPOpenAgent
+from subagents.agents.task_agent import MCPTaskAgent
+from subagents.config.project import AgentSpec, import_from_project
+from subagents.exceptions import AgentInitializationError
+from subagents.rasa_compat import is_rasa_class
 
 if TYPE_CHECKING:
-    from ..config.endpoints import EndpointsConfig
-    from ..llm import LLMClient
-    from ..mcp.pool import MCPPool
+    from subagents.config.endpoints import EndpointsConfig
+    from subagents.llm import LLMClient
+    from subagents.mcp.pool import MCPPool
 
 ENTRY_POINT_GROUP = "subagents.agents"
 BUILTIN: dict[str, type[MCPBaseAgent]] = {"mcp_open": MCPOpenAgent, "mcp_task": MCPTaskAgent,

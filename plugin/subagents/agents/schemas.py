@@ -4,16 +4,16 @@ The types are defined in :mod:`subagents.types` (the package's leaf module); imp
 here in agent code.
 """
 
-from ..types import (
-    AgentInput,
-    AgentInputSlot,
-    AgentOutput,
-    AgentStatus,
-    AgentToolContext,
-    AgentToolResult,
-    AgentToolSchema,
-    CustomToolSchema,
-    ExitReason,
+from subagents.types import (
+           AgentInput,
+           AgentInputSlot,
+           AgentOutput,
+           AgentStatus,
+           AgentToolContext,
+           AgentToolResult,
+           AgentToolSchema,
+           CustomToolSchema,
+           ExitReason,
 )
 
 __all__ = ["AgentInput", "AgentInputSlot", "AgentOutput", "AgentStatus", "AgentToolContext",

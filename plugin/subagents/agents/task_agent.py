@@ -14,15 +14,10 @@ import json
 import re
 from typing import Any
 
-from .. import events as ev
-from ..conditions import Condition, ConditionSyntaxError, parse_condition, referenced_slots
-from ..config.domain import mappings_allow_llm
-from ..slots import coerce_slot_value
-from ..tools.base import CallContext, SlotEffect, Tool
-from ..types import JsonObject, TrackerEvent
-from ._plan import AgentRun, Executed, Finish, Outcome, Plan, StepResult
-from .base import MCPBaseAgent
-from .schemas import (
+from subagents import events as ev
+from subagents.agents._plan import AgentRun, Executed, Finish, Outcome, Plan, StepResult
+from subagents.agents.base import MCPBaseAgent
+from subagents.agents.schemas import (
     AgentInput,
     AgentInputSlot,
     AgentStatus,
@@ -30,6 +25,11 @@ from .schemas import (
     AgentToolSchema,
     ExitReason,
 )
+from subagents.conditions import Condition, ConditionSyntaxError, parse_condition, referenced_slots
+from subagents.config.domain import mappings_allow_llm
+from subagents.slots import coerce_slot_value
+from subagents.tools.base import CallContext, SlotEffect, Tool
+from subagents.types import JsonObject, TrackerEvent
 
 __all__ = ["MCPTaskAgent", "coerce_slot_value"]  # coerce_slot_value: old import path
 

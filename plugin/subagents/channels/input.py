@@ -19,7 +19,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
 
 if TYPE_CHECKING:
-    from ..dialogue.processor import Assistant
+    from subagents.dialogue.processor import Assistant
 
 log = structlog.get_logger("subagents.channels")
 

@@ -11,13 +11,13 @@ import structlog
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..config.credentials import Credentials, load_credentials
-from ..config.project import import_from_project
-from ..exceptions import ConfigError, ConfigIssue
-from .input import InputChannel
+from subagents.channels.input import InputChannel
+from subagents.config.credentials import Credentials, load_credentials
+from subagents.config.project import import_from_project
+from subagents.exceptions import ConfigError, ConfigIssue
 
 if TYPE_CHECKING:
-    from ..dialogue.processor import Assistant
+    from subagents.dialogue.processor import Assistant
 
 log = structlog.get_logger("subagents.channels")
 

@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .base import OutputChannel
-from .input import BackgroundTurns, InputChannel
+from subagents.channels.base import OutputChannel
+from subagents.channels.input import BackgroundTurns, InputChannel
 
 if TYPE_CHECKING:
     import socketio
 
-    from ..dialogue.processor import Assistant
+    from subagents.dialogue.processor import Assistant
 
 log = structlog.get_logger("subagents.channels.socketio")
 CLIENT_TOOL_REQUEST = "client_tool_request"

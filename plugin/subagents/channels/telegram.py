@@ -26,13 +26,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .base import OutputChannel
-from .input import BackgroundTurns, InputChannel, RecentIds, split_text
+from subagents.channels.base import OutputChannel
+from subagents.channels.input import BackgroundTurns, InputChannel, RecentIds, split_text
 
 if TYPE_CHECKING:
     from telegram import Bot
 
-    from ..dialogue.processor import Assistant
+    from subagents.dialogue.processor import Assistant
 
 log = structlog.get_logger("subagents.channels.telegram")
 TEXT_LIMIT = 4096

@@ -22,13 +22,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .base import OutputChannel
-from .input import BackgroundTurns, InputChannel, RecentIds, buttons_as_text, split_text
+from subagents.channels.base import OutputChannel
+from subagents.channels.input import (
+    BackgroundTurns,
+    InputChannel,
+    RecentIds,
+    buttons_as_text,
+    split_text,
+)
 
 if TYPE_CHECKING:
     from twilio.rest import Client
 
-    from ..dialogue.processor import Assistant
+    from subagents.dialogue.processor import Assistant
 
 log = structlog.get_logger("subagents.channels.twilio")
 TEXT_LIMIT = 1600

@@ -1,10 +1,10 @@
 """Config models and the project loader."""
 
-from .domain import Domain, SlotDefinition
-from .endpoints import EndpointsConfig, McpServerConfig, ModelConfig, ModelGroup
-from .flows import Flow, Step
-from .project import AgentSpec, Project, ProjectPaths, collect_issues, load_project
-from .sub_agent import AgentConfiguration, SubAgentConfig
+from subagents.config.domain import Domain, SlotDefinition
+from subagents.config.endpoints import EndpointsConfig, McpServerConfig, ModelConfig, ModelGroup
+from subagents.config.flows import Flow, Step
+from subagents.config.project import AgentSpec, Project, ProjectPaths, collect_issues, load_project
+from subagents.config.sub_agent import AgentConfiguration, SubAgentConfig
 
 __all__ = ["AgentConfiguration", "AgentSpec", "Domain", "EndpointsConfig", "Flow",
            "McpServerConfig", "ModelConfig", "ModelGroup", "Project", "ProjectPaths",

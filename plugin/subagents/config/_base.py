@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from .._yaml import Loc, YamlDoc
-from ..exceptions import ConfigError, ConfigIssue
+from subagents._yaml import Loc, YamlDoc
+from subagents.exceptions import ConfigError, ConfigIssue
 
 ENV_REF = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
 _ENV_ANY = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import rasa_compat
+from subagents import rasa_compat
 
 
 class project_on_path:  # noqa: N801 - used as a context manager

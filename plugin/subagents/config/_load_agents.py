@@ -9,14 +9,14 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import ValidationError
 
-from .._yaml import Loc, YamlDoc
-from ..exceptions import ConfigIssue
-from ._base import pydantic_issues
-from ._imports import import_from_project
-from ._loader_base import _LoaderBase
-from .endpoints import EndpointsConfig
-from .sub_agent import SubAgentConfig
-from .validation import AGENT_PROMPT_VARIABLES
+from subagents._yaml import Loc, YamlDoc
+from subagents.config._base import pydantic_issues
+from subagents.config._imports import import_from_project
+from subagents.config._loader_base import _LoaderBase
+from subagents.config.endpoints import EndpointsConfig
+from subagents.config.sub_agent import SubAgentConfig
+from subagents.config.validation import AGENT_PROMPT_VARIABLES
+from subagents.exceptions import ConfigIssue
 
 
 @dataclass

@@ -7,12 +7,12 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .._yaml import Loc, YamlDoc
-from ._base import pydantic_issues
-from ._loader_base import _LoaderBase
-from .endpoints import EndpointsConfig, McpServerConfig, ModelGroup
-from .pipeline import PipelineConfig
-from .validation import COMMAND_GENERATOR_VARIABLES, REPHRASER_VARIABLES
+from subagents._yaml import Loc, YamlDoc
+from subagents.config._base import pydantic_issues
+from subagents.config._loader_base import _LoaderBase
+from subagents.config.endpoints import EndpointsConfig, McpServerConfig, ModelGroup
+from subagents.config.pipeline import PipelineConfig
+from subagents.config.validation import COMMAND_GENERATOR_VARIABLES, REPHRASER_VARIABLES
 
 RASA_ENDPOINT_KEYS = {
     "version", "models", "action_endpoint", "tracker_store", "lock_store", "event_broker", "nlg",

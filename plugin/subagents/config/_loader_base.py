@@ -6,11 +6,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .._yaml import Loc, YamlDoc, YamlSyntaxError, load_yaml
-from ..exceptions import ConfigIssue
-from .endpoints import EndpointsConfig, model_key_problems, router_problems
-from .paths import ProjectPaths
-from .validation import Broken, TemplateChecker
+from subagents._yaml import Loc, YamlDoc, YamlSyntaxError, load_yaml
+from subagents.config.endpoints import EndpointsConfig, model_key_problems, router_problems
+from subagents.config.paths import ProjectPaths
+from subagents.config.validation import Broken, TemplateChecker
+from subagents.exceptions import ConfigIssue
 
 
 class _LoaderBase:

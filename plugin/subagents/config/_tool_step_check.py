@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
-from .._yaml import YamlDoc
-from ..exceptions import ConfigIssue
-from .flows import Flow
+from subagents._yaml import YamlDoc
+from subagents.config.flows import Flow
+from subagents.exceptions import ConfigIssue
 
 UNKNOWN_TOOL = "flow.call.unknown_mcp_tool"
 SERVER_UNREACHABLE = "flow.call.mcp_server_unreachable"
@@ -60,7 +60,7 @@ def unknown_tool_issues(refs: Iterable[ToolStepRef], offered: Mapping[str, Colle
         source: Where the tool names come from, for the message (e.g. ``"its tools: list in
             endpoints.yml"``).
     """
-    from .validation import did_you_mean
+    from subagents.config.validation import did_you_mean
 
     issues = []
     for ref in refs:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from ._base import StrictModel
+from subagents.config._base import StrictModel
 
 
 class BudgetCaps(StrictModel):

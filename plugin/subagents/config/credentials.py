@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._yaml import YamlDoc, YamlSyntaxError, load_yaml
-from ..exceptions import ConfigIssue, ProjectInvalidError
-from ._base import SECRET_CODE, is_env_ref, looks_secret, resolve_env
+from subagents._yaml import YamlDoc, YamlSyntaxError, load_yaml
+from subagents.config._base import SECRET_CODE, is_env_ref, looks_secret, resolve_env
+from subagents.exceptions import ConfigIssue, ProjectInvalidError
 
 CREDENTIALS_FILE = "credentials.yml"
 
@@ -207,7 +207,7 @@ def _check_keys(doc: YamlDoc, name: str, settings: dict[str, Any], keys: Channel
 
 
 def _check_custom(doc: YamlDoc, root: Path, name: str, issues: list[ConfigIssue]) -> bool:
-    from ._imports import import_from_project
+    from subagents.config._imports import import_from_project
 
     mod_name, _, cls_name = name.rpartition(".")
     try:

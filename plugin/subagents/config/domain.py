@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
-from ..conditions import Condition
-from ._base import StrictModel
+from subagents.conditions import Condition
+from subagents.config._base import StrictModel
 
 SlotType = Literal["text", "bool", "float", "categorical", "strict_categorical", "list", "any"]
 MAPPING_TYPES = ("from_llm", "controlled", "custom", "from_entity", "from_intent", "from_text",

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from ._base import StrictModel, check_secret, is_env_ref, looks_secret
-from .mcp_sessions import SessionMode, is_template, template_names
+from subagents.config._base import StrictModel, check_secret, is_env_ref, looks_secret
+from subagents.config.mcp_sessions import SessionMode, is_template, template_names
 
 SUPPORTED_PROVIDERS = ("openai", "azure", "self-hosted", "rasa", "ollama", "litellm_proxy")
 """Providers reached through an OpenAI-compatible chat-completions API."""

@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ..exceptions import ConfigIssue
-from .mcp_sessions import PerUserSession
+from subagents.config.mcp_sessions import PerUserSession
+from subagents.exceptions import ConfigIssue
 
 if TYPE_CHECKING:
-    from .._yaml import YamlDoc
-    from .endpoints import McpServerConfig
+    from subagents._yaml import YamlDoc
+    from subagents.config.endpoints import McpServerConfig
 
 TOKEN_KEY_ENV = "SUBAGENTS_OAUTH_TOKEN_KEY"
 """Environment variable with the Fernet key(s) that encrypt users' tokens at rest: one key, or

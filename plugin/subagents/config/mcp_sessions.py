@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import field_validator
 
-from ..exceptions import ConfigIssue
-from ._base import StrictModel
+from subagents.config._base import StrictModel
+from subagents.exceptions import ConfigIssue
 
 if TYPE_CHECKING:
-    from .._yaml import YamlDoc
-    from .endpoints import McpServerConfig
+    from subagents._yaml import YamlDoc
+    from subagents.config.endpoints import McpServerConfig
 
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}")
 _NAME = re.compile(r"^\s*(metadata|slots)\.([A-Za-z_][A-Za-z0-9_\-]*)\s*$")

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from .endpoints import normalize_model_keys
+from subagents.config.endpoints import normalize_model_keys
 
 __all__ = ["PipelineConfig"]
 

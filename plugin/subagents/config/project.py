@@ -16,23 +16,22 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .._yaml import Loc, YamlDoc, load_yaml
-from ..conditions import ConditionSyntaxError, parse_condition
-from ..exceptions import ConfigIssue, ProjectInvalidError
-from ._base import pydantic_issues
-from ._imports import import_from_project, project_on_path
-from ._load_agents import AgentSpec, _AgentsLoader
-from ._load_settings import _SettingsLoader
-from ._tool_step_check import ToolStepRef, tool_step_refs, unknown_tool_issues
-from .credentials import check_credentials
-from .domain import Domain, DomainFile
-from .endpoints import EndpointsConfig
-from .flows import Flow, FlowModel, flatten, step_key_problems
-from .mcp_oauth import check_per_user_oauth
-from .mcp_sessions import check_template_slots
-from .paths import ProjectPaths
-from .pipeline import PipelineConfig
-from .validation import (
+from subagents._yaml import Loc, YamlDoc, load_yaml
+from subagents.conditions import ConditionSyntaxError, parse_condition
+from subagents.config._base import pydantic_issues
+from subagents.config._imports import import_from_project, project_on_path
+from subagents.config._load_agents import AgentSpec, _AgentsLoader
+from subagents.config._load_settings import _SettingsLoader
+from subagents.config._tool_step_check import ToolStepRef, tool_step_refs, unknown_tool_issues
+from subagents.config.credentials import check_credentials
+from subagents.config.domain import Domain, DomainFile
+from subagents.config.endpoints import EndpointsConfig
+from subagents.config.flows import Flow, FlowModel, flatten, step_key_problems
+from subagents.config.mcp_oauth import check_per_user_oauth
+from subagents.config.mcp_sessions import check_template_slots
+from subagents.config.paths import ProjectPaths
+from subagents.config.pipeline import PipelineConfig
+from subagents.config.validation import (
     BUILTIN_ACTIONS,
     BUILTIN_SLOTS,
     FlowChecker,
@@ -40,6 +39,7 @@ from .validation import (
     rasa_imports,
     slot_problems,
 )
+from subagents.exceptions import ConfigIssue, ProjectInvalidError
 
 __all__ = ["BUILTIN_ACTIONS", "BUILTIN_SLOTS", "AgentSpec", "PipelineConfig", "Project",
            "ProjectPaths", "collect_issues", "import_from_project", "load_project",

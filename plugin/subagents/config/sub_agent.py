@@ -8,9 +8,9 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from ._base import StrictModel
-from .budgets import Budgets
-from .endpoints import normalize_model_keys
+from subagents.config._base import StrictModel
+from subagents.config.budgets import Budgets
+from subagents.config.endpoints import normalize_model_keys
 
 
 class Protocol(StrEnum):

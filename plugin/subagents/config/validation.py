@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._yaml import Loc, YamlDoc
-from ..conditions import Condition, ConditionSyntaxError, parse_condition
-from ..exceptions import ConfigIssue
-from .domain import MAPPING_TYPES, Domain, ResponseVariation
-from .flows import END, Flow, Step
-from .sub_agent import SubAgentConfig
+from subagents._yaml import Loc, YamlDoc
+from subagents.conditions import Condition, ConditionSyntaxError, parse_condition
+from subagents.config.domain import MAPPING_TYPES, Domain, ResponseVariation
+from subagents.config.flows import END, Flow, Step
+from subagents.config.sub_agent import SubAgentConfig
+from subagents.exceptions import ConfigIssue
 
 BUILTIN_ACTIONS = frozenset({
     "action_listen", "action_restart", "action_session_start", "action_default_fallback",
@@ -627,7 +627,7 @@ def rasa_imports(root: Path, module: str) -> list[ConfigIssue]:
     """
     import ast
 
-    from .. import rasa_compat
+    from subagents import rasa_compat
 
     if rasa_compat.real_rasa_available():
         return []

@@ -63,6 +63,6 @@ def book_appointment(doctor: str, date: str, time: str, patient_name: str) -> st
 
 
 if __name__ == "__main__":
-    from ._serve import serve
+    from subagents.demo._serve import serve
 
     serve(server)

@@ -19,10 +19,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from ..channels.console import ConsoleOutputChannel
-from ..config.project import ProjectPaths
-from ..testing.fake_server import FakeModelServer
-from ..testing.fixtures import TestCase, load_file
+from subagents.channels.console import ConsoleOutputChannel
+from subagents.config.project import ProjectPaths
+from subagents.testing.fake_server import FakeModelServer
+from subagents.testing.fixtures import TestCase, load_file
 
 
 def _show_call(agent: str, text: str, reply: dict[str, Any] | None) -> None:
@@ -40,7 +40,7 @@ async def _remote_agents(project: Any, case: TestCase,
     if not case.a2a_script:
         yield []
         return
-    from ..testing.a2a_replay import A2AStandins
+    from subagents.testing.a2a_replay import A2AStandins
 
     names = [n for n in case.a2a_script if n in project.agents]
     standins = A2AStandins(names)
@@ -56,8 +56,8 @@ async def _remote_agents(project: Any, case: TestCase,
 
 
 async def _play(project: ProjectPaths, script: Path) -> int:
-    from ..config.project import load_project
-    from ..dialogue.processor import Assistant
+    from subagents.config.project import load_project
+    from subagents.dialogue.processor import Assistant
 
     loaded = load_file(script)
     if loaded.issues or not loaded.cases:

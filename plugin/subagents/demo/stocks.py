@@ -73,6 +73,6 @@ def get_fundamentals(symbol: str) -> str:
 
 
 if __name__ == "__main__":
-    from ._serve import serve
+    from subagents.demo._serve import serve
 
     serve(server)

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import structlog
 
-from .. import events as ev
-from ..config.project import Project
-from .actions import ActionFailedError, ActionRunner
-from .builtin_actions import BuiltinActions
-from .navigation import Navigator
-from .patterns import Patterns
-from .responses import Responder
-from .results import StepResult
-from .stack import FlowFrame
-from .turn import Turn
+from subagents import events as ev
+from subagents.config.project import Project
+from subagents.dialogue.actions import ActionFailedError, ActionRunner
+from subagents.dialogue.builtin_actions import BuiltinActions
+from subagents.dialogue.navigation import Navigator
+from subagents.dialogue.patterns import Patterns
+from subagents.dialogue.responses import Responder
+from subagents.dialogue.results import StepResult
+from subagents.dialogue.stack import FlowFrame
+from subagents.dialogue.turn import Turn
 
 log = structlog.get_logger("subagents.dialogue")
 

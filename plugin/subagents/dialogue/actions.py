@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..config.project import Project, import_from_project
-from ..exceptions import SubagentsError
+from subagents.config.project import Project, import_from_project
+from subagents.exceptions import SubagentsError
 
 if TYPE_CHECKING:
-    from .turn import Turn
+    from subagents.dialogue.turn import Turn
 
 log = structlog.get_logger("subagents.actions")
 

@@ -26,22 +26,22 @@ from typing import Any
 
 import structlog
 
-from .. import events as ev
-from ..agents._copying import copy_input
-from ..agents.base import MCPBaseAgent
-from ..agents.registry import protocol_type_for
-from ..agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
-from ..conditions import referenced_slots
-from ..config.flows import Flow, Step
-from ..config.project import Project
-from ..types import FrameState
-from .navigation import Navigator
-from .patterns import Patterns
-from .responses import Responder
-from .results import StepResult
-from .stack import AgentFrame, FlowFrame
-from .turn import Turn
-from .understanding import transcript
+from subagents import events as ev
+from subagents.agents._copying import copy_input
+from subagents.agents.base import MCPBaseAgent
+from subagents.agents.registry import protocol_type_for
+from subagents.agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
+from subagents.conditions import referenced_slots
+from subagents.config.flows import Flow, Step
+from subagents.config.project import Project
+from subagents.dialogue.navigation import Navigator
+from subagents.dialogue.patterns import Patterns
+from subagents.dialogue.responses import Responder
+from subagents.dialogue.results import StepResult
+from subagents.dialogue.stack import AgentFrame, FlowFrame
+from subagents.dialogue.turn import Turn
+from subagents.dialogue.understanding import transcript
+from subagents.types import FrameState
 
 log = structlog.get_logger("subagents.dialogue")
 

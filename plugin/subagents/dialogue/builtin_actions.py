@@ -14,14 +14,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .. import events as ev
-from ..config.project import Project
-from .navigation import Navigator
-from .patterns import CANNOT_HANDLE_CHITCHAT, Patterns
-from .responses import Responder
-from .results import StepResult
-from .stack import FlowFrame, FrameType
-from .turn import Turn
+from subagents import events as ev
+from subagents.config.project import Project
+from subagents.dialogue.navigation import Navigator
+from subagents.dialogue.patterns import CANNOT_HANDLE_CHITCHAT, Patterns
+from subagents.dialogue.responses import Responder
+from subagents.dialogue.results import StepResult
+from subagents.dialogue.stack import FlowFrame, FrameType
+from subagents.dialogue.turn import Turn
 
 BuiltinAction = Callable[[Turn, FlowFrame], Awaitable[StepResult]]
 

@@ -21,13 +21,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..config.mcp_sessions import metadata_keys
-from ..exceptions import SubagentsError
+from subagents.config.mcp_sessions import metadata_keys
+from subagents.exceptions import SubagentsError
 
 if TYPE_CHECKING:
-    from ..channels.base import OutputChannel
-    from ..config.project import Project
-    from .stack import Stack
+    from subagents.channels.base import OutputChannel
+    from subagents.config.project import Project
+    from subagents.dialogue.stack import Stack
 
 MAX_SENDER_ID_LENGTH = 255
 """The longest sender id every tracker store accepts (characters)."""
@@ -182,7 +182,7 @@ def parse_client_results(raw: Any) -> dict[str, Any]:
 
 def parked_call_ids(stack: Stack) -> set[str]:
     """Ids of the tool calls agents of this conversation have parked for the client."""
-    from .stack import AgentFrame
+    from subagents.dialogue.stack import AgentFrame
 
     ids: set[str] = set()
     for frame in stack.frames:

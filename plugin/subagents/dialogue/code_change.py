@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ..config.flows import Flow
-from ..config.project import Project
-from .stack import Stack
+from subagents.config.flows import Flow
+from subagents.config.project import Project
+from subagents.dialogue.stack import Stack
 
 
 def flow_fingerprint(flow: Flow) -> str:

@@ -7,13 +7,13 @@ from typing import Any, assert_never
 
 import structlog
 
-from .. import events as ev
-from ..agents.schemas import AgentInputSlot
-from ..agents.task_agent import coerce_slot_value
-from ..conditions import ConditionSyntaxError, parse_condition, referenced_slots
-from ..config.project import Project
-from .builtin_actions import lifecycle_event
-from .commands import (
+from subagents import events as ev
+from subagents.agents.schemas import AgentInputSlot
+from subagents.agents.task_agent import coerce_slot_value
+from subagents.conditions import ConditionSyntaxError, parse_condition, referenced_slots
+from subagents.config.project import Project
+from subagents.dialogue.builtin_actions import lifecycle_event
+from subagents.dialogue.commands import (
     CancelFlow,
     CannotHandle,
     ChitChat,
@@ -32,9 +32,9 @@ from .commands import (
     SkipQuestion,
     StartFlow,
 )
-from .corrections import CORRECTION, plan_correction
-from .navigation import Navigator
-from .patterns import (
+from subagents.dialogue.corrections import CORRECTION, plan_correction
+from subagents.dialogue.navigation import Navigator
+from subagents.dialogue.patterns import (
     CANNOT_HANDLE_CHITCHAT,
     CHITCHAT,
     CLARIFICATION,
@@ -48,9 +48,9 @@ from .patterns import (
     SKIP_QUESTION,
     Patterns,
 )
-from .stack import AgentFrame, FlowFrame, FrameType
-from .turn import Turn
-from .understanding import completed_agents
+from subagents.dialogue.stack import AgentFrame, FlowFrame, FrameType
+from subagents.dialogue.turn import Turn
+from subagents.dialogue.understanding import completed_agents
 
 log = structlog.get_logger("subagents.dialogue")
 

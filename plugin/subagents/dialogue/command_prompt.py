@@ -31,10 +31,10 @@ from zoneinfo import ZoneInfo
 
 import structlog
 
-from ..config.flows import Flow, Step
-from ..config.project import Project
-from ..config.validation import project_file
-from .stack import Stack
+from subagents.config.flows import Flow, Step
+from subagents.config.project import Project
+from subagents.config.validation import project_file
+from subagents.dialogue.stack import Stack
 
 log = structlog.get_logger("subagents.dialogue")
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..config.flows import Flow
-from ..config.project import Project
-from .turn import Turn
+from subagents.config.flows import Flow
+from subagents.config.project import Project
+from subagents.dialogue.turn import Turn
 
 CORRECTION = "pattern_correction"
 

@@ -17,26 +17,26 @@ from typing import Any, assert_never
 
 import structlog
 
-from .. import events as ev
-from ..agents.base import MCPBaseAgent
-from ..conditions import ConditionSyntaxError, parse_condition
-from ..config.flows import Flow, Step
-from ..config.project import Project
-from ..mcp.pool import MCPPool
-from .action_steps import ActionSteps
-from .actions import ActionRunner
-from .agent_steps import AgentKey, AgentSteps
-from .code_change import CodeChanges
-from .command_effects import CommandEffects, coerce_command_value
-from .commands import Command, HandleCodeChange
-from .mcp_tool_steps import McpToolSteps, is_mcp_tool_step
-from .navigation import Navigator
-from .patterns import Patterns
-from .rephraser import LLMFactory, Rephraser
-from .responses import Responder, render_template
-from .results import StepResult
-from .stack import START, AgentFrame, FlowFrame, FrameType
-from .turn import Turn
+from subagents import events as ev
+from subagents.agents.base import MCPBaseAgent
+from subagents.conditions import ConditionSyntaxError, parse_condition
+from subagents.config.flows import Flow, Step
+from subagents.config.project import Project
+from subagents.dialogue.action_steps import ActionSteps
+from subagents.dialogue.actions import ActionRunner
+from subagents.dialogue.agent_steps import AgentKey, AgentSteps
+from subagents.dialogue.code_change import CodeChanges
+from subagents.dialogue.command_effects import CommandEffects, coerce_command_value
+from subagents.dialogue.commands import Command, HandleCodeChange
+from subagents.dialogue.mcp_tool_steps import McpToolSteps, is_mcp_tool_step
+from subagents.dialogue.navigation import Navigator
+from subagents.dialogue.patterns import Patterns
+from subagents.dialogue.rephraser import LLMFactory, Rephraser
+from subagents.dialogue.responses import Responder, render_template
+from subagents.dialogue.results import StepResult
+from subagents.dialogue.stack import START, AgentFrame, FlowFrame, FrameType
+from subagents.dialogue.turn import Turn
+from subagents.mcp.pool import MCPPool
 
 __all__ = ["FlowExecutor", "coerce_command_value", "render_template"]
 

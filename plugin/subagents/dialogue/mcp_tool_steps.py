@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 if TYPE_CHECKING:
-    from ..config.endpoints import EndpointsConfig
-    from ..config.flows import Step
-    from ..mcp.pool import MCPPool
-    from .turn import Turn
+    from subagents.config.endpoints import EndpointsConfig
+    from subagents.config.flows import Step
+    from subagents.dialogue.turn import Turn
+    from subagents.mcp.pool import MCPPool
 
 log = structlog.get_logger("subagents.dialogue")
 

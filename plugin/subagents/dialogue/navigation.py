@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from .. import events as ev
-from ..config.flows import END, Flow, Step
-from ..config.project import Project
-from ..types import FrameState
-from .stack import FlowFrame, FrameType
-from .turn import Turn
+from subagents import events as ev
+from subagents.config.flows import END, Flow, Step
+from subagents.config.project import Project
+from subagents.dialogue.stack import FlowFrame, FrameType
+from subagents.dialogue.turn import Turn
+from subagents.types import FrameState
 
 
 class Navigator:

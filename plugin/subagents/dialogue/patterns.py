@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import events as ev
-from ..config.project import Project
-from .stack import FlowFrame
-from .turn import Turn
+from subagents import events as ev
+from subagents.config.project import Project
+from subagents.dialogue.stack import FlowFrame
+from subagents.dialogue.turn import Turn
 
 CANCEL_FLOW = "pattern_cancel_flow"
 CLARIFICATION = "pattern_clarification"

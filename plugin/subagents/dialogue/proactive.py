@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from .client_input import split_client_metadata
-from .commands import ContinueAgent
-from .stack import Stack
-from .turn import Turn
+from subagents.dialogue.client_input import split_client_metadata
+from subagents.dialogue.commands import ContinueAgent
+from subagents.dialogue.stack import Stack
+from subagents.dialogue.turn import Turn
 
 if TYPE_CHECKING:
-    from ..channels.base import OutputChannel
-    from .processor import Assistant
+    from subagents.channels.base import OutputChannel
+    from subagents.dialogue.processor import Assistant
 
 log = structlog.get_logger("subagents.dialogue")
 

@@ -15,26 +15,15 @@ from typing import Any
 
 import structlog
 
-from .. import events as ev
-from .. import recording
-from ..agents.base import MCPBaseAgent
-from ..agents.registry import create_agent, protocol_type_for
-from ..channels.base import OutputChannel
-from ..config.project import Project, ProjectPaths, load_project
-from ..exceptions import AgentInitializationError, LLMError, MCPConnectionError
-from ..llm import LLMClient, ModelSettings, call_deadline, make_llm_client, resolve_model_settings
-from ..mcp.pool import MCPPool
-from ..observability import traced_command_generation, traced_turn
-from ..stores import (
-    LockStore,
-    TrackerStore,
-    create_lock_store,
-    create_tracker_store,
-)
-from ..usage import conversation_usage, turn_metadata
-from .actions import ActionRunner
-from .builtin_actions import start_session
-from .client_input import (
+from subagents import events as ev
+from subagents import recording
+from subagents.agents.base import MCPBaseAgent
+from subagents.agents.registry import create_agent, protocol_type_for
+from subagents.channels.base import OutputChannel
+from subagents.config.project import Project, ProjectPaths, load_project
+from subagents.dialogue.actions import ActionRunner
+from subagents.dialogue.builtin_actions import start_session
+from subagents.dialogue.client_input import (
     ClientInputError,
     ClientMetadata,
     TurnFailedError,
@@ -45,12 +34,24 @@ from .client_input import (
     replay_answer,
     split_client_metadata,
 )
-from .commands import CannotHandle, Command, ContinueAgent
-from .flow_executor import FlowExecutor
-from .proactive import ReachableChannels, resume_turn, split_owner_key
-from .stack import Stack
-from .turn import Turn
-from .understanding import CommandGenerator
+from subagents.dialogue.commands import CannotHandle, Command, ContinueAgent
+from subagents.dialogue.flow_executor import FlowExecutor
+from subagents.dialogue.proactive import ReachableChannels, resume_turn, split_owner_key
+from subagents.dialogue.stack import Stack
+from subagents.dialogue.turn import Turn
+from subagents.dialogue.understanding import CommandGenerator
+from subagents.exceptions import AgentInitializationError, LLMError, MCPConnectionError
+from subagents.llm import (
+    LLMClient,
+    ModelSettings,
+    call_deadline,
+    make_llm_client,
+    resolve_model_settings,
+)
+from subagents.mcp.pool import MCPPool
+from subagents.observability import traced_command_generation, traced_turn
+from subagents.stores import LockStore, TrackerStore, create_lock_store, create_tracker_store
+from subagents.usage import conversation_usage, turn_metadata
 
 log = structlog.get_logger("subagents.dialogue")
 
@@ -318,7 +319,7 @@ class Assistant:
 
     async def state(self, sender_id: str) -> dict[str, Any]:
         """Events, current slot values and the stack of a conversation."""
-        from .turn import slots_from_events
+        from subagents.dialogue.turn import slots_from_events
 
         record = await self.tracker_store.load(sender_id)
         return {"sender_id": sender_id, "events": record.events,

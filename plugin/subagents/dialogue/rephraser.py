@@ -26,12 +26,12 @@ from typing import Any
 
 import structlog
 
-from ..config.domain import ResponseVariation
-from ..config.project import Project
-from ..llm import LLMClient, ModelSettings, resolve_model_settings
-from ..templating import sandbox
-from .turn import Turn
-from .understanding import transcript
+from subagents.config.domain import ResponseVariation
+from subagents.config.project import Project
+from subagents.dialogue.turn import Turn
+from subagents.dialogue.understanding import transcript
+from subagents.llm import LLMClient, ModelSettings, resolve_model_settings
+from subagents.templating import sandbox
 
 log = structlog.get_logger("subagents.dialogue")
 

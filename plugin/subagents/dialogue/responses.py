@@ -37,14 +37,14 @@ from typing import Any
 
 import structlog
 
-from .. import events as ev
-from ..channels.base import OutputChannel
-from ..conditions import ConditionSyntaxError, parse_condition
-from ..config.domain import ResponseVariation
-from ..config.project import Project
-from ..templating import render_format, render_jinja
-from .rephraser import Rephraser
-from .turn import Turn
+from subagents import events as ev
+from subagents.channels.base import OutputChannel
+from subagents.conditions import ConditionSyntaxError, parse_condition
+from subagents.config.domain import ResponseVariation
+from subagents.config.project import Project
+from subagents.dialogue.rephraser import Rephraser
+from subagents.dialogue.turn import Turn
+from subagents.templating import render_format, render_jinja
 
 log = structlog.get_logger("subagents.dialogue")
 

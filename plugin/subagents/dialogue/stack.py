@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from ..types import FrameState
+from subagents.types import FrameState
 
 log = structlog.get_logger("subagents.dialogue")
 

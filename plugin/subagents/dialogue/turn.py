@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..channels.base import OutputChannel
-from ..config.domain import Domain
-from .stack import Stack
+from subagents.channels.base import OutputChannel
+from subagents.config.domain import Domain
+from subagents.dialogue.stack import Stack
 
 
 def slots_from_events(domain: Domain, events: list[dict[str, Any]]) -> dict[str, Any]:

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import structlog
 
-from ..agents._history import hide_sign_in_links
-from ..config.project import Project
-from ..llm import LLMClient
-from .command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt
-from .commands import (
+from subagents.agents._history import hide_sign_in_links
+from subagents.config.project import Project
+from subagents.dialogue.command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt
+from subagents.dialogue.commands import (
     CannotHandle,
     Command,
     Intent,
@@ -28,10 +27,11 @@ from .commands import (
     parse_commands,
     parse_deterministic,
 )
-from .stack import Stack
+from subagents.dialogue.stack import Stack
+from subagents.llm import LLMClient
 
 if TYPE_CHECKING:
-    from .turn import Turn
+    from subagents.dialogue.turn import Turn
 
 log = structlog.get_logger("subagents.dialogue")
 

@@ -1,6 +1,6 @@
 """MCP client side: transports, one reconnecting connection per server, tool filtering."""
 
-from .connection import MCPServerConnection, MCPTool
-from .pool import MCPPool
+from subagents.mcp.connection import MCPServerConnection, MCPTool
+from subagents.mcp.pool import MCPPool
 
 __all__ = ["MCPPool", "MCPServerConnection", "MCPTool"]

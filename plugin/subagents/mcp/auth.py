@@ -16,11 +16,11 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config._base import resolve_env
-from ..config.endpoints import McpServerConfig, OAuthConfig
+from subagents.config._base import resolve_env
+from subagents.config.endpoints import McpServerConfig, OAuthConfig
 
 if TYPE_CHECKING:
-    from .login import LoginHandlers
+    from subagents.mcp.login import LoginHandlers
 
 
 class HeaderBuilder:
@@ -92,7 +92,7 @@ def oauth_provider(config: McpServerConfig, root: Path | None = None,
     if oauth is None or not config.url:
         return None
     if oauth.grant == "authorization_code":
-        from .login import authorization_code_provider
+        from subagents.mcp.login import authorization_code_provider
 
         return authorization_code_provider(config, root or Path.cwd(), login)
     return _client_credentials_provider(config, oauth)

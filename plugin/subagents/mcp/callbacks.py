@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 
 import structlog
 
-from ..config.endpoints import EndpointsConfig, McpServerConfig
-from .content import block_text
+from subagents.config.endpoints import EndpointsConfig, McpServerConfig
+from subagents.mcp.content import block_text
 
 log = structlog.get_logger("subagents.mcp")
 _T = TypeVar("_T")
@@ -66,7 +66,7 @@ class SamplingHandler:
 
     def _client(self) -> Any:
         if self._llm is None:
-            from ..llm import make_llm_client, resolve_model_settings
+            from subagents.llm import make_llm_client, resolve_model_settings
 
             model = resolve_model_settings({"model_group": self.settings.model_group},
                                            self.endpoints, where="endpoints.yml")

@@ -28,21 +28,22 @@ from typing import Any, TypeVar
 import anyio
 import structlog
 
-from .. import __version__
-from ..config._base import resolve_env
-from ..config.endpoints import EndpointsConfig, McpServerConfig
-from ..config.mcp_sessions import is_template, render_template
-from ..exceptions import (
-    MCPConnectionError,
-    ToolInvocationError,
-    ToolTimeoutError,
+from subagents import __version__
+from subagents.config._base import resolve_env
+from subagents.config.endpoints import EndpointsConfig, McpServerConfig
+from subagents.config.mcp_sessions import is_template, render_template
+from subagents.exceptions import MCPConnectionError, ToolInvocationError, ToolTimeoutError
+from subagents.mcp.auth import HeaderBuilder, oauth_provider
+from subagents.mcp.callbacks import (
+    ELICITATIONS,
+    ElicitationHandler,
+    SamplingHandler,
+    roots_callback,
 )
-from ..types import AgentToolResult
-from .auth import HeaderBuilder, oauth_provider
-from .callbacks import ELICITATIONS, ElicitationHandler, SamplingHandler, roots_callback
-from .content import contents_text, convert_result
-from .login import LoginHandlers, LoginRequiredError
-from .token_store import TokenStore
+from subagents.mcp.content import contents_text, convert_result
+from subagents.mcp.login import LoginHandlers, LoginRequiredError
+from subagents.mcp.token_store import TokenStore
+from subagents.types import AgentToolResult
 
 log = structlog.get_logger("subagents.mcp")
 
@@ -187,7 +188,7 @@ class MCPServerConnection:
         if oauth is None or not oauth.per_user or not self.config.url \
                 or self._login is not None:  # `subagents mcp login`: an operator signs in
             return oauth_provider(self.config, self.root, self._login)
-        from .consent import listing_provider, user_provider
+        from subagents.mcp.consent import listing_provider, user_provider
 
         if self._oauth_user is None or self._tokens is None:
             return listing_provider(self.config, self.root)

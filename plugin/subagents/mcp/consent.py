@@ -30,11 +30,11 @@ from urllib.parse import parse_qs, urlparse
 
 import structlog
 
-from ..config._base import resolve_env
-from ..config.endpoints import McpServerConfig
-from .callbacks import ELICITATIONS, _Flight
-from .login import LoginRequiredError, authorization_code_provider, token_file
-from .token_store import SHARED, TokenStore
+from subagents.config._base import resolve_env
+from subagents.config.endpoints import McpServerConfig
+from subagents.mcp.callbacks import ELICITATIONS, _Flight
+from subagents.mcp.login import LoginRequiredError, authorization_code_provider, token_file
+from subagents.mcp.token_store import SHARED, TokenStore
 
 log = structlog.get_logger("subagents.mcp")
 

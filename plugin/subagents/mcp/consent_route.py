@@ -23,9 +23,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from .callbacks import ELICITATIONS
-from .consent import CALLBACK_PATH, CONSENTS
-from .consent_relay import PARAMS, CallbackOutcome, ConsentRelay
+from subagents.mcp.callbacks import ELICITATIONS
+from subagents.mcp.consent import CALLBACK_PATH, CONSENTS
+from subagents.mcp.consent_relay import PARAMS, CallbackOutcome, ConsentRelay
 
 CALL_WAIT = 60.0
 """Seconds the page waits for the authorized call to finish, so that the conversation finds

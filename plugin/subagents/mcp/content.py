@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..types import AgentToolResult, ToolResultImage
+from subagents.types import AgentToolResult, ToolResultImage
 
 
 def _decoded_size(data: str) -> int:

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.endpoints import McpServerConfig
-from ..config.mcp_sessions import PerUserSession, parse_reference
-from ..exceptions import ToolInvocationError
-from ..types import AgentInput
+from subagents.config.endpoints import McpServerConfig
+from subagents.config.mcp_sessions import PerUserSession, parse_reference
+from subagents.exceptions import ToolInvocationError
+from subagents.types import AgentInput
 
 
 def _lookup(agent_input: AgentInput, source: str, name: str) -> Any:

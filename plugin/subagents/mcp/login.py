@@ -22,9 +22,9 @@ from urllib.parse import parse_qs, urlparse
 
 import structlog
 
-from ..config._base import resolve_env
-from ..config.endpoints import McpServerConfig
-from ..exceptions import MCPConnectionError
+from subagents.config._base import resolve_env
+from subagents.config.endpoints import McpServerConfig
+from subagents.exceptions import MCPConnectionError
 
 if TYPE_CHECKING:
     pass

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import structlog
 
-from ..config.endpoints import EndpointsConfig, McpServerConfig
-from ..exceptions import MCPConnectionError
-from .connection import MCPServerConnection
-from .token_store import TokenStore, token_store
+from subagents.config.endpoints import EndpointsConfig, McpServerConfig
+from subagents.exceptions import MCPConnectionError
+from subagents.mcp.connection import MCPServerConnection
+from subagents.mcp.token_store import TokenStore, token_store
 
 log = structlog.get_logger("subagents.mcp")
 

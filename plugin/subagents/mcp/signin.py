@@ -11,10 +11,10 @@ from pathlib import Path
 
 import structlog
 
-from ..config.endpoints import McpServerConfig
-from ..exceptions import MCPConnectionError
-from .connection import MCPServerConnection
-from .login import LoginHandlers, _CallbackServer, token_file
+from subagents.config.endpoints import McpServerConfig
+from subagents.exceptions import MCPConnectionError
+from subagents.mcp.connection import MCPServerConnection
+from subagents.mcp.login import LoginHandlers, _CallbackServer, token_file
 
 log = structlog.get_logger("subagents.mcp")
 
@@ -59,7 +59,7 @@ async def login(config: McpServerConfig, root: Path,
 
 def cmd_login(project_dir: Path, server: str) -> int:
     """``subagents mcp login <server>``: exit status 0 when signed in."""
-    from ..config.project import load_project
+    from subagents.config.project import load_project
 
     project = load_project(project_dir)
     config = project.endpoints.mcp_server(server)

@@ -19,8 +19,8 @@ from typing import Any
 
 import structlog
 
-from ..config.mcp_oauth import TOKEN_KEY_ENV, token_key_problem
-from ..exceptions import MCPConnectionError
+from subagents.config.mcp_oauth import TOKEN_KEY_ENV, token_key_problem
+from subagents.exceptions import MCPConnectionError
 
 log = structlog.get_logger("subagents.mcp")
 

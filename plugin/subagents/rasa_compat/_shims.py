@@ -13,7 +13,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import AgentInitializationError
+from subagents.exceptions import AgentInitializationError
 
 
 class Event(dict[str, Any]):

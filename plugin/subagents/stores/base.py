@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exceptions import SubagentsError
+from subagents.exceptions import SubagentsError
 
 
 class StoreError(SubagentsError):

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..config._base import resolve_env
-from ..exceptions import ConfigError, ConfigIssue
-from .base import TrackerStore
-from .locks import InProcessLockStore, LockStore
-from .memory import InMemoryTrackerStore
+from subagents.config._base import resolve_env
+from subagents.exceptions import ConfigError, ConfigIssue
+from subagents.stores.base import TrackerStore
+from subagents.stores.locks import InProcessLockStore, LockStore
+from subagents.stores.memory import InMemoryTrackerStore
 
 DEFAULT_DB = ".subagents/tracker.db"
 
@@ -26,7 +26,7 @@ def tracker_store_from_config(config: Any, root: Any) -> TrackerStore:
                                       f"tracker_store type {kind!r} is not supported",
                                       file="endpoints.yml", key="tracker_store.type",
                                       hint="use sql (SQLite or PostgreSQL) or memory"))
-    from .sql import SQLTrackerStore
+    from subagents.stores.sql import SQLTrackerStore
 
     url = resolve_env(data["url"], what="tracker_store.url") if data.get("url") else None
     if not url:
@@ -51,7 +51,7 @@ def lock_store_from_config(config: Any) -> LockStore:
     data = config.model_dump() if config is not None else {}
     kind = str(data.get("type") or "in_memory").lower()
     if kind == "redis":
-        from .redis_lock import RedisLockStore
+        from subagents.stores.redis_lock import RedisLockStore
 
         url = resolve_env(data["url"], what="lock_store.url") if data.get("url") else None
         store = RedisLockStore(url=url, host=data.get("host", "localhost"),

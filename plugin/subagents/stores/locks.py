@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from .base import StoreError
+from subagents.stores.base import StoreError
 
 
 class LockTimeoutError(StoreError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .base import ConversationRecord, TrackerStore
+from subagents.stores.base import ConversationRecord, TrackerStore
 
 
 class InMemoryTrackerStore(TrackerStore):

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from .locks import LockStore, LockTimeoutError
+from subagents.stores.locks import LockStore, LockTimeoutError
 
 if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection

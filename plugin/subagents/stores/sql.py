@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
-from .base import ConversationRecord, StoreError, TrackerStore
+from subagents.stores.base import ConversationRecord, StoreError, TrackerStore
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine

@@ -27,13 +27,13 @@ from typing import Any
 
 import structlog
 
-from .. import events as ev
-from ..channels.base import CollectingOutputChannel
-from ..config.project import ProjectPaths
-from ..dialogue.builtin_actions import session_start_events
-from ..exceptions import ConfigError, ConfigIssue
-from ..stores import InMemoryTrackerStore
-from .assertions import (
+from subagents import events as ev
+from subagents.channels.base import CollectingOutputChannel
+from subagents.config.project import ProjectPaths
+from subagents.dialogue.builtin_actions import session_start_events
+from subagents.exceptions import ConfigError, ConfigIssue
+from subagents.stores import InMemoryTrackerStore
+from subagents.testing.assertions import (
     AGENT_HOOKS,
     GENERATIVE,
     NEGATIVE,
@@ -42,18 +42,18 @@ from .assertions import (
     bot_messages,
     check,
 )
-from .diff import near_miss, side_by_side
-from .fake_server import FakeModelServer
-from .fixtures import TestCase
-from .judge import (
+from subagents.testing.diff import near_miss, side_by_side
+from subagents.testing.fake_server import FakeModelServer
+from subagents.testing.fixtures import TestCase
+from subagents.testing.judge import (
     DEFAULT_JUDGE_EMBEDDINGS,
     DEFAULT_JUDGE_LLM,
     EMBEDDINGS_CALLER,
     JUDGE_CALLER,
     Judge,
 )
-from .live_model import LiveModelCheck
-from .simulated_user import SIMULATED_USER_CALLER, SimulatedUser
+from subagents.testing.live_model import LiveModelCheck
+from subagents.testing.simulated_user import SIMULATED_USER_CALLER, SimulatedUser
 
 INTERNAL_ERROR_PATTERN = "pattern_internal_error"
 INTERNAL_ERROR_UTTER = "utter_internal_error_rasa"
@@ -183,7 +183,7 @@ class Runner:
         await self._stack.aclose()
 
     async def _assistant(self, scripted: bool) -> Any:
-        from ..dialogue.processor import Assistant
+        from subagents.dialogue.processor import Assistant
 
         if scripted and self._scripted is None:
             self.fake = await self._stack.enter_async_context(FakeModelServer())
@@ -302,8 +302,8 @@ class Runner:
         """A fresh assistant for a case with ``tool_script`` (every MCP server is a replay
         stand-in serving the recorded tool results; nothing of the real servers runs) and/or
         ``a2a_script`` (each A2A agent it names points at a local stand-in)."""
-        from ..config.project import load_project
-        from ..dialogue.processor import Assistant
+        from subagents.config.project import load_project
+        from subagents.dialogue.processor import Assistant
 
         project = load_project(self.project_dir)
         kwargs: dict[str, Any] = {"tracker_store": InMemoryTrackerStore()}
@@ -316,7 +316,7 @@ class Runner:
             self.a2a_standins = self._standins.load(case.a2a_script)
         async with contextlib.AsyncExitStack() as stack:
             if case.tool_script is not None:
-                from .tool_replay import replay_servers
+                from subagents.testing.tool_replay import replay_servers
 
                 names = [s.name for s in project.endpoints.mcp_servers or []]
                 timeouts = {s.name: s.timeout for s in project.endpoints.mcp_servers or []}
@@ -333,8 +333,8 @@ class Runner:
     async def _a2a_assistant(self, scripted: bool, script: dict[str, Any]) -> Any:
         """The assistant (kept for the run) whose A2A agents named in ``script`` use the
         stand-ins; cases that script the same agents share it, as plain cases share theirs."""
-        from ..config.project import load_project
-        from ..dialogue.processor import Assistant
+        from subagents.config.project import load_project
+        from subagents.dialogue.processor import Assistant
 
         key = (scripted, frozenset(script))
         if key not in self._a2a_assistants:
@@ -353,7 +353,7 @@ class Runner:
     async def _point_at_standins(self, project: Any, script: dict[str, Any]) -> None:
         """Point each A2A agent of ``script`` at its stand-in (its auth goes with the remote
         it replaces); the project's other agents keep their configuration."""
-        from .a2a_replay import A2AStandins
+        from subagents.testing.a2a_replay import A2AStandins
 
         a2a = [name for name, spec in project.agents.items()
                if spec.config.agent.protocol.value == "A2A"]
@@ -374,7 +374,7 @@ class Runner:
 
     def judge(self, case: TestCase, assistant: Any) -> Judge:
         """The judge for generative assertions of ``case`` (scripted when the case is)."""
-        from ..llm import make_llm_client, resolve_model_settings
+        from subagents.llm import make_llm_client, resolve_model_settings
 
         config = case.judge or {}
         scripted = self._scripted_case(case)
@@ -396,7 +396,7 @@ class Runner:
 
     def simulated_user_llm(self, case: TestCase, assistant: Any) -> Any:
         """The model that plays the simulated user of ``case`` (scripted when the case is)."""
-        from ..llm import make_llm_client, resolve_model_settings
+        from subagents.llm import make_llm_client, resolve_model_settings
 
         spec = case.simulated_user or {}
         scripted = self._scripted_case(case)

@@ -14,14 +14,14 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import ConfigError
-from ..recording_export import ExportError, a2a_agent_names, build_fixture, dump_fixture
+from subagents.exceptions import ConfigError
+from subagents.recording_export import ExportError, a2a_agent_names, build_fixture, dump_fixture
 
 
 async def load_events(project_dir: Path, sender_id: str) -> list[dict[str, Any]]:
     """The conversation's events from the project's tracker store."""
-    from ..config.project import load_project
-    from ..stores import create_tracker_store
+    from subagents.config.project import load_project
+    from subagents.stores import create_tracker_store
 
     project = load_project(project_dir)
     store = create_tracker_store(project.endpoints.tracker_store, project.root)
@@ -41,7 +41,7 @@ def export(project_dir: Path, sender_id: str, out: Path | None) -> str:
     Raises:
         ExportError: see :func:`build_fixture`.
     """
-    from ..config.project import load_project
+    from subagents.config.project import load_project
 
     events = asyncio.run(load_events(project_dir, sender_id))
     document = build_fixture(sender_id, events, a2a_agent_names(load_project(project_dir)))

@@ -12,13 +12,19 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._yaml import YamlDoc, YamlSyntaxError, load_yaml
-from ..exceptions import ConfigIssue
-from .a2a_replay import a2a_script_problems
-from .assertions import ASSERTIONS, MANTLE_HINT, MANTLE_NAMES, MANTLE_PREFIXES, shape_problem
-from .fake_server import normalize_reply
-from .simulated_user import spec_problems
-from .tool_replay import tool_script_problems
+from subagents._yaml import YamlDoc, YamlSyntaxError, load_yaml
+from subagents.exceptions import ConfigIssue
+from subagents.testing.a2a_replay import a2a_script_problems
+from subagents.testing.assertions import (
+    ASSERTIONS,
+    MANTLE_HINT,
+    MANTLE_NAMES,
+    MANTLE_PREFIXES,
+    shape_problem,
+)
+from subagents.testing.fake_server import normalize_reply
+from subagents.testing.simulated_user import spec_problems
+from subagents.testing.tool_replay import tool_script_problems
 
 STEP_KEYS = {"user", "bot", "utter", "slot_was_set", "slot_was_not_set", "client_tool_result"}
 STEP_EXTRAS = {"metadata", "assertions", "assertion_order_enabled"}

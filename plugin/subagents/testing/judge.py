@@ -14,9 +14,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..exceptions import SubagentsError
-from ..llm import LLMClient
-from .assertions import AssertionFailed, Window, bot_messages
+from subagents.exceptions import SubagentsError
+from subagents.llm import LLMClient
+from subagents.testing.assertions import AssertionFailed, Window, bot_messages
 
 JUDGE_CALLER = "judge"
 EMBEDDINGS_CALLER = "judge_embeddings"

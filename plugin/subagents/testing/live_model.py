@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..config.project import ProjectPaths
+from subagents.config.project import ProjectPaths
 
 _FIXES = {
     "preflight.api_key_missing": "set the model's API key (export OPENAI_API_KEY=..., or the "
@@ -36,8 +36,8 @@ class LiveModelCheck:
 
 
 async def _problem(project_dir: Path | ProjectPaths) -> str | None:
-    from ..config.project import load_project
-    from ..preflight import check_models
+    from subagents.config.project import load_project
+    from subagents.preflight import check_models
 
     problems = await check_models(load_project(project_dir))
     if not problems:

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 import pytest
 
-from .e2e import CaseResult, Runner
-from .fixtures import TestCase, load_file
-from .report import failure_text
+from subagents.testing.e2e import CaseResult, Runner
+from subagents.testing.fixtures import TestCase, load_file
+from subagents.testing.report import failure_text
 
 T = TypeVar("T")
 _KEY = pytest.StashKey["_Session"]()

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TextIO
 from xml.etree import ElementTree as ET
 
-from .e2e import CaseResult
+from subagents.testing.e2e import CaseResult
 
 
 def case_line(result: CaseResult) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 
 import anyio
 
-from ..config.endpoints import McpServerConfig
+from subagents.config.endpoints import McpServerConfig
 
 ENTRY_KEYS = {"tool", "arguments", "result", "is_error", "description", "input_schema",
               "delay_ms", "structured_content"}
@@ -177,7 +177,7 @@ async def replay_servers(script: dict[str, Any], names: list[str],
     """Serve a stand-in for each server name (those the script does not mention list no
     tools; those it marks ``down`` get none); yield the stand-ins and endpoint entries that
     point at them, with the servers' ``timeouts`` kept."""
-    from .mcp_http import serve_mcp
+    from subagents.testing.mcp_http import serve_mcp
 
     down = {name for name, entries in script.items() if entries == DOWN}
     servers = {name: ReplayServer.from_script(name, [] if name in down else

@@ -10,18 +10,18 @@
 * :mod:`.mcp_tools` - the MCP tools an agent may use; :mod:`.python` - ``@tool``
 """
 
-from .base import (
-    CallContext,
-    Deferral,
-    PlannedCall,
-    SlotEffect,
-    Tool,
-    ToolOutcome,
-    Toolset,
-    WrapperToolset,
+from subagents.tools.base import (
+           CallContext,
+           Deferral,
+           PlannedCall,
+           SlotEffect,
+           Tool,
+           ToolOutcome,
+           Toolset,
+           WrapperToolset,
 )
-from .concurrency import execute_calls
-from .executor import FunctionToolset, invoke_tool
+from subagents.tools.concurrency import execute_calls
+from subagents.tools.executor import FunctionToolset, invoke_tool
 
 __all__ = ["CallContext", "Deferral", "FunctionToolset", "PlannedCall", "SlotEffect", "Tool",
            "ToolOutcome", "Toolset", "WrapperToolset", "execute_calls", "invoke_tool"]

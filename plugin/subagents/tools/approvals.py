@@ -12,9 +12,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ..config.sub_agent import ToolSettings
-from ..types import ChatMessage
-from .base import (
+from subagents.config.sub_agent import ToolSettings
+from subagents.tools.base import (
     CallContext,
     Deferral,
     PendingCalls,
@@ -24,6 +23,7 @@ from .base import (
     Toolset,
     WrapperToolset,
 )
+from subagents.types import ChatMessage
 
 PENDING_KEY = "pending_approval"
 DECLINED = "The user did not approve this call, so it was not run."

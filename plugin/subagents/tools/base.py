@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..types import (
+from subagents.types import (
     AgentInput,
     AgentToolContext,
     AgentToolResult,

@@ -13,9 +13,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ..config.sub_agent import ClientToolDef
-from ..types import AgentToolResult, AgentToolSchema, ChatMessage, JsonObject
-from .base import (
+from subagents.config.sub_agent import ClientToolDef
+from subagents.tools.base import (
     CallContext,
     Deferral,
     PendingCall,
@@ -26,6 +25,7 @@ from .base import (
     Toolset,
     WrapperToolset,
 )
+from subagents.types import AgentToolResult, AgentToolSchema, ChatMessage, JsonObject
 
 PENDING_KEY = "pending_client_tools"
 RESULTS_KEY = "client_tool_results"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
-from .base import CallContext, PlannedCall, ToolOutcome, Toolset
+from subagents.tools.base import CallContext, PlannedCall, ToolOutcome, Toolset
 
 
 async def execute_calls(toolset: Toolset, calls: list[PlannedCall], ctx: CallContext, *,

@@ -9,9 +9,21 @@ background (:data:`subagents.mcp.callbacks.ELICITATIONS`); calling it again with
 
 from __future__ import annotations
 
-from ..mcp.callbacks import ELICITATION_TIMEOUT, ELICITATIONS, ElicitationOwner, elicitation_owner
-from ..types import AgentInput
-from .base import CallContext, Deferral, PlannedCall, ToolOutcome, Toolset, WrapperToolset
+from subagents.mcp.callbacks import (
+    ELICITATION_TIMEOUT,
+    ELICITATIONS,
+    ElicitationOwner,
+    elicitation_owner,
+)
+from subagents.tools.base import (
+    CallContext,
+    Deferral,
+    PlannedCall,
+    ToolOutcome,
+    Toolset,
+    WrapperToolset,
+)
+from subagents.types import AgentInput
 
 
 def elicitation_key(agent_input: AgentInput, call_id: str) -> str:

@@ -16,10 +16,10 @@ from typing import Any
 
 import structlog
 
-from ..exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutError
-from ..observability import traced_tool_call
-from ..types import AgentToolResult, JsonObject
-from .base import CallContext, PlannedCall, Tool, ToolOutcome
+from subagents.exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutError
+from subagents.observability import traced_tool_call
+from subagents.tools.base import CallContext, PlannedCall, Tool, ToolOutcome
+from subagents.types import AgentToolResult, JsonObject
 
 log = structlog.get_logger("subagents.tools")
 

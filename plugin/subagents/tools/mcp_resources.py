@@ -12,10 +12,10 @@ from typing import Any
 
 import structlog
 
-from ..config.sub_agent import McpServerRef
-from ..mcp.pool import MCPPool
-from ..types import AgentToolResult, AgentToolSchema
-from .base import CallContext, Tool
+from subagents.config.sub_agent import McpServerRef
+from subagents.mcp.pool import MCPPool
+from subagents.tools.base import CallContext, Tool
+from subagents.types import AgentToolResult, AgentToolSchema
 
 log = structlog.get_logger("subagents.tools")
 

@@ -7,16 +7,16 @@ import inspect
 
 import structlog
 
-from ..config.sub_agent import McpServerRef, ToolSettings
-from ..exceptions import MCPConnectionError, ToolInvocationError, ToolNotAvailableError
-from ..mcp.callbacks import ELICITATIONS
-from ..mcp.connection import MCPTool
-from ..mcp.consent import CONSENT_CODES
-from ..mcp.identity import session_key, template_values
-from ..mcp.pool import MCPPool
-from ..types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
-from .base import CallContext, Tool
-from .mcp_resources import resource_tool
+from subagents.config.sub_agent import McpServerRef, ToolSettings
+from subagents.exceptions import MCPConnectionError, ToolInvocationError, ToolNotAvailableError
+from subagents.mcp.callbacks import ELICITATIONS
+from subagents.mcp.connection import MCPTool
+from subagents.mcp.consent import CONSENT_CODES
+from subagents.mcp.identity import session_key, template_values
+from subagents.mcp.pool import MCPPool
+from subagents.tools.base import CallContext, Tool
+from subagents.tools.mcp_resources import resource_tool
+from subagents.types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
 
 log = structlog.get_logger("subagents.tools")
 

@@ -14,9 +14,9 @@ from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, create_model
 
-from ..config.sub_agent import ToolSettings
-from ..types import AgentToolContext, AgentToolResult, CustomToolSchema, JsonObject
-from .base import CallContext, Tool
+from subagents.config.sub_agent import ToolSettings
+from subagents.tools.base import CallContext, Tool
+from subagents.types import AgentToolContext, AgentToolResult, CustomToolSchema, JsonObject
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK = "__subagents_tool__"

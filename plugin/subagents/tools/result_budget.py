@@ -9,8 +9,15 @@ from __future__ import annotations
 
 import json
 
-from ..types import AgentToolResult, AgentToolSchema, JsonObject
-from .base import CallContext, PlannedCall, Tool, ToolOutcome, Toolset, WrapperToolset
+from subagents.tools.base import (
+    CallContext,
+    PlannedCall,
+    Tool,
+    ToolOutcome,
+    Toolset,
+    WrapperToolset,
+)
+from subagents.types import AgentToolResult, AgentToolSchema, JsonObject
 
 RECALL = "recall"
 

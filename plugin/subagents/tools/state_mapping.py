@@ -12,9 +12,17 @@ import inspect
 import json
 from typing import Any
 
-from ..config.sub_agent import ToolSettings
-from ..types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
-from .base import CallContext, PlannedCall, SlotEffect, Tool, ToolOutcome, Toolset, WrapperToolset
+from subagents.config.sub_agent import ToolSettings
+from subagents.tools.base import (
+    CallContext,
+    PlannedCall,
+    SlotEffect,
+    Tool,
+    ToolOutcome,
+    Toolset,
+    WrapperToolset,
+)
+from subagents.types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
 
 
 def state_value(source: str, agent_input: AgentInput) -> Any:
