@@ -126,7 +126,7 @@ async def main(clients: int = 20, per_client: int = 10) -> None:
             started = time.perf_counter()
             with (root / "server.log").open("wb") as log_file:
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
+                    sys.executable, "-m", "subagents.cli.main", "serve", "--project", str(root),
                     "--port", str(port), "--no-model-check", stdout=asyncio.subprocess.DEVNULL,
                     stderr=log_file, env=env)
                 base = f"http://127.0.0.1:{port}"
@@ -162,7 +162,7 @@ async def _startup(env: dict[str, str], walls: list[float], cpus: list[float]) -
             port = free_port()
             started = time.perf_counter()
             proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
+                sys.executable, "-m", "subagents.cli.main", "serve", "--project", str(root),
                 "--port", str(port), "--no-model-check", stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.DEVNULL, env=env)
             try:

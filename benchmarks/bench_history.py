@@ -29,7 +29,7 @@ from subagents.agents._copying import fast_copy, json_copy
 from subagents.channels import CollectingOutputChannel
 from subagents.dialogue.processor import Assistant
 from subagents.logs import configure_logging
-from subagents.server import settle_heap
+from subagents.server.app import settle_heap
 from subagents.stores.sql import SQLTrackerStore
 from subagents.testing import FakeModelServer
 

@@ -2,7 +2,7 @@
 
 The floor is a raw client: the same request bodies posted as plain JSON over one keep-alive
 aiohttp session, replies decoded with ``json.loads``, no SDK and no agent. A second floor posts
-them over the agent's own lean HTTP pool (:mod:`subagents.llm_http`) the same way: what a step
+them over the agent's own lean HTTP pool (:mod:`subagents.llm._http`) the same way: what a step
 costs beyond the cheapest wire traffic this process can do. Logging is set up
 as ``subagents serve`` sets it (WARNING), so filtered-out log calls cost what they cost there.
 
@@ -30,8 +30,8 @@ from subagents.agents.open_agent import MCPOpenAgent
 from subagents.agents.schemas import AgentInput, AgentToolContext, AgentToolResult
 from subagents.channels import CollectingOutputChannel
 from subagents.config.sub_agent import AgentConfiguration
-from subagents.llm import LLMClient, ModelSettings, model_http_client
-from subagents.llm_http import KeepAlivePool
+from subagents.llm._http import KeepAlivePool
+from subagents.llm.client import LLMClient, ModelSettings, model_http_client
 from subagents.logs import configure_logging
 from subagents.testing import FakeModelServer
 

@@ -40,7 +40,7 @@ async def run(root: Path, fake: FakeModel, workers: int, n: int, turns: int,
         port = free_port()
         log = (root / f"server-{label}-{index}.log").open("wb")
         procs.append(await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
+            sys.executable, "-m", "subagents.cli.main", "serve", "--project", str(root),
             "--port", str(port), stdout=asyncio.subprocess.DEVNULL, stderr=log,
             env={**os.environ}))
         bases.append(f"http://127.0.0.1:{port}")

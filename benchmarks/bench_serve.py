@@ -265,7 +265,7 @@ async def run_level(root: Path, fake: FakeModel, n: int, turns: int = 1,
     port = free_port()
     log_file = (root / f"server-{n}.log").open("wb")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subagents.cli", "serve", "--project", str(root),
+        sys.executable, "-m", "subagents.cli.main", "serve", "--project", str(root),
         "--port", str(port), stdout=asyncio.subprocess.DEVNULL, stderr=log_file,
         env={**os.environ})
     base = f"http://127.0.0.1:{port}"

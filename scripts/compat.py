@@ -63,7 +63,7 @@ def _subagents(*args: str, timeout: float = 300, cwd: Path | None = None) -> tup
     # never a real key: the scripted model answers every model call; some template actions
     # build an OpenAI client when they are registered, which needs a key to exist
     env["OPENAI_API_KEY"] = "sk-compat-not-a-real-key"
-    proc = subprocess.run([sys.executable, "-m", "subagents.cli", *args], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "subagents.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, env=env, check=False, cwd=cwd)
     return proc.returncode == 0, (proc.stdout + proc.stderr).strip()
 

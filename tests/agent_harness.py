@@ -14,10 +14,10 @@ from subagents import events as ev
 from subagents.agents.base import MCPBaseAgent
 from subagents.agents.open_agent import MCPOpenAgent
 from subagents.agents.schemas import AgentInput, AgentInputSlot
-from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.sub_agent import SubAgentConfig
-from subagents.llm import LLMClient, ModelSettings
+from subagents.llm.client import LLMClient, ModelSettings
 from subagents.mcp import MCPPool, MCPServerConnection
 from subagents.testing import FakeModelServer
 

@@ -13,5 +13,5 @@ import sys
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     """``subagents ARGS...`` with its output captured (text)."""
-    return subprocess.run([sys.executable, "-m", "subagents.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "subagents.cli.main", *args], capture_output=True,
                           text=True, timeout=timeout, check=False)

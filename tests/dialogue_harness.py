@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.dialogue.processor import Assistant
 from subagents.stores import InMemoryTrackerStore
 from subagents.testing import FakeModelServer

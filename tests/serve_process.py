@@ -63,7 +63,7 @@ async def serve_process(project: Path, *args: str, env: dict[str, str] | None = 
     """
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subagents.cli", command, "--project", str(project),
+        sys.executable, "-m", "subagents.cli.main", command, "--project", str(project),
         "--port", str(port), "--no-model-check", *args,
         env={**os.environ, **(env or {})}, stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE)

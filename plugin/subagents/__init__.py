@@ -25,7 +25,7 @@ _EXPORTS = {
     "Assistant": "subagents.dialogue.processor",
     "load_project": "subagents.config.project",
     "FakeModelServer": "subagents.testing.fake_server",
-    "LLMClient": "subagents.llm",
+    "LLMClient": "subagents.llm.client",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]

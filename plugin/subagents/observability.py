@@ -25,7 +25,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
-from subagents import recording, usage
+from subagents.llm import usage
+from subagents.recording import turn as recording
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -37,7 +37,7 @@ __all__ = [
     "FrameState",
     "JsonObject",
     "McpToolExecuted",
-    "OutputChannelLike",
+    "OutputChannel",
     "SlotSet",
     "ToolResultImage",
     "TrackerEvent",
@@ -281,38 +281,49 @@ class CustomToolSchema(BaseModel):
 
 
 # ---------------------------------------------------------------------------- output channel
-@runtime_checkable
-class OutputChannelLike(Protocol):
-    """What an agent needs of an output channel (``subagents.channels.base.OutputChannel``).
+class OutputChannel:
+    """Receives bot text as soon as it exists. Subclass and override what you need.
 
-    Streaming channels get the ``send_response_chunk_*`` calls; others one
-    ``send_text_message`` per message.
+    Streaming channels set ``supports_streaming = True`` and get
+    ``send_response_chunk_start`` / ``send_response_chunk`` / ``send_response_chunk_end``;
+    others get one ``send_text_message`` per message.
     """
 
+    supports_streaming: bool = False
+    can_send_later: bool = False
+    """True when the channel can reach the user after their request was answered (a socket, a
+    messaging platform's send API); such a channel gets the replies of turns that no user
+    message started, e.g. an agent resumed when a sign-in completed."""
+    streaming_chosen: bool | None = None
+    """When a bool, overrides ``supports_streaming`` (per request)."""
+
     def wants_streaming(self) -> bool:
-        """Whether model text should be streamed to this channel as it arrives."""
-        ...
+        """Whether to stream: the explicit choice if one was made, else ``supports_streaming``."""
+        if isinstance(self.streaming_chosen, bool):
+            return self.streaming_chosen
+        return self.supports_streaming
 
     async def send_text_message(self, recipient_id: str, text: str, **kwargs: Any) -> None:
-        """Send one whole message."""
-        ...
+        """Send one text message to ``recipient_id``; subclasses must implement it."""
+        raise NotImplementedError
+
+    async def send_text_with_buttons(self, recipient_id: str, text: str,
+                                     buttons: list[dict[str, Any]], **kwargs: Any) -> None:
+        """Send text with buttons; by default passes them to ``send_text_message``."""
+        await self.send_text_message(recipient_id, text, buttons=buttons, **kwargs)
 
     async def send_response_chunk_start(self, recipient_id: str) -> None:
-        """A streamed message starts."""
-        ...
+        """Begin a streamed message; channels that stream override it."""
 
     async def send_response_chunk(self, recipient_id: str, chunk: str) -> None:
-        """The next piece of a streamed message."""
-        ...
+        """Send one chunk of a streamed message; channels that stream override it."""
 
-    async def send_response_chunk_end(self, recipient_id: str, interrupted: bool = False
-                                      ) -> None:
-        """A streamed message ends (``interrupted`` when the model call failed midway)."""
-        ...
+    async def send_response_chunk_end(self, recipient_id: str, interrupted: bool = False) -> None:
+        """End a streamed message, ``interrupted`` when it stopped early."""
 
     async def send_event(self, recipient_id: str, event: TrackerEvent) -> None:
-        """A tool or slot event, for channels that show them."""
-        ...
+        """Tool and slot events, for channels that show them (debug shell, SSE stream)."""
+        return
 
 
 # ---------------------------------------------------------------------------- tracker events

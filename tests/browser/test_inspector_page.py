@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
-from subagents.server import create_app
+from subagents.server.app import create_app
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app
 
@@ -230,7 +230,7 @@ test_cases:
 
 
 async def test_a_replay_is_stepped_through_by_keyboard(tmp_path, tools_url):
-    from subagents.inspector_replay import load_case, replay_app
+    from subagents.cli.inspector_replay import load_case, replay_app
 
     root = write_project(tmp_path / "assistant", tools_url,
                          {"sub_agents/booking/config.yml": BOOKING,

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from subagents import recording
+from subagents.recording import turn as recording
 from subagents.testing import FakeModelServer
 from subagents.testing.e2e import Runner
 from subagents.testing.fixtures import load_file
@@ -194,7 +194,7 @@ NOWHERE = "http://127.0.0.1:9/mcp"
 
 
 async def test_a_replayed_case_with_recorded_tool_results_is_saved_again(tmp_path):
-    from subagents.inspector_replay import load_case, replay_app
+    from subagents.cli.inspector_replay import load_case, replay_app
 
     root = write_project(tmp_path / "assistant", NOWHERE,
                          {"tests/e2e/riga.yml": textwrap.dedent(TOOLS_CASE)})
@@ -227,7 +227,7 @@ async def test_a_replayed_case_with_recorded_tool_results_is_saved_again(tmp_pat
 
 async def test_the_export_route_wants_the_token_the_page_was_given(tmp_path, tools_url):
     """The page's save request carries the bearer token; without it the route refuses."""
-    from subagents.server import create_app
+    from subagents.server.app import create_app
 
     from tests.dialogue_harness import assistant_for
 

@@ -21,7 +21,7 @@ from starlette.applications import Starlette
 from starlette.responses import FileResponse, HTMLResponse
 from starlette.routing import Route
 from subagents.channels.socketio import SocketIOInput
-from subagents.server import create_app
+from subagents.server.app import create_app
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 from subagents.dialogue.processor import Assistant
 from subagents.exceptions import AgentInitializationError
-from subagents.server import create_app
+from subagents.server.app import create_app
 from subagents.stores import InMemoryTrackerStore
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.dialogue.patterns import Patterns
 from subagents.dialogue.stack import Stack
 from subagents.dialogue.turn import Turn

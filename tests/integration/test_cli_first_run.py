@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from subagents.cli import build_parser
+from subagents.cli.main import build_parser
 from subagents.testing import FakeModelServer
 
 from tests.integration.test_shell_and_demo import Terminal, shell_project
@@ -17,7 +17,7 @@ from tests.integration.test_shell_and_demo import Terminal, shell_project
 
 def cli(*args: str, cwd: Path, env: dict[str, str] | None = None,
         timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "subagents.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "subagents.cli.main", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -73,7 +73,7 @@ def test_init_refuses_a_folder_with_files_unless_forced(tmp_path):
 async def test_the_shell_without_a_key_explains_the_fix_before_any_prompt(tmp_path):
     assert cli("init", "p", cwd=tmp_path).returncode == 0
     term = Terminal()
-    await term.start(sys.executable, "-m", "subagents.cli", "shell", "--project",
+    await term.start(sys.executable, "-m", "subagents.cli.main", "shell", "--project",
                      str(tmp_path / "p"), env=no_key_env())
     await term.expect("subagents demo")
     code = await term.close()
@@ -125,7 +125,7 @@ async def test_the_prompt_waits_until_the_answer_is_complete(tmp_path):
     async with FakeModelServer(script) as fake:
         root = shell_project(tmp_path / "p", fake)
         term = Terminal()
-        await term.start(sys.executable, "-m", "subagents.cli", "shell", "--project",
+        await term.start(sys.executable, "-m", "subagents.cli.main", "shell", "--project",
                          str(root))
         await term.expect("you> ")
         term.send("I need help\n")

@@ -8,7 +8,7 @@ import textwrap
 import anyio
 import httpx2
 import pytest
-from subagents.server import create_app
+from subagents.server.app import create_app
 from subagents.testing import FakeModelServer
 from subagents.testing.e2e import Runner
 from subagents.testing.fixtures import load_file

@@ -408,7 +408,7 @@ def test_the_cli_says_when_there_are_no_test_cases(tmp_path):
     folder = tmp_path / "tests"
     folder.mkdir()
     write(folder, "# nothing here yet\n", "empty.yml")
-    done = subprocess.run([sys.executable, "-m", "subagents.cli", "test", str(folder),
+    done = subprocess.run([sys.executable, "-m", "subagents.cli.main", "test", str(folder),
                            "--project", str(tmp_path)], capture_output=True, text=True,
                           timeout=120, check=False)
     assert done.returncode == 1

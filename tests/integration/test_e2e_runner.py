@@ -207,7 +207,7 @@ async def test_the_cli_exits_1_with_a_summary_line(project, tmp_path):
     path = fixture_file(tmp_path, HAPPY.replace('bot: "Sunny."', 'bot: "Rainy."'))
     # async, so that this event loop keeps serving the in-process MCP server meanwhile
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subagents.cli", "test", str(path), "--project", str(project),
+        sys.executable, "-m", "subagents.cli.main", "test", str(path), "--project", str(project),
         "--junit", str(tmp_path / "j.xml"), stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE)
     with anyio.fail_after(120):

@@ -401,7 +401,7 @@ async def test_the_cli_strict_flag(project, tmp_path, flags, status):
     path = write(tmp_path, STRICT_CASES)
     # async, so that this event loop keeps serving the in-process MCP server meanwhile
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subagents.cli", "test", str(path), "--project", str(project),
+        sys.executable, "-m", "subagents.cli.main", "test", str(path), "--project", str(project),
         *flags, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     with anyio.fail_after(120):
         out, _ = await proc.communicate()

@@ -41,7 +41,7 @@ async def test_the_insurer_asks_for_the_number_then_answers(monkeypatch):
 def test_shell_and_serve_without_the_insurer_say_what_to_start(tmp_path, command):
     env = {k: v for k, v in os.environ.items() if k != "CLINIC_INSURER_URL"}
     result = subprocess.run(
-        [sys.executable, "-m", "subagents.cli", *command, "--no-model-check", "--project",
+        [sys.executable, "-m", "subagents.cli.main", *command, "--no-model-check", "--project",
          str(REPO)], cwd=tmp_path, env={**env, "OPENAI_API_KEY": "sk-test"},
         capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL, check=False)
     assert result.returncode == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import httpx2
 import pytest
-from subagents.server import create_app
+from subagents.server.app import create_app
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app
 

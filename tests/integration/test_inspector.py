@@ -8,7 +8,7 @@ import json
 import anyio
 import httpx2
 import pytest
-from subagents.server import create_app
+from subagents.server.app import create_app
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app
 
@@ -173,7 +173,7 @@ def replay_file(project) -> str:
 
 
 async def test_a_replayed_case_answers_from_its_script(project):
-    from subagents.inspector_replay import load_case, replay_app
+    from subagents.cli.inspector_replay import load_case, replay_app
 
     case = load_case(f"{replay_file(project)}::book_in_lyon", project)
     async with replay_app(case, project) as app, serve_app(app) as base, \

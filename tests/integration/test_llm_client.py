@@ -10,7 +10,7 @@ import anyio
 import pytest
 from subagents.config.endpoints import EndpointsConfig
 from subagents.exceptions import ConfigError, LLMError
-from subagents.llm import LLMClient, ModelSettings, resolve_model_settings
+from subagents.llm.client import LLMClient, ModelSettings, resolve_model_settings
 from subagents.testing import FakeModelServer
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {

@@ -29,7 +29,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from subagents.llm_http import (
+from subagents.llm._http import (
     HTTPConnectionError,
     HTTPResponse,
     HTTPTimeoutError,

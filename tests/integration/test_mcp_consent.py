@@ -23,8 +23,8 @@ import anyio
 import httpx2
 import pytest
 from structlog.testing import capture_logs
-from subagents.mcp.signin import login
-from subagents.server import create_app
+from subagents.cli.mcp_login import login
+from subagents.server.app import create_app
 from subagents.stores.sql import SQLTrackerStore
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app
@@ -354,7 +354,7 @@ async def test_a_message_before_the_sign_in_keeps_the_link_open(tmp_path, monkey
 
 async def test_an_expired_token_is_refreshed_before_it_is_sent_by_a_later_session(
         tmp_path, monkeypatch):
-    from subagents.mcp.token_store import SQLTokenStore
+    from subagents.mcp.oauth.token_store import SQLTokenStore
 
     script = {"command_generator": ["start flow calendar_flow", "", "start flow calendar_flow"],
               "calendar_agent": [*calendar_turns("alice"),

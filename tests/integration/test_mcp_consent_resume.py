@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import pytest
 from subagents.channels.socketio import SocketIOInput
-from subagents.mcp.signin import login
-from subagents.server import create_app
+from subagents.cli.mcp_login import login
+from subagents.server.app import create_app
 from subagents.stores.sql import SQLTrackerStore
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app

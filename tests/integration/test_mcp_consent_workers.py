@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlparse
 import anyio
 import httpx2
 import pytest
-from subagents.mcp.signin import login
+from subagents.cli.mcp_login import login
 from subagents.testing import FakeModelServer
 
 from tests.integration.test_mcp_consent import FILES, Browser, calendar_turns, consent_link

@@ -276,9 +276,9 @@ async def run_agent_on_features(script: list, *, server: dict | None = None,
                                 ref: dict | None = None):
     """One agent turn against the features server over HTTP; return (output, fake)."""
     from subagents.agents.open_agent import MCPOpenAgent
-    from subagents.channels.base import CollectingOutputChannel
+    from subagents.channels.collecting import CollectingOutputChannel
     from subagents.config.sub_agent import SubAgentConfig
-    from subagents.llm import LLMClient, ModelSettings
+    from subagents.llm.client import LLMClient, ModelSettings
     from subagents.mcp import MCPPool
 
     from tests.agent_harness import agent_input
@@ -372,8 +372,8 @@ async def browser(url: str) -> None:
 
 async def test_a_login_registers_signs_in_and_the_server_process_reuses_and_refreshes_it(
         tmp_path):
-    from subagents.mcp.login import token_file
-    from subagents.mcp.signin import login
+    from subagents.cli.mcp_login import login
+    from subagents.mcp.oauth.login import token_file
 
     auth = AuthServer(client_id="unused", client_secret="unused")
     with anyio.fail_after(60):

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 from subagents.exceptions import MCPConnectionError
-from subagents.mcp.token_store import (
+from subagents.mcp.oauth.token_store import (
     MemoryTokenStore,
     SQLTokenStore,
     TokenCipher,

@@ -15,11 +15,11 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.dialogue.client_input import TurnFailedError
 from subagents.dialogue.processor import Assistant
-from subagents.llm import LLMClient
-from subagents.server import create_app
+from subagents.llm.client import LLMClient
+from subagents.server.app import create_app
 from subagents.stores import InMemoryTrackerStore
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app

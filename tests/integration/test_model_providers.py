@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from subagents.config.endpoints import EndpointsConfig
 from subagents.exceptions import ConfigError
-from subagents.llm import LLMClient, RoutedLLMClient, make_llm_client, resolve_model_settings
+from subagents.llm.client import LLMClient, RoutedLLMClient, make_llm_client, resolve_model_settings
 from subagents.testing import FakeModelServer
 
 USER = [{"role": "user", "content": "hi"}]

@@ -9,10 +9,10 @@ from collections import Counter
 
 import anyio
 import pytest
-from subagents import usage
 from subagents.config.endpoints import EndpointsConfig
 from subagents.exceptions import LLMError
-from subagents.llm import RoutedLLMClient, resolve_model_settings
+from subagents.llm import usage
+from subagents.llm.client import RoutedLLMClient, resolve_model_settings
 from subagents.testing import FakeModelServer
 
 USER = [{"role": "user", "content": "hi"}]

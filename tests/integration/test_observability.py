@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 from prometheus_client.parser import text_string_to_metric_families
 from subagents import observability
-from subagents.server import create_app
+from subagents.server.app import create_app
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app
 
@@ -166,7 +166,7 @@ async def test_serve_exports_traces_over_otlp_and_serves_metrics(tmp_path):
     async with FakeModelServer(script) as fake, serve_app(receiver) as otlp:
         root = shell_project(tmp_path / "p", fake)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "subagents.cli", "serve", "--project", str(root), "--port",
+            sys.executable, "-m", "subagents.cli.main", "serve", "--project", str(root), "--port",
             str(port), "--metrics", "--otlp-endpoint", f"{otlp}/v1/traces",
             stderr=asyncio.subprocess.PIPE)
         assert proc.stderr is not None

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from subagents import events as ev
-from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_mcp
 

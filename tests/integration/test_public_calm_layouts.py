@@ -31,7 +31,7 @@ def test_an_override_of_the_collect_pattern_is_a_warning_and_is_ignored(make_pro
 
 
 def test_the_test_command_finds_rasas_default_test_file(make_project, capsys):
-    from subagents.cli import main
+    from subagents.cli.main import main
 
     root = make_project({
         "config.yml": "recipe: default.v1\nlanguage: en\nassistant_id: hours\n",

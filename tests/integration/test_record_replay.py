@@ -51,14 +51,14 @@ def _free_port() -> int:
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "subagents.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "subagents.cli.main", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120, check=False)
 
 
 async def _serve_and_talk(project: Path, fake: FakeModelServer) -> list[dict]:
     port = _free_port()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subagents.cli", "serve", "--record", "--project", str(project),
+        sys.executable, "-m", "subagents.cli.main", "serve", "--record", "--project", str(project),
         "--port", str(port), "--no-model-check", stderr=asyncio.subprocess.PIPE)
     assert proc.stderr is not None
     try:

@@ -7,9 +7,9 @@ import textwrap
 
 import httpx2
 import pytest
-from subagents import recording
 from subagents.exceptions import ConfigError
-from subagents.server import create_app
+from subagents.recording import turn as recording
+from subagents.server.app import create_app
 from subagents.testing import FakeModelServer
 from subagents.testing.e2e import Runner
 from subagents.testing.export import build_fixture, dump_fixture
@@ -232,7 +232,7 @@ def project(tmp_path, tools_url):
 
 
 def test_repeat_runs_each_case_n_times_and_reports_its_pass_rate(tmp_path, capsys):
-    from subagents.cli import main
+    from subagents.cli.main import main
 
     passing = REPLAY.format(city="Riga", answer="recorded for Riga", extra="")
     failing = passing.replace("test_case: replay", "test_case: wrong_answer").replace(

@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from subagents import recording
-from subagents.server import create_app
+from subagents.recording import turn as recording
+from subagents.server.app import create_app
 from subagents.stores.sql import SQLTrackerStore
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app

@@ -7,7 +7,7 @@ import random
 from typing import Any
 
 import pytest
-from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.config.project import load_project
 from subagents.dialogue.command_effects import agent_owned_slots
 from subagents.dialogue.responses import SEED_ENV, Responder

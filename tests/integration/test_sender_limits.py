@@ -7,9 +7,9 @@ import os
 import anyio
 import httpx2
 import pytest
-from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.dialogue.client_input import MAX_SENDER_ID_LENGTH, ClientInputError
-from subagents.server import create_app
+from subagents.server.app import create_app
 from subagents.stores.sql import SQLTrackerStore
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app

@@ -21,7 +21,7 @@ from tests.dialogue_harness import write_project
 _DRIVER = textwrap.dedent("""
     import json, sys
     import subagents.config.project as project_module
-    import subagents.server as server_module
+    import subagents.server.app as server_module
     from subagents import cli
 
     loads = []
@@ -71,7 +71,7 @@ _HEAP_DRIVER = textwrap.dedent("""
     import gc, json, sys
     import uvicorn
     from subagents.dialogue.processor import Assistant
-    from subagents.server import serve
+    from subagents.server.app import serve
 
     async def report_then_stop(self):
         print(json.dumps({"frozen": gc.get_freeze_count(), "thresholds": gc.get_threshold()}))
@@ -130,7 +130,7 @@ def test_a_wrong_setting_in_the_environment_stops_serve_with_the_variable_named(
         tmp_path, variable, value, code):
     project = _model_only_project(tmp_path)
     done = subprocess.run(
-        [sys.executable, "-m", "subagents.cli", "serve", "--project", project, "--port", "0",
+        [sys.executable, "-m", "subagents.cli.main", "serve", "--project", project, "--port", "0",
          "--no-model-check"], capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, variable: value})
     assert done.returncode == 1

@@ -16,7 +16,7 @@ import httpx2
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from subagents.server import create_app
+from subagents.server.app import create_app
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app, serve_mcp
 

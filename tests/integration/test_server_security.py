@@ -15,8 +15,8 @@ import anyio
 import httpx2
 import pytest
 import uvicorn
-from subagents.server import create_app, uvicorn_config
-from subagents.server_security import is_loopback, warn_if_exposed
+from subagents.server.app import create_app, uvicorn_config
+from subagents.server.security import is_loopback, warn_if_exposed
 from subagents.testing import FakeModelServer
 
 from tests.dialogue_harness import assistant_for, write_project
@@ -165,7 +165,7 @@ async def test_serve_on_a_public_address_warns_and_honours_cors(tmp_path):
     async with FakeModelServer({}) as fake:
         root = shell_project(tmp_path / "p", fake)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "subagents.cli", "serve", "--project", str(root), "--host",
+            sys.executable, "-m", "subagents.cli.main", "serve", "--project", str(root), "--host",
             "0.0.0.0", "--port", str(port), "--cors", "https://shop.example",
             stderr=asyncio.subprocess.PIPE, env={**os.environ, "SUBAGENTS_TOKEN": ""})
         assert proc.stderr is not None
@@ -189,7 +189,7 @@ async def test_serve_on_a_public_address_warns_and_honours_cors(tmp_path):
 
 def test_the_c_http_parser_serves_when_installed_and_h11_otherwise(monkeypatch):
     pytest.importorskip("httptools")
-    from subagents.server_security import http_protocol
+    from subagents.server.security import http_protocol
     from uvicorn.protocols.http.h11_impl import H11Protocol
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 

@@ -113,7 +113,7 @@ async def test_the_shell_streams_replies_restarts_and_exits_cleanly(tmp_path, qu
     async with FakeModelServer(script) as fake:
         root = shell_project(tmp_path / "p", fake)
         term = Terminal()
-        await term.start(sys.executable, "-m", "subagents.cli", "shell", "--project",
+        await term.start(sys.executable, "-m", "subagents.cli.main", "shell", "--project",
                          str(root), "--debug")
         await term.expect("you> ")
         term.send("I need help\n")
@@ -141,7 +141,7 @@ async def test_the_shell_streams_replies_restarts_and_exits_cleanly(tmp_path, qu
 async def test_the_demo_plays_the_example_conversation(tmp_path):
     db = REPO / ".subagents" / "tracker.db"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subagents.cli", "demo", cwd=REPO,
+        sys.executable, "-m", "subagents.cli.main", "demo", cwd=REPO,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     with anyio.fail_after(120):
         out, err = await proc.communicate()
@@ -169,7 +169,7 @@ async def test_serve_drains_an_in_flight_turn_on_sigterm(tmp_path):
     async with FakeModelServer(script) as fake:
         root = shell_project(tmp_path / "p", fake)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "subagents.cli", "serve", "--project", str(root), "--port",
+            sys.executable, "-m", "subagents.cli.main", "serve", "--project", str(root), "--port",
             str(port), stderr=asyncio.subprocess.PIPE)
         assert proc.stderr is not None
         async with httpx2.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:

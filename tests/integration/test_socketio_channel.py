@@ -17,7 +17,7 @@ import jwt
 import pytest
 import socketio
 from subagents.channels.socketio import SocketIOInput
-from subagents.server import create_app
+from subagents.server.app import create_app
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_app
 
@@ -308,7 +308,7 @@ async def test_serve_opens_the_channels_of_credentials_yml(tmp_path, tools_url):
             """))
         port = _free_port()
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "subagents.cli", "serve", "--project", str(root), "--port",
+            sys.executable, "-m", "subagents.cli.main", "serve", "--project", str(root), "--port",
             str(port), stderr=asyncio.subprocess.PIPE)
         assert proc.stderr is not None
         widget = Widget()

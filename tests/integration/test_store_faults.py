@@ -17,9 +17,9 @@ import anyio
 import httpx2
 import pytest
 from subagents import events as ev
-from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.dialogue.client_input import TurnFailedError
-from subagents.server import ERROR_ID_HEADER, create_app
+from subagents.server.app import ERROR_ID_HEADER, create_app
 from subagents.stores.base import StoreError
 from subagents.stores.locks import LockTimeoutError
 from subagents.stores.sql import SQLTrackerStore
@@ -552,7 +552,7 @@ async def test_serve_answers_a_store_outage_keeps_serving_and_drains_on_sigterm(
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(textwrap.dedent(text).lstrip("\n"))
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "subagents.cli", "serve", "--project", str(root), "--port",
+            sys.executable, "-m", "subagents.cli.main", "serve", "--project", str(root), "--port",
             str(port), stderr=asyncio.subprocess.PIPE)
         assert proc.stderr is not None
         body = {"sender": "srv", "message": "when are you open?"}
@@ -606,7 +606,7 @@ async def test_the_shell_shows_the_reply_of_a_failed_turn_and_carries_on(tmp_pat
             "tracker_store: {type: memory}", "tracker_store: {type: sql, db: t.db, "
                                              "busy_timeout: 0.3}"))
         term = Terminal()
-        await term.start(sys.executable, "-m", "subagents.cli", "shell", "--project",
+        await term.start(sys.executable, "-m", "subagents.cli.main", "shell", "--project",
                          str(root))
         await term.expect("you> ")
         blocker = sqlite.connect(root / "t.db", isolation_level=None, timeout=5)

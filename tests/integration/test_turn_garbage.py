@@ -161,9 +161,9 @@ async def test_agent_runs_with_tool_calls_and_failures_leave_no_reference_cycles
     from subagents import events as ev
     from subagents.agents.open_agent import MCPOpenAgent
     from subagents.agents.schemas import AgentInput, AgentStatus, AgentToolResult
-    from subagents.channels.base import CollectingOutputChannel
+    from subagents.channels.collecting import CollectingOutputChannel
     from subagents.config.sub_agent import AgentConfiguration
-    from subagents.llm import LLMClient, ModelSettings
+    from subagents.llm.client import LLMClient, ModelSettings
 
     class Tools(MCPOpenAgent):
         def get_custom_tool_definitions(self) -> list[dict[str, Any]]:
@@ -211,8 +211,8 @@ async def test_agent_runs_with_tool_calls_and_failures_leave_no_reference_cycles
 async def test_a_routed_call_whose_models_all_fail_leaves_no_reference_cycles(
         only_cycles_collected):
     from subagents.exceptions import LLMError
-    from subagents.llm import ModelSettings, RoutedGroup, RoutedLLMClient
-    from subagents.llm_routing import RouterSettings
+    from subagents.llm.client import ModelSettings, RoutedGroup, RoutedLLMClient
+    from subagents.llm.routing import RouterSettings
 
     failing = [{"error": {"status": 503, "message": "busy"}}] * 5
     async with FakeModelServer({"a": failing, "b": failing}) as fake:
@@ -332,7 +332,7 @@ async def test_served_turns_rest_and_streamed_leave_no_reference_cycles(
         tmp_path, only_cycles_collected, path):
     from http.client import HTTPConnection
 
-    from subagents.server import create_app
+    from subagents.server.app import create_app
     from subagents.testing.mcp_http import serve_app
 
     project = _harness_project(tmp_path / "assistant")

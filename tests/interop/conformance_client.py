@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx2
+from subagents.cli.mcp_login import interactive_connection
 from subagents.config.endpoints import McpServerConfig
 from subagents.mcp import MCPServerConnection
 from subagents.mcp.callbacks import ELICITATIONS, ElicitationOwner, elicitation_owner, with_defaults
-from subagents.mcp.signin import interactive_connection
 
 _SAMPLE = {"number": 1, "integer": 1, "string": "x", "boolean": True}
 

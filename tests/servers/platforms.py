@@ -109,7 +109,7 @@ async def channel_under_test(root: Path, tools_url: str, answer: Any, script: di
         ``(assistant, stand_in, client, channel)``, ``client`` talking to the served app.
     """
     import httpx2
-    from subagents.server import create_app
+    from subagents.server.app import create_app
     from subagents.testing import FakeModelServer
     from subagents.testing.mcp_http import serve_app
 

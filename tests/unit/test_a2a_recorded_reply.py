@@ -8,8 +8,8 @@ pytest.importorskip("a2a")
 
 from a2a.helpers import new_data_part
 from a2a.types import Artifact, Part
-from subagents import recording
 from subagents.agents.a2a_agent import _Reply, _script_artifact, _script_reply
+from subagents.recording import turn as recording
 
 
 def _reply(state: str, texts: list[str], artifacts: list[Artifact]) -> _Reply:

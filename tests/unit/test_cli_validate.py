@@ -10,7 +10,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "subagents.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "subagents.cli.main", *args], capture_output=True,
                           text=True, cwd=cwd, timeout=60, check=False)
 
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from subagents.cli.validate_connect import connected_issues
 from subagents.config.project import collect_issues
-from subagents.validate_connect import connected_issues
 
 REPO = Path(__file__).resolve().parents[2]
 TOOLS_SERVER = REPO / "tests" / "servers" / "tools_server.py"
@@ -95,7 +95,7 @@ def test_an_unreachable_server_is_a_warning_not_a_failure(make_project):
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "subagents.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "subagents.cli.main", *args], capture_output=True,
                           text=True, timeout=120, check=False)
 
 

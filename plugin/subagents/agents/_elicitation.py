@@ -24,7 +24,7 @@ from subagents.agents._plan import AgentRun, Executed, Outcome, Park, tool_messa
 from subagents.agents._recording import record_tool
 from subagents.exceptions import ToolArgumentsError, ToolInvocationError
 from subagents.mcp.callbacks import ELICITATIONS, with_defaults
-from subagents.mcp.consent import CONSENTS
+from subagents.mcp.oauth.consent import CONSENTS
 from subagents.tools.base import CallContext, Deferral, PendingCall, PlannedCall, Tool
 from subagents.tools.elicitation import elicitation_key
 from subagents.types import (

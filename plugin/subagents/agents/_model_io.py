@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from subagents.agents._plan import AgentRun
-from subagents.llm import LLMClient, LLMResponse
-from subagents.types import ChatMessage, JsonObject, OutputChannelLike, TrackerEvent
+from subagents.llm.client import LLMClient, LLMResponse
+from subagents.types import ChatMessage, JsonObject, OutputChannel, TrackerEvent
 
 
 async def generate(llm: LLMClient, run: AgentRun, messages: list[ChatMessage],
@@ -20,7 +20,7 @@ async def generate(llm: LLMClient, run: AgentRun, messages: list[ChatMessage],
     return response
 
 
-async def _stream(llm: LLMClient, channel: OutputChannelLike, recipient: str,
+async def _stream(llm: LLMClient, channel: OutputChannel, recipient: str,
                   messages: list[ChatMessage], tools: list[JsonObject]) -> LLMResponse:
     started = False
     leading = ""

@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from subagents.llm import LLMResponse, ToolCall, Usage
+from subagents.llm.client import LLMResponse, ToolCall, Usage
 from subagents.tools.approvals import ApprovalToolset
 from subagents.tools.base import Deferral, PlannedCall, Tool, ToolOutcome, Toolset
 from subagents.types import (
@@ -18,9 +18,9 @@ from subagents.types import (
     ChatMessage,
     ExitReason,
     JsonObject,
+    OutputChannel,
     TrackerEvent,
 )
-from subagents.types import OutputChannelLike as OutputChannel
 
 if TYPE_CHECKING:
     from subagents.agents.budgets import BudgetGuard

@@ -42,20 +42,20 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import structlog
 
-from subagents import recording
 from subagents.agents.base import MCPBaseAgent
 from subagents.agents.schemas import AgentInput, AgentOutput, AgentStatus
 from subagents.config._base import resolve_env
 from subagents.config.sub_agent import AgentConfiguration, SubAgentConfig
 from subagents.exceptions import AgentInitializationError, ConfigError, MCPConnectionError
 from subagents.observability import traced_agent_run
-from subagents.types import OutputChannelLike as OutputChannel
+from subagents.recording import turn as recording
+from subagents.types import OutputChannel
 
 if TYPE_CHECKING:
     import httpx
 
     from subagents.config.endpoints import EndpointsConfig
-    from subagents.llm import LLMClient
+    from subagents.llm.client import LLMClient
     from subagents.mcp.pool import MCPPool
 
 log = structlog.get_logger("subagents.a2a")
@@ -148,7 +148,7 @@ class A2AAgent(MCPBaseAgent):
                 f"agent {self.name!r}: configuration.auth must be a mapping (api_key, token, "
                 "oauth, module or headers)", code="agent.a2a.auth_invalid")
         from subagents.config.endpoints import McpServerConfig
-        from subagents.mcp.auth import HeaderBuilder
+        from subagents.mcp.oauth.auth import HeaderBuilder
 
         try:
             config = McpServerConfig(name=self.name, url="a2a", **auth)

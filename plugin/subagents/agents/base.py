@@ -80,7 +80,7 @@ from subagents.agents.schemas import (
 )
 from subagents.config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
 from subagents.exceptions import AgentInitializationError, LLMError
-from subagents.llm import LLMClient, LLMResponse, make_llm_client, resolve_model_settings
+from subagents.llm.client import LLMClient, LLMResponse, make_llm_client, resolve_model_settings
 from subagents.observability import traced_agent_run
 from subagents.tools import approvals
 from subagents.tools.approvals import ApprovalToolset
@@ -93,8 +93,7 @@ from subagents.tools.mcp_tools import MCPToolset
 from subagents.tools.python import custom_tool
 from subagents.tools.result_budget import ResultBudgetToolset
 from subagents.tools.state_mapping import StateMappingToolset
-from subagents.types import ChatMessage, JsonObject, TrackerEvent
-from subagents.types import OutputChannelLike as OutputChannel
+from subagents.types import ChatMessage, JsonObject, OutputChannel, TrackerEvent
 
 if TYPE_CHECKING:
     from subagents.config.endpoints import EndpointsConfig

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import structlog
 
-from subagents import usage as usage_tally
 from subagents.agents._plan import AgentRun
 from subagents.config.budgets import BudgetCaps, Budgets
+from subagents.llm import usage as usage_tally
 from subagents.types import AgentInput
 
 log = structlog.get_logger("subagents.agent.budget")

@@ -23,7 +23,7 @@ from typing import Any
 import structlog
 
 from subagents.agents._plan import AgentRun
-from subagents.types import OutputChannelLike
+from subagents.types import OutputChannel
 
 log = structlog.get_logger("subagents.agent.fillers")
 
@@ -124,7 +124,7 @@ def _progress_text(progress: float, total: float | None, message: str | None) ->
     return text[:MAX_PROGRESS_CHARS]
 
 
-async def _send(channel: OutputChannelLike, recipient: str, text: str) -> None:
+async def _send(channel: OutputChannel, recipient: str, text: str) -> None:
     if channel.wants_streaming():
         await channel.send_response_chunk_start(recipient)
         await channel.send_response_chunk(recipient, text)

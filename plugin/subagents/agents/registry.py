@@ -22,7 +22,7 @@ from subagents.rasa_compat import is_rasa_class
 
 if TYPE_CHECKING:
     from subagents.config.endpoints import EndpointsConfig
-    from subagents.llm import LLMClient
+    from subagents.llm.client import LLMClient
     from subagents.mcp.pool import MCPPool
 
 ENTRY_POINT_GROUP = "subagents.agents"

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any, TextIO
 
-from subagents.channels.base import OutputChannel
+from subagents.types import OutputChannel
 
 DIM, RESET, BOLD = "\033[2m", "\033[0m", "\033[1m"
 

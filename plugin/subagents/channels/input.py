@@ -1,7 +1,7 @@
 """Input channels: how users reach the assistant (web widget, messaging platforms, custom).
 
 An input channel turns what a platform sends into :meth:`Assistant.handle_message` calls and
-gives the assistant an :class:`~subagents.channels.base.OutputChannel` that answers on the same
+gives the assistant an :class:`~subagents.types.OutputChannel` that answers on the same
 platform. ``serve`` builds the channels listed in ``credentials.yml`` and mounts them beside its
 REST API. A custom channel subclasses :class:`InputChannel` and is named in ``credentials.yml``
 by its dotted path (``addons.my_channel.MyChannel``).

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from subagents.channels.base import OutputChannel
 from subagents.channels.input import BackgroundTurns, InputChannel
+from subagents.types import OutputChannel
 
 if TYPE_CHECKING:
     import socketio

@@ -9,7 +9,7 @@ import asyncio
 import json
 from typing import Any
 
-from subagents.channels.base import OutputChannel
+from subagents.types import OutputChannel
 
 
 def sse_frame(event: str, data: dict[str, Any]) -> bytes:

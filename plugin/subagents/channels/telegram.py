@@ -26,8 +26,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from subagents.channels.base import OutputChannel
 from subagents.channels.input import BackgroundTurns, InputChannel, RecentIds, split_text
+from subagents.types import OutputChannel
 
 if TYPE_CHECKING:
     from telegram import Bot

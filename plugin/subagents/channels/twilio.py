@@ -22,7 +22,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from subagents.channels.base import OutputChannel
 from subagents.channels.input import (
     BackgroundTurns,
     InputChannel,
@@ -30,6 +29,7 @@ from subagents.channels.input import (
     buttons_as_text,
     split_text,
 )
+from subagents.types import OutputChannel
 
 if TYPE_CHECKING:
     from twilio.rest import Client

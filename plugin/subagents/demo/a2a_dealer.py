@@ -30,7 +30,7 @@ from a2a.server.events import EventQueue
 from a2a.types import AgentCard, AgentSkill, Part
 from starlette.applications import Starlette
 
-from subagents.a2a.server import a2a_routes, agent_card, cancel_task, incoming_slots, task_updater
+from subagents.server.a2a import a2a_routes, agent_card, cancel_task, incoming_slots, task_updater
 
 STOCK = {"corolla": 24500, "civic": 26900, "model 3": 41990}
 

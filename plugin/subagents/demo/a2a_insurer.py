@@ -29,7 +29,7 @@ from a2a.server.events import EventQueue
 from a2a.types import AgentCard, AgentSkill, Part
 from starlette.applications import Starlette
 
-from subagents.a2a.server import a2a_routes, agent_card, cancel_task, incoming_slots, task_updater
+from subagents.server.a2a import a2a_routes, agent_card, cancel_task, incoming_slots, task_updater
 
 DEFAULT_PORT = 8767
 ASK_NUMBER = "Which insurance number is on the patient's card? It starts with INS-."

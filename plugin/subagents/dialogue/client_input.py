@@ -25,9 +25,9 @@ from subagents.config.mcp_sessions import metadata_keys
 from subagents.exceptions import SubagentsError
 
 if TYPE_CHECKING:
-    from subagents.channels.base import OutputChannel
     from subagents.config.project import Project
     from subagents.dialogue.stack import Stack
+    from subagents.types import OutputChannel
 
 MAX_SENDER_ID_LENGTH = 255
 """The longest sender id every tracker store accepts (characters)."""

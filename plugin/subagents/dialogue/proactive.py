@@ -1,7 +1,7 @@
 """Turns that no user message starts: a parked agent continues when its call's answer arrives.
 
 When a user finishes an MCP server's sign-in in their browser, the call the agent parked on runs
-at once (see :mod:`subagents.mcp.consent`). If the conversation's latest message came over a
+at once (see :mod:`subagents.mcp.oauth.consent`). If the conversation's latest message came over a
 channel that can reach the user without a request of theirs (Socket.IO, Slack, Telegram,
 Twilio: :attr:`OutputChannel.can_send_later`), the agent is resumed right away in a turn of its
 own, under the conversation's lock like any turn, and its reply goes to that channel. Over
@@ -27,8 +27,8 @@ from subagents.dialogue.stack import Stack
 from subagents.dialogue.turn import Turn
 
 if TYPE_CHECKING:
-    from subagents.channels.base import OutputChannel
     from subagents.dialogue.processor import Assistant
+    from subagents.types import OutputChannel
 
 log = structlog.get_logger("subagents.dialogue")
 

@@ -16,10 +16,8 @@ from typing import Any
 import structlog
 
 from subagents import events as ev
-from subagents import recording
 from subagents.agents.base import MCPBaseAgent
 from subagents.agents.registry import create_agent, protocol_type_for
-from subagents.channels.base import OutputChannel
 from subagents.config.project import Project, ProjectPaths, load_project
 from subagents.dialogue.actions import ActionRunner
 from subagents.dialogue.builtin_actions import start_session
@@ -41,17 +39,19 @@ from subagents.dialogue.stack import Stack
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import CommandGenerator
 from subagents.exceptions import AgentInitializationError, LLMError, MCPConnectionError
-from subagents.llm import (
+from subagents.llm.client import (
     LLMClient,
     ModelSettings,
     call_deadline,
     make_llm_client,
     resolve_model_settings,
 )
+from subagents.llm.usage import conversation_usage, turn_metadata
 from subagents.mcp.pool import MCPPool
 from subagents.observability import traced_command_generation, traced_turn
+from subagents.recording import turn as recording
 from subagents.stores import LockStore, TrackerStore, create_lock_store, create_tracker_store
-from subagents.usage import conversation_usage, turn_metadata
+from subagents.types import OutputChannel
 
 log = structlog.get_logger("subagents.dialogue")
 

@@ -30,7 +30,7 @@ from subagents.config.domain import ResponseVariation
 from subagents.config.project import Project
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import transcript
-from subagents.llm import LLMClient, ModelSettings, resolve_model_settings
+from subagents.llm.client import LLMClient, ModelSettings, resolve_model_settings
 from subagents.templating import sandbox
 
 log = structlog.get_logger("subagents.dialogue")

@@ -38,13 +38,13 @@ from typing import Any
 import structlog
 
 from subagents import events as ev
-from subagents.channels.base import OutputChannel
 from subagents.conditions import ConditionSyntaxError, parse_condition
 from subagents.config.domain import ResponseVariation
 from subagents.config.project import Project
 from subagents.dialogue.rephraser import Rephraser
 from subagents.dialogue.turn import Turn
 from subagents.templating import render_format, render_jinja
+from subagents.types import OutputChannel
 
 log = structlog.get_logger("subagents.dialogue")
 

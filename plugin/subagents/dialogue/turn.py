@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from subagents.channels.base import OutputChannel
 from subagents.config.domain import Domain
 from subagents.dialogue.stack import Stack
+from subagents.types import OutputChannel
 
 
 def slots_from_events(domain: Domain, events: list[dict[str, Any]]) -> dict[str, Any]:

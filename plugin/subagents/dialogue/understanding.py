@@ -28,7 +28,7 @@ from subagents.dialogue.commands import (
     parse_deterministic,
 )
 from subagents.dialogue.stack import Stack
-from subagents.llm import LLMClient
+from subagents.llm.client import LLMClient
 
 if TYPE_CHECKING:
     from subagents.dialogue.turn import Turn

@@ -66,7 +66,7 @@ class SamplingHandler:
 
     def _client(self) -> Any:
         if self._llm is None:
-            from subagents.llm import make_llm_client, resolve_model_settings
+            from subagents.llm.client import make_llm_client, resolve_model_settings
 
             model = resolve_model_settings({"model_group": self.settings.model_group},
                                            self.endpoints, where="endpoints.yml")

@@ -33,7 +33,6 @@ from subagents.config._base import resolve_env
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.mcp_sessions import is_template, render_template
 from subagents.exceptions import MCPConnectionError, ToolInvocationError, ToolTimeoutError
-from subagents.mcp.auth import HeaderBuilder, oauth_provider
 from subagents.mcp.callbacks import (
     ELICITATIONS,
     ElicitationHandler,
@@ -41,8 +40,9 @@ from subagents.mcp.callbacks import (
     roots_callback,
 )
 from subagents.mcp.content import contents_text, convert_result
-from subagents.mcp.login import LoginHandlers, LoginRequiredError
-from subagents.mcp.token_store import TokenStore
+from subagents.mcp.oauth.auth import HeaderBuilder, oauth_provider
+from subagents.mcp.oauth.login import LoginHandlers, LoginRequiredError
+from subagents.mcp.oauth.token_store import TokenStore
 from subagents.types import AgentToolResult
 
 log = structlog.get_logger("subagents.mcp")
@@ -188,7 +188,7 @@ class MCPServerConnection:
         if oauth is None or not oauth.per_user or not self.config.url \
                 or self._login is not None:  # `subagents mcp login`: an operator signs in
             return oauth_provider(self.config, self.root, self._login)
-        from subagents.mcp.consent import listing_provider, user_provider
+        from subagents.mcp.oauth.consent import listing_provider, user_provider
 
         if self._oauth_user is None or self._tokens is None:
             return listing_provider(self.config, self.root)

@@ -25,7 +25,7 @@ import structlog
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.exceptions import MCPConnectionError
 from subagents.mcp.connection import MCPServerConnection
-from subagents.mcp.token_store import TokenStore, token_store
+from subagents.mcp.oauth.token_store import TokenStore, token_store
 
 log = structlog.get_logger("subagents.mcp")
 

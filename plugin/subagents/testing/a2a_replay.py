@@ -177,8 +177,8 @@ def _executor(agent: ScriptedAgent) -> Any:
     from a2a.server.agent_execution import AgentExecutor
     from a2a.types import Part
 
-    from subagents.a2a.server import cancel_task, task_updater
     from subagents.agents.a2a_agent import HEALTH_CHECK_TEXT
+    from subagents.server.a2a import cancel_task, task_updater
 
     class _Executor(AgentExecutor):
         async def execute(self, context: Any, event_queue: Any) -> None:
@@ -237,7 +237,7 @@ async def _task_reply(updater: Any, entry: dict[str, Any]) -> None:
 def _card(name: str) -> Any:
     from a2a.types import AgentSkill
 
-    from subagents.a2a.server import agent_card
+    from subagents.server.a2a import agent_card
 
     return agent_card(name, f"{name} (scripted stand-in)", AgentSkill(
         id="scripted", name="Scripted replies", tags=["test"],
@@ -263,7 +263,7 @@ class A2AStandins:
         """Serve every agent's card and JSON-RPC endpoint; yield the card URLs."""
         from starlette.applications import Starlette
 
-        from subagents.a2a.server import CARD_PATH, a2a_routes
+        from subagents.server.a2a import CARD_PATH, a2a_routes
         from subagents.testing.mcp_http import serve_app
 
         routes = []

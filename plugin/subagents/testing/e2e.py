@@ -28,7 +28,7 @@ from typing import Any
 import structlog
 
 from subagents import events as ev
-from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.config.project import ProjectPaths
 from subagents.dialogue.builtin_actions import session_start_events
 from subagents.exceptions import ConfigError, ConfigIssue
@@ -374,7 +374,7 @@ class Runner:
 
     def judge(self, case: TestCase, assistant: Any) -> Judge:
         """The judge for generative assertions of ``case`` (scripted when the case is)."""
-        from subagents.llm import make_llm_client, resolve_model_settings
+        from subagents.llm.client import make_llm_client, resolve_model_settings
 
         config = case.judge or {}
         scripted = self._scripted_case(case)
@@ -396,7 +396,7 @@ class Runner:
 
     def simulated_user_llm(self, case: TestCase, assistant: Any) -> Any:
         """The model that plays the simulated user of ``case`` (scripted when the case is)."""
-        from subagents.llm import make_llm_client, resolve_model_settings
+        from subagents.llm.client import make_llm_client, resolve_model_settings
 
         spec = case.simulated_user or {}
         scripted = self._scripted_case(case)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from subagents.exceptions import ConfigError
-from subagents.recording_export import ExportError, a2a_agent_names, build_fixture, dump_fixture
+from subagents.recording.export import ExportError, a2a_agent_names, build_fixture, dump_fixture
 
 
 async def load_events(project_dir: Path, sender_id: str) -> list[dict[str, Any]]:

@@ -247,7 +247,7 @@ class FakeModelServer:
 
     def llm_factory(self, *, max_retries: int = 0) -> Callable[[str, Any], Any]:
         """An ``Assistant(llm_factory=...)`` that points every caller at its own path here."""
-        from subagents.llm import LLMClient, make_llm_client
+        from subagents.llm.client import LLMClient, make_llm_client
 
         def factory(caller: str, settings: Any) -> LLMClient:
             for model in settings.members():  # every model of a routed group

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from subagents.exceptions import SubagentsError
-from subagents.llm import LLMClient
+from subagents.llm.client import LLMClient
 from subagents.testing.assertions import AssertionFailed, Window, bot_messages
 
 JUDGE_CALLER = "judge"

@@ -11,8 +11,8 @@ from subagents.config.sub_agent import McpServerRef, ToolSettings
 from subagents.exceptions import MCPConnectionError, ToolInvocationError, ToolNotAvailableError
 from subagents.mcp.callbacks import ELICITATIONS
 from subagents.mcp.connection import MCPTool
-from subagents.mcp.consent import CONSENT_CODES
 from subagents.mcp.identity import session_key, template_values
+from subagents.mcp.oauth.consent import CONSENT_CODES
 from subagents.mcp.pool import MCPPool
 from subagents.tools.base import CallContext, Tool
 from subagents.tools.mcp_resources import resource_tool

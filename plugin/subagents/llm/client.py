@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from subagents import usage as _usage_prices
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import (
     CLIENT_MODEL_KEYS,
@@ -48,9 +47,10 @@ from subagents.config.endpoints import (
     normalize_model_keys,
 )
 from subagents.exceptions import ConfigError, ConfigIssue, LLMError
-from subagents.llm_http import HTTPConnectionError, HTTPTimeoutError, KeepAlivePool
-from subagents.llm_http import available as llm_http_available
-from subagents.llm_routing import Deployment, Router, RouterSettings
+from subagents.llm import usage as _usage_prices
+from subagents.llm._http import HTTPConnectionError, HTTPTimeoutError, KeepAlivePool
+from subagents.llm._http import available as llm_http_available
+from subagents.llm.routing import Deployment, Router, RouterSettings
 from subagents.observability import traced_model_call
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
     from subagents.config.endpoints import EndpointsConfig, ModelConfig, ModelGroup
 
-log = structlog.get_logger("subagents.llm")
+log = structlog.get_logger("subagents.llm.client")
 
 TextCallback = Callable[[str], Awaitable[None]]
 
@@ -702,7 +702,7 @@ class _TimedOutError(Exception):
 class _JsonTransport:
     """POSTs chat-completion bodies as plain JSON over keep-alive connections.
 
-    The connections are :mod:`subagents.llm_http`'s lean HTTP/1.1 pool (half aiohttp's CPU
+    The connections are :mod:`subagents.llm._http`'s lean HTTP/1.1 pool (half aiohttp's CPU
     per call), or one aiohttp session when a proxy applies to the endpoint, httptools is
     missing, or ``SUBAGENTS_MODEL_HTTP_CLIENT=aiohttp`` is set. Neither probes every pooled
     socket per request, and the reply is parsed straight from JSON; both matter once hundreds

@@ -14,7 +14,7 @@ from subagents.channels.console import ConsoleOutputChannel
 from subagents.config.project import ProjectPaths
 from subagents.exceptions import SubagentsError
 
-log = structlog.get_logger("subagents.shell")
+log = structlog.get_logger("subagents.cli.shell")
 
 
 def _reader(loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[str | None],

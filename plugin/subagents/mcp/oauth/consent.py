@@ -6,13 +6,13 @@ discovery and dynamic client registration unless ``client_id`` is configured). W
 call meets a 401 and no token (or refresh token) helps, the provider's sign-in address reaches
 the user as a URL-mode elicitation of the call in flight: the agent sends the link and parks, and
 the call waits in the background. The browser comes back to ``GET /oauth/callback`` on
-``subagents serve`` (:mod:`subagents.mcp.consent_route`); the ``state`` there picks the waiting
+``subagents serve`` (:mod:`subagents.server.oauth_callback`); the ``state`` there picks the waiting
 consent (it was made for one conversation, call, user and server), the code is exchanged, the
-tokens are stored for the user (:mod:`subagents.mcp.token_store`) and the call runs. The agent
+tokens are stored for the user (:mod:`subagents.mcp.oauth.token_store`) and the call runs. The agent
 then continues with the call's result by itself when the conversation's channel can send
 without a request (Socket.IO, Slack, Telegram, Twilio), else on the user's next message. A
 callback that reaches another worker is handed to this one over Redis
-(:mod:`subagents.mcp.consent_relay`).
+(:mod:`subagents.mcp.oauth.relay`).
 
 A token the server refuses (401) before it expires is refreshed first; when the refresh fails the
 user is asked again. Tokens never reach the model, the tracker or the logs.
@@ -33,8 +33,8 @@ import structlog
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig
 from subagents.mcp.callbacks import ELICITATIONS, _Flight
-from subagents.mcp.login import LoginRequiredError, authorization_code_provider, token_file
-from subagents.mcp.token_store import SHARED, TokenStore
+from subagents.mcp.oauth.login import LoginRequiredError, authorization_code_provider, token_file
+from subagents.mcp.oauth.token_store import SHARED, TokenStore
 
 log = structlog.get_logger("subagents.mcp")
 

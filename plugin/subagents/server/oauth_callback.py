@@ -4,7 +4,7 @@ The user's browser reaches this route, not the assistant's API client, so it tak
 the OAuth ``state`` in the address authenticates it. A state is random, made for one
 conversation, tool call, user and server, known only to the worker that sent the link and
 usable once (another worker sharing its Redis hands the callback over to it:
-:mod:`subagents.mcp.consent_relay`); anything else gets a plain "expired" page. The page never
+:mod:`subagents.mcp.oauth.relay`); anything else gets a plain "expired" page. The page never
 shows the code or a token, and asks the browser not to cache it or pass the address on.
 
 Once the authorized call has run, ``subagents serve`` resumes the conversation by itself when
@@ -24,8 +24,8 @@ from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
 from subagents.mcp.callbacks import ELICITATIONS
-from subagents.mcp.consent import CALLBACK_PATH, CONSENTS
-from subagents.mcp.consent_relay import PARAMS, CallbackOutcome, ConsentRelay
+from subagents.mcp.oauth.consent import CALLBACK_PATH, CONSENTS
+from subagents.mcp.oauth.relay import PARAMS, CallbackOutcome, ConsentRelay
 
 CALL_WAIT = 60.0
 """Seconds the page waits for the authorized call to finish, so that the conversation finds

@@ -26,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from subagents.mcp.consent import CONSENTS
+from subagents.mcp.oauth.consent import CONSENTS
 
 log = structlog.get_logger("subagents.mcp")
 

@@ -108,9 +108,9 @@ async def replay_app(case: Any, project: Path, *, token: str | None = None,
     stand-ins run while the context is open. The replayed conversation is recorded, so the page
     can save what happened as a new test."""
     from subagents import events as ev
-    from subagents import recording
     from subagents.dialogue.processor import Assistant
-    from subagents.server import create_app
+    from subagents.recording import turn as recording
+    from subagents.server.app import create_app
     from subagents.stores import InMemoryTrackerStore
     from subagents.testing import FakeModelServer
 
@@ -131,8 +131,8 @@ async def serve_replay(case: Any, project: Path, *, host: str, port: int,
     """Serve the API and the inspector with the case's scripted models until stopped."""
     import uvicorn
 
-    from subagents.server import uvicorn_config
-    from subagents.server_security import LOOPBACK_HOSTS, is_loopback, warn_if_exposed
+    from subagents.server.app import uvicorn_config
+    from subagents.server.security import LOOPBACK_HOSTS, is_loopback, warn_if_exposed
 
     warn_if_exposed(host, token)
     hosts = list(LOOPBACK_HOSTS) if is_loopback(host) else None

@@ -20,7 +20,7 @@ from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig, OAuthConfig
 
 if TYPE_CHECKING:
-    from subagents.mcp.login import LoginHandlers
+    from subagents.mcp.oauth.login import LoginHandlers
 
 
 class HeaderBuilder:
@@ -92,7 +92,7 @@ def oauth_provider(config: McpServerConfig, root: Path | None = None,
     if oauth is None or not config.url:
         return None
     if oauth.grant == "authorization_code":
-        from subagents.mcp.login import authorization_code_provider
+        from subagents.mcp.oauth.login import authorization_code_provider
 
         return authorization_code_provider(config, root or Path.cwd(), login)
     return _client_credentials_provider(config, oauth)

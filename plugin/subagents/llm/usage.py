@@ -22,7 +22,7 @@ from typing import Any
 
 import structlog
 
-log = structlog.get_logger("subagents.usage")
+log = structlog.get_logger("subagents.llm.usage")
 
 PRICES_ENV = "SUBAGENTS_MODEL_PRICES"
 

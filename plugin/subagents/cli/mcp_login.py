@@ -14,7 +14,7 @@ import structlog
 from subagents.config.endpoints import McpServerConfig
 from subagents.exceptions import MCPConnectionError
 from subagents.mcp.connection import MCPServerConnection
-from subagents.mcp.login import LoginHandlers, _CallbackServer, token_file
+from subagents.mcp.oauth.login import LoginHandlers, _CallbackServer, token_file
 
 log = structlog.get_logger("subagents.mcp")
 

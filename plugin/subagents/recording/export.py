@@ -16,8 +16,8 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from subagents import recording
 from subagents.exceptions import ConfigError, ConfigIssue
+from subagents.recording import turn as recording
 
 if TYPE_CHECKING:
     from subagents.config.project import Project

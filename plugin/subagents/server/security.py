@@ -25,7 +25,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-log = structlog.get_logger("subagents.server")
+log = structlog.get_logger("subagents.server.app")
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 HEADER_TIMEOUT = 15.0

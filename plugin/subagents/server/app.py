@@ -19,7 +19,7 @@ A message may carry an idempotency key (``Idempotency-Key`` header or ``message_
 with a recorded key is answered from the tracker. A turn that fails answers the internal-error
 reply (REST) or a ``message`` then an ``error`` frame (SSE) with an error id that finds the
 details in the log; nothing of a failed turn is recorded. Browser origins, content types, Host
-names and stalled connections are checked by :mod:`subagents.server_security`.
+names and stalled connections are checked by :mod:`subagents.server.security`.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from subagents import __version__, recording
-from subagents.channels.base import CollectingOutputChannel
+from subagents import __version__
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.channels.input import InputChannel
 from subagents.channels.registry import mount_channels
 from subagents.channels.sse import QueueOutputChannel, sse_frame
@@ -55,13 +55,14 @@ from subagents.dialogue.client_input import (
 )
 from subagents.dialogue.processor import Assistant
 from subagents.exceptions import SubagentsError
-from subagents.inspector import inspector_routes, wants_trace
-from subagents.llm import model_http_client
-from subagents.mcp.consent_relay import ConsentRelay
-from subagents.mcp.consent_route import consent_relay, consent_routes
-from subagents.recording_export import ExportError, a2a_agent_names, build_fixture, dump_fixture
-from subagents.rest_contract import extra_routes, token_matches, wants_stream
-from subagents.server_security import (
+from subagents.llm.client import model_http_client
+from subagents.mcp.oauth.relay import ConsentRelay
+from subagents.recording import turn as recording
+from subagents.recording.export import ExportError, a2a_agent_names, build_fixture, dump_fixture
+from subagents.server.inspector import inspector_routes, wants_trace
+from subagents.server.oauth_callback import consent_relay, consent_routes
+from subagents.server.rest_contract import extra_routes, token_matches, wants_stream
+from subagents.server.security import (
     HEADER_TIMEOUT,
     LOOPBACK_HOSTS,
     cors_origins_from_env,
@@ -72,7 +73,7 @@ from subagents.server_security import (
 )
 from subagents.stores.redis_lock import RedisLockStore
 
-log = structlog.get_logger("subagents.server")
+log = structlog.get_logger("subagents.server.app")
 MAX_BODY = 1_000_000
 ERROR_ID_HEADER = "x-subagents-error-id"
 BODY_TIMEOUT = 30.0
@@ -411,7 +412,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]
     if a2a_agents is not None:
-        from subagents.a2a.server import sub_agent_routes
+        from subagents.server.a2a import sub_agent_routes
 
         routes += sub_agent_routes(assistant, a2a_agents, guard=api.guard)
     app = Starlette(routes=routes, lifespan=api.lifespan,

@@ -296,7 +296,7 @@ def cmd_validate(project_dir: Any, *, connect: bool = False) -> int:
 
     project, issues = collect_issues(project_dir)
     if project is not None and connect:
-        from subagents.validate_connect import connected_issues
+        from subagents.cli.validate_connect import connected_issues
 
         issues = [*issues, *connected_issues(project)]
         if any(i.severity == "error" for i in issues):
@@ -411,8 +411,8 @@ def cmd_test(args: argparse.Namespace) -> int:
 def _ready_to_run(args: argparse.Namespace) -> Project | None:
     """For shell and serve: the loaded project if it loads and, unless skipped, every model
     answers; None otherwise (the problems are printed)."""
+    from subagents.llm.preflight import check_models, format_problems
     from subagents.config.project import collect_issues
-    from subagents.preflight import check_models, format_problems
 
     project, issues = collect_issues(_paths(args))
     errors = _print_issues(issues)
@@ -467,7 +467,7 @@ def _run_demo(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     if args.command == "mcp":
-        from subagents.mcp.signin import cmd_login
+        from subagents.cli.mcp_login import cmd_login
 
         return cmd_login(args.project, args.server)
     if args.command == "init":
@@ -479,11 +479,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "demo":
         return _run_demo(args)
     if getattr(args, "record", False):
-        from subagents import recording
+        from subagents.recording import turn as recording
 
         recording.enable()
     if args.command == "inspect" and args.replay:
-        from subagents.inspector_replay import run_replay
+        from subagents.cli.inspector_replay import run_replay
 
         return run_replay(args.replay, args.project.resolve(), host=args.host, port=args.port,
                           token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
@@ -491,12 +491,12 @@ def _run(args: argparse.Namespace) -> int:
     if project is None:
         return 1
     if args.command == "shell":
-        from subagents.shell import run_shell
+        from subagents.cli.shell import run_shell
 
         return run_shell(_paths(args), debug=args.debug)
     from subagents.channels.registry import load_channels
     from subagents.dialogue.processor import Assistant
-    from subagents.server import serve
+    from subagents.server.app import serve
 
     if args.command == "inspect":
         print(f"subagents inspect: the inspector is at http://{args.host}:{args.port}/inspect",
@@ -529,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         errors = _print_issues(exc.issues)
         print(f"{errors} error(s): the project does not load.", file=sys.stderr)
     except SubagentsError as exc:
-        from subagents._startup_help import startup_error_text
+        from subagents.cli.startup_help import startup_error_text
 
         paths = _paths(args) if isinstance(getattr(args, "project", None), Path) else None
         print(startup_error_text(args.command, exc, paths), file=sys.stderr)

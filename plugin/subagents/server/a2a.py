@@ -35,7 +35,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from subagents.agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
-from subagents.channels.base import CollectingOutputChannel
+from subagents.channels.collecting import CollectingOutputChannel
 from subagents.exceptions import AgentInitializationError
 
 if TYPE_CHECKING:

@@ -1,0 +1,1 @@
+"""Calling language models: the model client, routing between models, token usage."""

@@ -1,0 +1,1 @@
+"""OAuth for MCP servers: client credentials, sign-in, per-user consent, the token store."""
