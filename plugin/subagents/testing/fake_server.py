@@ -247,13 +247,13 @@ class FakeModelServer:
 
     def llm_factory(self, *, max_retries: int = 0) -> Callable[[str, Any], Any]:
         """An ``Assistant(llm_factory=...)`` that points every caller at its own path here."""
-        from subagents.llm.client import LLMClient, make_llm_client
+        from subagents.llm import Model, build_model
 
-        def factory(caller: str, settings: Any) -> LLMClient:
+        def factory(caller: str, settings: Any) -> Model:
             for model in settings.members():  # every model of a routed group
                 model.api_base, model.api_key = self.base_url(caller), None
                 model.max_retries, model.provider = max_retries, "openai"
-            return make_llm_client(settings, name=caller)
+            return build_model(settings, name=caller)
 
         return factory
 
