@@ -2,9 +2,11 @@
 
 :class:`VectorIndex` holds the chunk vectors as one unit-length float32 matrix; a query is one
 matrix-vector product and a partial sort, so results are exact (like Rasa's FAISS flat index) and
-the score of a hit is its cosine similarity to the query. At the sizes a project's documents
-reach (1,000 to 10,000 chunks) this is as fast as FAISS; ``benchmarks/bench_search.py`` measures
-both.
+the score of a hit is its cosine similarity to the query. The product runs in numpy's own loop
+(``einsum``), not in the BLAS library: a threaded BLAS mat-vec keeps its worker threads spinning
+after each call, which cost about ten times the CPU of the product itself on a busy 2-core machine.
+At the sizes a project's documents reach (1,000 to 10,000 chunks) this is as fast as FAISS's flat
+index; ``benchmarks/bench_search.py`` measures both.
 
 :class:`LocalIndex` builds a :class:`VectorIndex` from a documents folder and persists it under a
 folder of its own (``<project>/.subagents/search/<name>/``): ``manifest.json`` names the content
@@ -84,15 +86,20 @@ def require_numpy() -> Any:
 class VectorIndex:
     """Documents and their vectors; exact top-k search by cosine similarity."""
 
-    def __init__(self, documents: Sequence[Document], vectors: Any) -> None:
-        """Index ``documents``; ``vectors`` is one row per document (any float array-like)."""
+    def __init__(self, documents: Sequence[Document], vectors: Any, *,
+                 normalized: bool = False) -> None:
+        """Index ``documents``; ``vectors`` is one row per document (any float array-like).
+
+        ``normalized`` says the rows already have unit length (a persisted index's do).
+        """
         np = require_numpy()
         matrix = np.asarray(vectors, dtype=np.float32)
         if matrix.ndim != 2 or matrix.shape[0] != len(documents):
             raise ValueError(f"need one vector per document: {len(documents)} documents, "
                              f"vectors of shape {matrix.shape}")
         self.documents = list(documents)
-        self.matrix: npt.NDArray[Any] = _unit_rows(np, matrix)
+        self.matrix: npt.NDArray[Any] = (np.ascontiguousarray(matrix) if normalized
+                                         else _unit_rows(np, matrix))
         """One unit-length float32 row per document."""
 
     @property
@@ -121,7 +128,7 @@ class VectorIndex:
         if not len(self) or k < 1:
             return []
         norm = float(np.linalg.norm(query))
-        scores = self.matrix @ (query / norm if norm else query)
+        scores = np.einsum("ij,j->i", self.matrix, query / norm if norm else query)
         k = min(k, len(self))
         top = np.argpartition(-scores, k - 1)[:k] if k < len(self) else np.arange(len(self))
         top = top[np.argsort(-scores[top], kind="stable")]
@@ -147,7 +154,7 @@ class VectorIndex:
             matrix = np.load(folder / vectors, allow_pickle=False)
             raw = json.loads((folder / chunks).read_text(encoding="utf-8"))
             documents = [Document.from_dict(item) for item in raw]
-            return cls(documents, matrix)
+            return cls(documents, matrix, normalized=True)
         except (OSError, ValueError, TypeError, AttributeError) as exc:
             raise IndexCorruptError(f"the index in {folder} cannot be read: {exc}") from exc
 
