@@ -171,6 +171,28 @@ async def test_min_score_drops_unrelated_results(
         assert await index.search("zebra giraffe", min_score=0.2) == []
 
 
+async def test_an_empty_query_finds_nothing_without_calling_the_model(
+        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+    write_docs(tmp_path / "docs", DOCS)
+    index = local_index(tmp_path, embedder)
+    with anyio.fail_after(10):
+        await index.ensure()
+        fake.embedding_inputs.clear()
+        assert await index.search("  ") == []
+    assert fake.embedding_inputs == []
+
+
+async def test_a_document_that_is_not_utf8_is_named_in_the_error(
+        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+    write_docs(tmp_path / "docs", DOCS)
+    (tmp_path / "docs" / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    with pytest.raises(ConfigError) as error:
+        await local_index(tmp_path, embedder).ensure()
+    assert error.value.code == "search.document_unreadable"
+    assert error.value.issue.file == "docs/latin1.txt"
+    assert fake.embedding_inputs == []
+
+
 async def test_a_missing_or_empty_source_folder_is_a_config_error_with_a_fix(
         tmp_path: Path, embedder: OpenAIEmbedder):
     with pytest.raises(ConfigError) as missing:

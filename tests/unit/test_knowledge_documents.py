@@ -117,6 +117,14 @@ def test_malformed_qa_entries_are_skipped_with_a_warning():
     assert [e["event"] for e in logs] == ["search.qa.entry_skipped"]
 
 
+def test_entries_with_an_empty_question_or_answer_are_skipped():
+    with capture_logs() as logs:
+        pairs = parse_qa_documents([Document("Q:\nA: orphan\n\nQ: Empty?\nA:\n\nQ: Ok?\nA: Yes.",
+                                              {})])
+    assert [p.text for p in pairs] == ["Ok?"]
+    assert [e["event"] for e in logs] == ["search.qa.entry_skipped"] * 2
+
+
 def test_duplicate_and_conflicting_questions_are_reported():
     text = "Q: A?\nA: one\n\nQ: A?\nA: one\n\nQ: A?\nA: two"
     with capture_logs() as logs:

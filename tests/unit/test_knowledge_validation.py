@@ -46,6 +46,14 @@ def test_documents_that_give_an_empty_index(tmp_path: Path):
     assert check(tmp_path, {"vector_store": {"source": "kb"}}) == []  # passages are fine
 
 
+def test_a_document_that_is_not_utf8(tmp_path: Path):
+    docs(tmp_path, {"docs/a.txt": "fine"})
+    (tmp_path / "docs" / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    issues = check_search_setup(SearchPolicySettings(), root=tmp_path, model_groups=())
+    assert [(i.code, i.file) for i in issues] == [("search.document_unreadable",
+                                                   "docs/latin1.txt")]
+
+
 def test_model_groups_that_do_not_exist(tmp_path: Path):
     docs(tmp_path, {"docs/a.txt": "Q: Who?\nA: Us."})
     config = {"embeddings": {"model_group": "vectors"}, "llm": {"model_group": "writer"}}

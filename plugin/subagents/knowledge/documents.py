@@ -24,6 +24,8 @@ from typing import Any
 
 import structlog
 
+from ..exceptions import ConfigError, ConfigIssue
+
 __all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "Document", "TextSplitter",
            "document_files", "load_documents", "parse_qa_documents", "split_documents"]
 
@@ -70,6 +72,9 @@ def load_documents(folder: Path, *, display_root: Path | None = None) -> list[Do
         folder: The documents folder.
         display_root: When given, ``metadata["source"]`` is the file's path relative to it (for
             example ``docs/faq.txt`` with the project folder as root); otherwise the path as found.
+
+    Raises:
+        ConfigError: A file is not UTF-8 (``search.document_unreadable``).
     """
     documents = []
     for path in document_files(folder):
@@ -79,7 +84,14 @@ def load_documents(folder: Path, *, display_root: Path | None = None) -> list[Do
                 source = path.relative_to(display_root)
             except ValueError:
                 source = path
-        documents.append(Document(path.read_text(encoding="utf-8"), {"source": str(source)}))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(ConfigIssue(
+                "search.document_unreadable", f"{source} is not UTF-8 text ({exc.reason} at "
+                f"byte {exc.start})", file=str(source),
+                hint="save the file as UTF-8, or move it out of the documents folder")) from exc
+        documents.append(Document(text, {"source": str(source)}))
     return documents
 
 
@@ -165,7 +177,8 @@ def split_documents(documents: Iterable[Document], splitter: TextSplitter | None
 
 
 def parse_qa_documents(documents: Iterable[Document]) -> list[Document]:
-    """One document per ``Q:``/``A:`` entry; malformed entries are skipped with a warning.
+    """One document per ``Q:``/``A:`` entry; malformed entries (and entries with an empty
+    question or answer) are skipped with a warning.
 
     Each result's text is the question; its metadata is the file's metadata plus ``title`` (the
     question as an identifier: lower case, words joined by ``_``, other characters dropped),
@@ -175,7 +188,7 @@ def parse_qa_documents(documents: Iterable[Document]) -> list[Document]:
     for document in documents:
         for entry in document.text.strip().split(QA_ENTRY_SEPARATOR):
             match = _QA_ENTRY.match(entry.strip())
-            if not match:
+            if not match or not match["question"].strip() or not match["answer"].strip():
                 log.warning("search.qa.entry_skipped", source=document.metadata.get("source"),
                             entry=entry.strip()[:100])
                 continue

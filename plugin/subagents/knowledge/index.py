@@ -234,7 +234,9 @@ class LocalIndex:
     async def search(self, query: str, k: int = DEFAULT_TOP_K,
                      min_score: float | None = None) -> list[SearchHit]:
         """Embed ``query`` and return the ``k`` nearest documents (builds the index first)."""
-        index = self.index or await self.ensure()
+        if not query.strip():
+            return []
+        index = self.index if self.index is not None else await self.ensure()
         [vector] = await self.embedder.embed([query])
         return index.search(vector, k, min_score)
 

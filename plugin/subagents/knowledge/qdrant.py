@@ -125,6 +125,8 @@ class QdrantStore:
             SearchBackendError: Qdrant failed, or a point lacks the content payload key.
             EmbeddingError: The query could not be embedded.
         """
+        if not query.strip():
+            return []
         [vector] = await self.embedder.embed([query])
         options: dict[str, Any] = {"collection_name": self.settings.collection, "query": vector,
                                    "limit": k, "with_payload": True}

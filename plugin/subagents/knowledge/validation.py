@@ -14,7 +14,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import ConfigIssue
+from ..exceptions import ConfigError, ConfigIssue
 from .documents import document_files, load_documents, parse_qa_documents, split_documents
 from .settings import SearchPolicySettings
 
@@ -117,7 +117,10 @@ def _embedded(settings: SearchPolicySettings, root: Path, file: str) -> list[Con
         return [*issues, ConfigIssue(
             "search.source_empty", f"the documents folder {settings.source} has no .txt file",
             file=file, key="vector_store.source", hint="add .txt documents (subfolders count)")]
-    documents = load_documents(folder)
+    try:
+        documents = load_documents(folder, display_root=root)
+    except ConfigError as error:
+        return [*issues, error.issue]
     chunks = (parse_qa_documents(documents) if not settings.use_generative_llm
               else split_documents(documents))
     if not chunks:
