@@ -16,6 +16,7 @@ from subagents.llm.settings import (
     RoutedGroup,
     resolve_model_settings,
 )
+from subagents.llm.structured import StructuredOutputModel, schema_format, wants_schema
 
 LLMClient = OpenAICompatibleModel
 """The name earlier versions gave the OpenAI-compatible model (kept for project code)."""
@@ -29,9 +30,12 @@ __all__ = [
     "ModelSettings",
     "OpenAICompatibleModel",
     "RoutedGroup",
+    "StructuredOutputModel",
     "TextCallback",
     "ToolCall",
     "Usage",
     "build_model",
     "resolve_model_settings",
+    "schema_format",
+    "wants_schema",
 ]

@@ -12,6 +12,7 @@ from subagents.llm.fallback import FallbackModel
 from subagents.llm.model import Model
 from subagents.llm.openai_compat import OpenAICompatibleModel
 from subagents.llm.settings import ModelSettings
+from subagents.llm.structured import StructuredOutputModel
 from subagents.llm.wrappers import CountingModel, InstrumentedModel, RecordingModel
 
 
@@ -30,8 +31,10 @@ def build_model(settings: ModelSettings, *, name: str = "llm",
 
 def _member(settings: ModelSettings, name: str) -> Model:
     """One model with the wrappers every call goes through, outermost first: the recording
-    (what was asked and answered), the tally (tokens), the span and metrics."""
-    return RecordingModel(CountingModel(InstrumentedModel(provider_model(settings, name))))
+    (what the caller asked and got), constrained output (``structured_output``), the tally
+    (tokens), the span and metrics."""
+    return RecordingModel(StructuredOutputModel(CountingModel(InstrumentedModel(
+        provider_model(settings, name)))))
 
 
 def provider_model(settings: ModelSettings, name: str) -> Model:

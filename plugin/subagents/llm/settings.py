@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import (
     CLIENT_MODEL_KEYS,
+    CONSTRAINED_BY_DEFAULT,
     ROUTING_MODEL_KEYS,
     ROUTING_STRATEGIES,
     normalize_model_keys,
@@ -56,6 +57,8 @@ class ModelSettings:
     """Merged into the request body as is."""
     routing: dict[str, Any] = field(default_factory=dict)
     """What a group's router reads: weight, rpm, tpm, input/output_cost_per_token."""
+    structured_output: str = "off"
+    """``auto``, ``json_schema`` or ``off`` (see :mod:`subagents.llm.structured`)."""
     group: RoutedGroup | None = field(default=None, repr=False, compare=False)
     """Set when these are the first model of a group with a router: the whole group."""
 
@@ -75,12 +78,14 @@ class ModelSettings:
         merged = dict(DEFAULT_MODEL_SETTINGS) if data.get("provider", "openai") == "openai" else {}
         merged.update(data)
         known = {"provider", "model", "api_base", "api_key", "timeout", "max_retries",
-                 "model_group", "api_type", "api_version", "deployment"} | CLIENT_MODEL_KEYS
+                 "model_group", "api_type", "api_version", "deployment",
+                 "structured_output"} | CLIENT_MODEL_KEYS
+        provider = str(merged.get("provider") or "openai")
         headers = {str(k): str(v) for k, v in (merged.get("extra_headers") or {}).items()}
         if merged.get("organization"):
             headers.setdefault("OpenAI-Organization", str(merged["organization"]))
         return cls(model=str(merged.get("model") or merged.get("deployment") or ""),
-                   provider=str(merged.get("provider") or "openai"),
+                   provider=provider,
                    api_base=merged.get("api_base"), api_key=merged.get("api_key"),
                    timeout=float(merged.get("timeout") or 7.0),
                    max_retries=int(merged.get("max_retries", 2)),
@@ -88,7 +93,9 @@ class ModelSettings:
                             if k not in known and k not in ROUTING_MODEL_KEYS},
                    api_version=merged.get("api_version"), deployment=merged.get("deployment"),
                    headers=headers, extra_body=dict(merged.get("extra_body") or {}),
-                   routing={k: v for k, v in merged.items() if k in ROUTING_MODEL_KEYS})
+                   routing={k: v for k, v in merged.items() if k in ROUTING_MODEL_KEYS},
+                   structured_output=str(merged.get("structured_output") or (
+                       "auto" if provider in CONSTRAINED_BY_DEFAULT else "off")))
 
 
 @dataclass

@@ -5,6 +5,8 @@ spans and metrics (:class:`InstrumentedModel`), token counting into the turn's t
 
 from __future__ import annotations
 
+from typing import Any
+
 from subagents import observability
 from subagents.llm.model import LLMResponse, Model, TextCallback
 from subagents.llm.settings import ModelSettings
@@ -16,6 +18,12 @@ class WrapperModel:
 
     def __init__(self, inner: Model) -> None:
         self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        """What the wrapped models have (e.g. ``schema_refused``), looked up inwards."""
+        if name == "inner":  # not set yet (during copying): no recursion through it
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
     @property
     def name(self) -> str:
