@@ -27,6 +27,7 @@ import email.utils
 import functools
 import json
 import math
+import re
 import time
 import urllib.parse
 import urllib.request
@@ -49,6 +50,8 @@ MAX_REPLY_BYTES = 16 * 1024 * 1024
 MAX_RETRY_AFTER = 120.0
 """Seconds: a ``Retry-After`` longer than this is not waited for (the error is raised)."""
 _RETRY_STATUSES = frozenset({408, 409, 429})
+_UNPARSED_OUTPUT = re.compile(r"does not match the expected|failed to parse (the )?(model|tool)",
+                              re.I)
 
 
 class ModelCallError(LLMError):
@@ -146,6 +149,21 @@ class ModelEndpoint:
                                  f"{_describe(exc)}", code="llm.connection") from exc
         finally:
             response.release()
+
+    async def get_json(self, url: str, *, timeout: float) -> Any:
+        """A GET of ``url`` on this endpoint's connections (a server's description of itself),
+        its JSON, or None when it does not answer 200 with JSON in time; never retried."""
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "content-type"}
+        try:
+            async with asyncio.timeout(timeout):
+                async with self.session().get(url, headers=headers,
+                                              proxy=self.proxy) as response:
+                    raw = await _read_capped(response)
+                    if response.status != 200:
+                        return None
+            return json.loads(raw)
+        except (TimeoutError, aiohttp.ClientError, ModelCallError, ValueError):
+            return None
 
     # ------------------------------------------------------------------ one attempt
     async def _attempt_json(self, data: bytes, scope: CallScope | None) -> Any:
@@ -302,6 +320,10 @@ def _status_error(status: int, headers: Any, raw: bytes) -> ModelCallError:
     else:
         retryable = status in _RETRY_STATUSES or status >= 500
     code = "llm.auth" if status == 401 else f"llm.http_{status}"
+    if status == 500 and _UNPARSED_OUTPUT.search(detail):
+        # llama.cpp: the model's own output did not parse as the tool-call format it was
+        # asked for; a greedy model would only repeat it
+        code, retryable = "llm.bad_response", False
     return ModelCallError(f"the model endpoint answered HTTP {status}: {detail}", code=code,
                           retryable=retryable, retry_after=retry_after, status=status)
 

@@ -17,10 +17,11 @@ import structlog
 from subagents.exceptions import SubagentsError
 from subagents.llm.http import ModelCallError, ModelEndpoint
 from subagents.llm.model import LLMResponse, TextCallback, ToolCall, Usage
-from subagents.llm.settings import ModelSettings, endpoint
+from subagents.llm.settings import ModelSettings, base_url, endpoint
 from subagents.types import CallScope, ChatMessage, JsonObject
 
 log = structlog.get_logger("subagents.llm")
+_UNKNOWN = object()
 
 
 class OpenAICompatibleModel:
@@ -37,6 +38,7 @@ class OpenAICompatibleModel:
         self._chat: ModelEndpoint | None = None
         self._embeddings: ModelEndpoint | None = None
         self._stale: list[ModelEndpoint] = []
+        self._native_tools: object = _UNKNOWN
         """Endpoints of replaced settings, closed by :meth:`close`."""
 
     @property
@@ -114,6 +116,21 @@ class OpenAICompatibleModel:
                          prompt_tokens=response.usage.prompt_tokens,
                          completion_tokens=response.usage.completion_tokens)
         return response
+
+    async def native_tools(self) -> bool | None:
+        """Whether the server calls tools natively: False when it describes itself as a
+        llama.cpp server whose chat template has no tools (it would drop them silently), None
+        when it does not say (hosted providers are not asked)."""
+        if self.settings.provider in ("openai", "azure"):
+            return True
+        if self._native_tools is _UNKNOWN:
+            root = base_url(self.settings).removesuffix("/v1")
+            props = await self._endpoint("/chat/completions").get_json(root + "/props",
+                                                                       timeout=3.0)
+            caps = props.get("chat_template_caps") if isinstance(props, dict) else None
+            found = caps.get("supports_tool_calls") if isinstance(caps, dict) else None
+            self._native_tools = found if isinstance(found, bool) else None
+        return self._native_tools  # type: ignore[return-value]
 
     async def embed(self, texts: list[str], *, scope: CallScope | None = None
                     ) -> list[list[float]]:

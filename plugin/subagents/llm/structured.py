@@ -8,8 +8,9 @@
   JSON schema works this way, with or without native tool calling (llama.cpp, vLLM, Ollama,
   LM Studio, OpenAI).
 * ``auto``: the caller's reply format is sent; a server that refuses it gets the call again
-  without it, and the model stops asking for it. Tools go as native tools; a server that refuses
-  native tools gets the call again in the JSON form above, and keeps getting that form.
+  without it, and the model stops asking for it. Tools go as native tools, except to a server
+  that says it has none (llama.cpp's ``/props`` for a chat template without tools, which would
+  drop them silently) or refuses them: that server gets the JSON form above from then on.
 * ``off``: neither (free text and native tools, as the model would be called otherwise).
 
 A refusal is an HTTP 400, 404, 415, 422 or 500 whose message names the feature
@@ -60,7 +61,9 @@ class StructuredOutputModel(WrapperModel):
         self.schema_refused = False
         """The server refused a reply format (under ``auto``): none is sent any more."""
         self.tools_refused = False
-        """The server refused native tools (under ``auto``): the JSON form is used."""
+        """The server refused native tools, or says it has none (under ``auto``): the JSON
+        form is used."""
+        self.tools_checked = False
 
     @property
     def mode(self) -> str:
@@ -75,7 +78,8 @@ class StructuredOutputModel(WrapperModel):
         mode = self.mode
         if options and "response_format" in options and (mode == "off" or self.schema_refused):
             options = {k: v for k, v in options.items() if k != "response_format"}
-        if tools and (mode == "json_schema" or self.tools_refused):
+        if tools and (mode == "json_schema" or self.tools_refused or (
+                mode == "auto" and await self._tools_dropped())):
             return await self._json_tools(messages, tools, on_text, scope, options)
         try:
             return await self.inner.complete(messages, tools, stream=stream, on_text=on_text,
@@ -95,6 +99,18 @@ class StructuredOutputModel(WrapperModel):
                             feature="tools", error_code=exc.code)
                 return await self._json_tools(messages, tools, on_text, scope, options)
             raise
+
+    async def _tools_dropped(self) -> bool:
+        """Whether the server says it has no native tool calling (asked once)."""
+        ask = getattr(self.inner, "native_tools", None)
+        if ask is None or self.tools_checked:
+            return self.tools_refused
+        self.tools_checked = True
+        if await ask() is False:
+            self.tools_refused = True
+            log.info("llm.structured_output.json_tools", model=self.settings.model,
+                     reason="the server's chat template has no tools")
+        return self.tools_refused
 
     async def _json_tools(self, messages: list[ChatMessage], tools: list[JsonObject],
                           on_text: TextCallback | None, scope: CallScope | None,
