@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -69,6 +69,15 @@ def litellm() -> Iterator[ModuleType]:
                                                        "subagents[providers])")
         patch.setattr(module, "suppress_debug_info", True)
         yield module
+
+
+@pytest.fixture(autouse=True)
+async def close_litellm_clients(litellm: ModuleType) -> AsyncIterator[None]:
+    """Close the HTTP clients LiteLLM cached for this test's event loop (it keys its client
+    cache by loop and keeps them after the loop ends: their sockets would leak)."""
+    yield
+    await litellm.close_litellm_async_clients()
+    litellm.in_memory_llm_clients_cache.flush_cache()
 
 
 @pytest.fixture(autouse=True)
