@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from tests.traceback_guard import AFFECTED
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,5 +42,6 @@ def test_a_failure_names_the_test_when_the_ast_constructor_breaks(tmp_path, work
         cwd=ROOT, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "INTERNALERROR" not in done.stdout + done.stderr
-    assert "FAILED" in done.stdout and "test_sample.py::test_sums" in done.stdout
+    assert "FAILED" in done.stdout
+    assert "test_sample.py::test_sums" in done.stdout
     assert "assert (1 + 1) == 3" in done.stdout
