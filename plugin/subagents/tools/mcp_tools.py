@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 
 import structlog
 
@@ -19,6 +20,9 @@ from subagents.tools.mcp_resources import resource_tool
 from subagents.types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
 
 log = structlog.get_logger("subagents.tools")
+
+MetaHook = Callable[[str, AgentInput], JsonObject]
+"""``(server, agent input) -> _meta`` of an MCP tool call."""
 
 
 def allowed(ref: McpServerRef, tool_name: str) -> bool:
@@ -61,8 +65,12 @@ class MCPToolset:
     """The MCP tools one agent may use, and the call-time enforcement of the filter."""
 
     def __init__(self, pool: MCPPool, refs: list[McpServerRef], *, agent_name: str,
-                 settings: dict[str, ToolSettings] | None = None) -> None:
+                 settings: dict[str, ToolSettings] | None = None,
+                 meta: MetaHook | None = None) -> None:
         self.pool = pool
+        self.meta = meta
+        """Gives the ``_meta`` of a call (the agent's ``_get_meta_for_mcp_server`` hook);
+        without it, :func:`build_meta`."""
         self.refs = refs
         self.agent_name = agent_name
         self.settings = settings or {}
@@ -129,7 +137,8 @@ class MCPToolset:
         """Call ``name`` on the server of ``ref``, enforcing the include/exclude filter."""
         if not allowed(ref, name):
             raise ToolNotAvailableError(f"tool {name!r} is not available to this agent")
-        meta = build_meta(self.pool, ref.name, ctx.agent_input, name, self.agent_name)
+        meta = dict(self.meta(ref.name, ctx.agent_input)) if self.meta is not None else \
+            build_meta(self.pool, ref.name, ctx.agent_input, name, self.agent_name)
         config = self.pool.endpoints.mcp_server(ref.name)
         if config is not None and config.pre_call_hook:
             hook_ctx = {"sender_id": ctx.agent_input.recipient_id, "server_name": ref.name,

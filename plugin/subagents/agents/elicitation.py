@@ -19,9 +19,8 @@ import structlog
 from pydantic import BaseModel, Field
 
 from subagents.agents._images import without_images
-from subagents.agents._model_io import send_event
-from subagents.agents._plan import AgentRun, Executed, Outcome, Park, tool_message
-from subagents.agents._recording import record_tool
+from subagents.agents.plan import Executed, Outcome, Park, tool_message
+from subagents.agents.run import Run
 from subagents.exceptions import ToolArgumentsError, ToolInvocationError
 from subagents.mcp.callbacks import ELICITATIONS, with_defaults
 from subagents.mcp.oauth.consent import CONSENTS
@@ -120,7 +119,7 @@ def _field_line(name: str, spec: JsonObject, required: bool) -> str:
 
 
 # ---------------------------------------------------------------------------- parking
-async def park_on_elicitation(run: AgentRun, executed: Executed,
+async def park_on_elicitation(run: Run, executed: Executed,
                               ask: Callable[[str], Awaitable[None]]) -> Park | None:
     """Park on the first call whose server asked for input; None when no server asked.
 
@@ -155,7 +154,7 @@ async def park_on_elicitation(run: AgentRun, executed: Executed,
     return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.ELICITATION))
 
 
-def settle(run: AgentRun, outcome: Outcome) -> None:
+def settle(run: Run, outcome: Outcome) -> None:
     """At the end of a run: keep waiting while the user is asked, else cancel the request."""
     pending: PendingElicitation | None = run.elicitation
     if pending is None:
@@ -171,7 +170,7 @@ def settle(run: AgentRun, outcome: Outcome) -> None:
 
 
 # ---------------------------------------------------------------------------- resuming
-async def resume(run: AgentRun, ctx: CallContext, *, agent_id: str,
+async def resume(run: Run, ctx: CallContext, *, agent_id: str,
                  agent_name: str) -> Outcome | None:
     """Restore a parked request and offer the answer tool; an error outcome when the request
     is gone. A call whose answer came while no run waited (a sign-in finished in the browser)
@@ -202,7 +201,7 @@ async def resume(run: AgentRun, ctx: CallContext, *, agent_id: str,
     return None
 
 
-async def _collect(run: AgentRun, pending: PendingElicitation, ctx: CallContext, *,
+async def _collect(run: Run, pending: PendingElicitation, ctx: CallContext, *,
                    agent_id: str, agent_name: str) -> None:
     result = await _finish_call(run, pending, ctx, agent_id=agent_id, agent_name=agent_name)
     text = f"Error: {result.error_message}" if result.is_error else str(result.result or "")
@@ -218,14 +217,14 @@ def _answer_call(messages: list[ChatMessage], call_id: str, text: str) -> list[C
             for m in messages]
 
 
-def _offer(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
+def _offer(run: Run, pending: PendingElicitation, *, agent_id: str,
            agent_name: str) -> None:
     run.elicitation = pending
     tool = answer_tool(run, pending, agent_id=agent_id, agent_name=agent_name)
     run.tools[tool.name] = tool
 
 
-def answer_tool(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
+def answer_tool(run: Run, pending: PendingElicitation, *, agent_id: str,
                 agent_name: str) -> Tool:
     """The built-in tool that sends the user's answer and returns the call's result."""
     properties: JsonObject = {"action": {
@@ -274,7 +273,7 @@ def answer_tool(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
     return Tool(schema=schema, run=answer, source="builtin")
 
 
-async def _finish_call(run: AgentRun, pending: PendingElicitation, ctx: CallContext, *,
+async def _finish_call(run: Run, pending: PendingElicitation, ctx: CallContext, *,
                        agent_id: str, agent_name: str) -> AgentToolResult:
     """Wait for the answered call (through the run's toolset) and record it."""
     saved = pending.call
@@ -292,9 +291,9 @@ async def _finish_call(run: AgentRun, pending: PendingElicitation, ctx: CallCont
             return AgentToolResult(tool_name=ANSWER_TOOL,
                                    result=ASKED_AGAIN.format(question=again.question()))
         raise ToolInvocationError(LOST.format(tool=call.name), code="mcp.elicitation_expired")
-    text, event = record_tool(run, outcome, agent_id=agent_id, agent_name=agent_name)
+    text, event = run.record_tool(outcome, agent_id=agent_id, agent_name=agent_name)
     if event is not None:
-        await send_event(run, event)
+        await run.send_event(event)
     if outcome.result.is_error:
         return AgentToolResult(tool_name=ANSWER_TOOL, is_error=True,
                                error_message=outcome.result.error_message)
