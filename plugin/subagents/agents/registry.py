@@ -17,6 +17,7 @@ from subagents.agents.base import MCPBaseAgent
 from subagents.agents.open_agent import MCPOpenAgent
 from subagents.agents.protocol import SubAgent
 from subagents.agents.task_agent import MCPTaskAgent
+from subagents.config._load_agents import missing_rasa_import
 from subagents.config.project import AgentSpec, import_from_project
 from subagents.exceptions import AgentInitializationError
 from subagents.rasa_compat import is_rasa_class
@@ -66,6 +67,15 @@ def agent_class(spec: AgentSpec, protocol_type: str, root: Path) -> AgentClass:
     mod_name, _, cls_name = module.rpartition(".")
     try:
         cls = getattr(import_from_project(root, mod_name), cls_name)
+    except ModuleNotFoundError as exc:
+        missing = missing_rasa_import(exc, root)
+        if missing is None:
+            raise AgentInitializationError(
+                f"agent {spec.name!r}: cannot load configuration.module {module!r}: {exc}",
+                code="agent.validation.optional.module_not_found") from exc
+        raise AgentInitializationError(
+            f"agent {spec.name!r}: configuration.module {module!r} {missing}",
+            code="agent.validation.module.rasa_import_unsupported") from exc
     except (ImportError, AttributeError) as exc:
         raise AgentInitializationError(
             f"agent {spec.name!r}: cannot load configuration.module {module!r}: {exc}",
