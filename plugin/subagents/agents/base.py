@@ -87,7 +87,8 @@ class MCPBaseAgent:
         self._default_builtins: list[AgentToolSchema] | None = None
         self._custom_tools = [CustomToolSchema.from_dict(item)
                               for item in self.get_custom_tool_definitions()]
-        self._engine = Engine(self, self.POLICY, mcp_toolset=self.mcp_toolset)
+        self._engine = Engine(self, self.POLICY, mcp_toolset=self.mcp_toolset,
+                              elicitations=pool.elicitations if pool is not None else None)
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -2,12 +2,13 @@
 
 The run parks like a client tool: the user gets the server's question (form fields listed, a URL
 as a link), the model gets a placeholder result for the call, and the exchange is saved in the
-output metadata under ``pending_elicitation``. The MCP call itself stays open in this process
-(:data:`subagents.mcp.callbacks.ELICITATIONS`). On the user's next message the model is offered
-``answer_server_request``: it sends the answer (accept with content, decline or cancel) and
-returns what the call finally produced. A run that ends without answering, other than by asking
-the user again, cancels the request. When the call is gone (the question timed out, or the
-process restarted in between) the resumed run ends with an error instead of waiting forever.
+output metadata under ``pending_elicitation``. The MCP call itself stays open in this process,
+held in the MCP pool's registry (:attr:`subagents.agents.run.Run.elicitations`). On the user's
+next message the model is offered ``answer_server_request``: it sends the answer (accept with
+content, decline or cancel) and returns what the call finally produced. A run that ends without
+answering, other than by asking the user again, cancels the request. When the call is gone (the
+question timed out, or the process restarted in between) the resumed run ends with an error
+instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from subagents.agents._images import without_images
 from subagents.agents.plan import Executed, Outcome, Park, tool_message
 from subagents.agents.run import Run
 from subagents.exceptions import ToolArgumentsError, ToolInvocationError
-from subagents.mcp.callbacks import ELICITATIONS, with_defaults
+from subagents.mcp.callbacks import with_defaults
 from subagents.mcp.oauth.consent import CONSENTS
 from subagents.tools.base import CallContext, Deferral, PendingCall, PlannedCall, Tool
 from subagents.tools.elicitation import elicitation_key
@@ -129,12 +130,12 @@ async def park_on_elicitation(run: Run, executed: Executed,
     if not elicited:
         return None
     first = elicited[0]
-    params = ELICITATIONS.question(elicitation_key(run.input, first.id))
+    params = run.elicitations.question(elicitation_key(run.input, first.id))
     for outcome in executed.outcomes:
         if outcome.deferred is None or outcome.call is first:
             continue
         if outcome.deferred == Deferral.ELICITATION:
-            ELICITATIONS.forget(elicitation_key(run.input, outcome.call.id))
+            run.elicitations.forget(elicitation_key(run.input, outcome.call.id))
         run.tool_messages.append(tool_message(outcome.call.id, NOT_RUN))
     if params is None:  # expired in the meantime
         run.tool_messages.append(tool_message(first.id, LOST.format(tool=first.name)))
@@ -160,11 +161,11 @@ def settle(run: Run, outcome: Outcome) -> None:
     if pending is None:
         return
     key = elicitation_key(run.input, pending.call.id)
-    if outcome.status == AgentStatus.INPUT_REQUIRED and ELICITATIONS.question(key) is not None:
+    if outcome.status == AgentStatus.INPUT_REQUIRED and run.elicitations.question(key) is not None:
         run.output_metadata[PENDING_KEY] = pending.model_copy(
             update={"messages": without_images(run.tool_messages)}).model_dump()
         return
-    ELICITATIONS.forget(key)
+    run.elicitations.forget(key)
     log.info("agent.elicitation.cancelled", tool=pending.call.name, server=pending.server,
              status=outcome.status.value)
 
@@ -180,11 +181,11 @@ async def resume(run: Run, ctx: CallContext, *, agent_id: str,
         return None
     pending = PendingElicitation.model_validate(saved)
     key = elicitation_key(run.input, pending.call.id)
-    if ELICITATIONS.answered(key):
+    if run.elicitations.answered(key):
         run.tool_messages = list(pending.messages)
         await _collect(run, pending, ctx, agent_id=agent_id, agent_name=agent_name)
         return None
-    if ELICITATIONS.question(key) is None and pending.consent:
+    if run.elicitations.question(key) is None and pending.consent:
         # the sign-in link expired (or the assistant restarted): the model reads a tool error
         # and can call the tool again for a new link
         run.tool_messages = _answer_call(pending.messages, pending.call.id, "Error: " +
@@ -192,7 +193,7 @@ async def resume(run: Run, ctx: CallContext, *, agent_id: str,
         log.info("agent.elicitation.consent_expired", agent=agent_name, tool=pending.call.name,
                  server=pending.server)
         return None
-    if ELICITATIONS.question(key) is None:
+    if run.elicitations.question(key) is None:
         log.warning("agent.elicitation.lost", agent=agent_name, tool=pending.call.name,
                     server=pending.server)
         return Outcome.fatal(LOST.format(tool=pending.call.name))
@@ -255,14 +256,14 @@ def answer_tool(run: Run, pending: PendingElicitation, *, agent_id: str,
                 raise ToolArgumentsError(f"the answer does not fit the server's question: "
                                          f"{errors[0].message}. Ask the user again or decline")
         result = ElicitResult.model_validate({"action": action, "content": content})
-        if ELICITATIONS.answered(key):  # signed in since the run resumed
+        if run.elicitations.answered(key):  # signed in since the run resumed
             run.elicitation = None
             return await _finish_call(run, pending, ctx, agent_id=agent_id,
                                       agent_name=agent_name)
         if action == "accept" and CONSENTS.for_owner(key) is not None:
             raise ToolInvocationError(CONSENT_PENDING.format(server=pending.server),
                                       code="mcp.consent_pending")
-        if not ELICITATIONS.answer(key, result):
+        if not run.elicitations.answer(key, result):
             raise ToolInvocationError("the server no longer waits for this answer",
                                       code="mcp.elicitation_expired")
         log.info("agent.elicitation.answered", agent=agent_name, tool=pending.call.name,
@@ -284,7 +285,7 @@ async def _finish_call(run: Run, pending: PendingElicitation, ctx: CallContext, 
         run.approvals.approve([call.id])  # it was approved (or needed none) before it asked
     outcome = await run.toolset.call(call, ctx)
     if outcome.deferred == Deferral.ELICITATION:
-        params = ELICITATIONS.question(elicitation_key(run.input, call.id))
+        params = run.elicitations.question(elicitation_key(run.input, call.id))
         if params is not None:
             again = PendingElicitation.of(call, params)
             _offer(run, again, agent_id=agent_id, agent_name=agent_name)

@@ -62,6 +62,7 @@ from subagents.agents.policies import Policy
 from subagents.agents.run import Run
 from subagents.exceptions import LLMError
 from subagents.llm import LLMResponse
+from subagents.mcp.callbacks import ElicitationRegistry
 from subagents.tools import approvals
 from subagents.tools.approvals import ApprovalToolset
 from subagents.tools.base import PlannedCall, Tool, ToolOutcome, Toolset
@@ -84,7 +85,6 @@ from subagents.types import (
 )
 
 if TYPE_CHECKING:
-    from subagents.mcp.callbacks import ElicitationRegistry
     from subagents.tools.mcp_tools import MCPToolset
 
 log = structlog.get_logger("subagents.agent")
@@ -119,7 +119,8 @@ class Engine:
         self.agent = agent
         self.policy = policy
         self.mcp_toolset = mcp_toolset
-        self.elicitations = elicitations
+        self.elicitations = elicitations if elicitations is not None else ElicitationRegistry()
+        """Where MCP calls that wait for a user's answer are held (the MCP pool's)."""
         self.latency = LatencyBook()
 
     # ------------------------------------------------------------------ a run
@@ -321,7 +322,8 @@ class Engine:
         # a wrapper that could change nothing in this run is left out (one call layer less)
         toolset: Toolset = plain
         if any(tool.source.startswith("mcp:") for tool in mcp_tools):
-            toolset = ElicitationToolset(toolset, conf.elicitation_timeout)
+            toolset = ElicitationToolset(toolset, conf.elicitation_timeout,
+                                         registry=self.elicitations)
         run.approvals = ApprovalToolset(toolset, settings)
         if any(s.requires_approval for s in settings.values()):
             toolset = run.approvals

@@ -17,6 +17,7 @@ import structlog
 
 from subagents.agents.fillers import FillerMemory
 from subagents.llm import LLMResponse, Model, Usage
+from subagents.mcp.callbacks import ElicitationRegistry
 from subagents.tools.approvals import ApprovalToolset
 from subagents.tools.base import CallContext, SlotEffect, Tool, ToolOutcome, Toolset
 from subagents.types import (
@@ -36,7 +37,6 @@ from subagents.types import (
 if TYPE_CHECKING:
     from subagents.agents.budgets import BudgetGuard
     from subagents.agents.fillers import ProgressReporter
-    from subagents.mcp.callbacks import ElicitationRegistry
 
 log = structlog.get_logger("subagents.agent")
 
@@ -86,8 +86,8 @@ class Run:
     recorded_slots: dict[str, Any] = field(default_factory=dict)
     """Slots whose SlotSet was recorded during the run, with the value recorded last."""
     output_metadata: JsonObject = field(default_factory=dict)
-    elicitations: ElicitationRegistry | None = None
-    """The open MCP requests for input of this process (owned by the MCP pool)."""
+    elicitations: ElicitationRegistry = field(default_factory=ElicitationRegistry)
+    """The calls waiting for a user's answer to an MCP server's question (the MCP pool's)."""
     elicitation: Any = None
     """The MCP server's request for input this run waits on (``agents.elicitation``)."""
     progress: ProgressReporter | None = None

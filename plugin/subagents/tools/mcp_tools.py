@@ -10,7 +10,6 @@ import structlog
 
 from subagents.config.sub_agent import McpServerRef, ToolSettings
 from subagents.exceptions import MCPConnectionError, ToolInvocationError, ToolNotAvailableError
-from subagents.mcp.callbacks import ELICITATIONS
 from subagents.mcp.connection import MCPTool
 from subagents.mcp.identity import session_key, template_values
 from subagents.mcp.oauth.consent import CONSENT_CODES
@@ -166,10 +165,10 @@ class MCPToolset:
                         raise ToolInvocationError(str(exc), code=exc.code) from exc
                     raise
 
-            result = await ELICITATIONS.call(keyed)
+            result = await self.pool.elicitations.call(keyed)
         else:
             connection = self.pool.connection(ref.name)
-            result = await ELICITATIONS.call(lambda: connection.call_tool(
+            result = await self.pool.elicitations.call(lambda: connection.call_tool(
                 name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta,
                 on_progress=progress))
         # None: the server asked the user for input; the call goes on in the background
