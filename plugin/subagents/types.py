@@ -537,7 +537,9 @@ class BotUttered(Event):
 
     def __init__(self, text: str | None = None, data: JsonObject | None = None,
                  metadata: JsonObject | None = None, timestamp: float | None = None) -> None:
-        super().__init__(timestamp, metadata, text=text, data=data or {})
+        # one dict call (agents record one per text they send)
+        dict.__init__(self, event="bot", timestamp=timestamp or time.time(), text=text,
+                      data=data or {}, metadata=metadata or {})
 
 
 class SlotSet(Event):
@@ -549,8 +551,10 @@ class SlotSet(Event):
     def __init__(self, key: str | None = None, value: Any = None,
                  timestamp: float | None = None, metadata: JsonObject | None = None, *,
                  name: str | None = None) -> None:
-        super().__init__(timestamp, metadata, name=key if key is not None else name,
-                         value=value)
+        dict.__init__(self, event="slot", timestamp=timestamp or time.time(),
+                      name=key if key is not None else name, value=value)
+        if metadata is not None:
+            self["metadata"] = metadata
 
     @property
     def key(self) -> str:
@@ -598,9 +602,11 @@ class McpToolExecuted(Event):
     def __init__(self, tool_name: str, arguments: JsonObject, result: str | None, *,
                  is_error: bool, error_message: str | None, agent_id: str,
                  duration_ms: float | None = None, timestamp: float | None = None) -> None:
-        super().__init__(timestamp, {"agent_id": agent_id}, tool_name=tool_name,
-                         arguments=arguments, result=result, is_error=is_error,
-                         error_message=error_message, duration_ms=duration_ms)
+        # one dict call: one event per executed tool call
+        dict.__init__(self, event="mcp_tool_executed", timestamp=timestamp or time.time(),
+                      tool_name=tool_name, arguments=arguments, result=result,
+                      is_error=is_error, error_message=error_message, duration_ms=duration_ms,
+                      metadata={"agent_id": agent_id})
 
 
 class AgentEvent(Event):

@@ -98,6 +98,9 @@ LAST_STEP = ("You have used all the steps you may take for this request. Do not 
 NO_ANSWER = ("Sorry, I could not put together an answer to that just now. Could you say it "
              "again, perhaps in other words?")
 """What the user reads when the model sends nothing usable (see :data:`MAX_UNUSABLE_REPLIES`)."""
+REPLACEABLE = ("process_tool_output", "build_messages_for_llm_request", "render_prompt_template",
+               "_build_context_for_prompt")
+"""Hooks whose replacement changes how the loop works (see :attr:`Run.hooks_replaced`)."""
 MAX_UNUSABLE_REPLIES = 3
 """Replies in a row without anything usable (empty, or only malformed tool arguments) after
 which the run stops with :data:`NO_ANSWER` instead of asking the model again."""
@@ -335,6 +338,8 @@ class Engine:
             toolset = StateMappingToolset(toolset, settings)
         run.toolset = toolset
         run.handled = policy.handled()
+        run.hooks_replaced = frozenset(name for name in REPLACEABLE
+                                       if not is_ours(getattr(agent, name)))
         run.tools = {}
         for tool in toolset.tools():
             run.tools.setdefault(tool.name, tool)
@@ -357,7 +362,7 @@ class Engine:
             shown = images_message(ran)
             if shown is not None:
                 run.tool_messages.append(shown)
-        if is_ours(agent.process_tool_output):
+        if "process_tool_output" not in run.hooks_replaced:
             return executed  # the default hook adds nothing
         current = {o.call.id: o.result for o in ran
                    if not o.result.is_error and o.call.tool and o.call.tool.source != "builtin"}
@@ -447,12 +452,15 @@ class Engine:
     def output(self, run: Run, outcome: Outcome, policy: Policy) -> AgentOutput:
         """The run's :class:`AgentOutput`."""
         previous = run.input.metadata.get("structured_results") or []
-        return AgentOutput(
+        # built without validation: every value is made here, of its field's type (the
+        # events are typed already), and a run's output is built on every invocation
+        return AgentOutput.model_construct(
             id=self.agent.name, status=outcome.status, response_message=outcome.response_message,
             events=policy.final_events(outcome),
             structured_results=[*previous, list(run.structured)],
             error_message=outcome.error_message,
-            exit_reason=outcome.exit_reason, steps=run.steps, tool_calls=dict(run.tool_counts),
+            exit_reason=None if outcome.exit_reason is None else str(outcome.exit_reason),
+            steps=run.steps, tool_calls=dict(run.tool_counts),
             metadata=dict(run.output_metadata) or None,
             usage={"prompt_tokens": run.usage.prompt_tokens,
                    "completion_tokens": run.usage.completion_tokens,

@@ -18,7 +18,7 @@ import anyio
 
 from subagents.agents._history import history_messages
 from subagents.agents._limits import capped_render, capped_render_async
-from subagents.agents.hooks import AgentHooks, is_ours
+from subagents.agents.hooks import AgentHooks
 from subagents.agents.run import Run
 from subagents.config.sub_agent import AgentConfiguration
 from subagents.exceptions import AgentInitializationError
@@ -107,8 +107,8 @@ async def conversation(agent: AgentHooks, run: Run) -> list[ChatMessage]:
     """System prompt and history. The prompt renders on the event loop for at most a
     millisecond, then finishes in a worker thread (a thread hop costs more than a typical
     render); a replaced builder, or a long history, is built in the thread whole."""
-    if (not is_ours(agent.build_messages_for_llm_request)
-            or not is_ours(agent.render_prompt_template)
+    replaced = run.hooks_replaced
+    if ("build_messages_for_llm_request" in replaced or "render_prompt_template" in replaced
             or len(run.input.events) > INLINE_HISTORY_EVENTS):
         return await anyio.to_thread.run_sync(agent.build_messages_for_llm_request, run.input)
     return [{"role": "system", "content": await _system_prompt(agent, run)},
@@ -121,7 +121,7 @@ async def _system_prompt(agent: AgentHooks, run: Run) -> str:
     if cached is not None and cached[0] == values:
         return cached[1]
     system = await capped_render_async(agent._template, values, agent.max_prompt_chars)
-    if is_ours(agent._build_context_for_prompt):  # ours builds every value from the input
+    if "_build_context_for_prompt" not in run.hooks_replaced:  # ours builds from the input
         run.prompt_cache = (values, system)
     return system
 

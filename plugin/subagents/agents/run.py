@@ -104,6 +104,9 @@ class Run:
     """Whether the channel wants trace records (looked up once per run)."""
     handled: set[str] = field(default_factory=set)
     """Built-in tool names the agent handles itself (``task_completed``)."""
+    hooks_replaced: frozenset[str] = frozenset()
+    """The agent's hooks a project replaced (looked up once per run): the package's own
+    ``process_tool_output`` adds nothing, its prompt builders may be cached."""
     offered_cache: tuple[tuple[Tool, ...], list[JsonObject]] | None = None
     """The offered tools and their schemas in the model's format."""
     tool_context: AgentToolContext | None = None
