@@ -383,8 +383,6 @@ async def test_an_expired_token_is_refreshed_before_it_is_sent_by_a_later_sessio
 
 
 async def test_an_expired_sign_in_link_reaches_the_agent_as_a_tool_error(tmp_path, monkeypatch):
-    from subagents.mcp.callbacks import ELICITATIONS
-
     script = {"command_generator": ["start flow calendar_flow", ""],
               "calendar_agent": [
                   {"tool_calls": [{"id": "c1", "name": "my_events", "arguments": {}}]},
@@ -395,7 +393,7 @@ async def test_an_expired_sign_in_link_reaches_the_agent_as_a_tool_error(tmp_pat
             auth, fake, api, browser, _):
         with anyio.fail_after(60):
             link = consent_link(await say(api, "chat", "alice", "my calendar?"), auth)
-            held = ELICITATIONS.held_call("chat:c1")
+            held = api.assistant.pool.elicitations.held_call("chat:c1")
             assert held is not None
             await asyncio.wait({held})  # the link's time runs out (elicitation_timeout)
             page = await browser.open(link, "alice")

@@ -23,7 +23,7 @@ import httpx2
 from subagents.cli.mcp_login import interactive_connection
 from subagents.config.endpoints import McpServerConfig
 from subagents.mcp import MCPServerConnection
-from subagents.mcp.callbacks import ELICITATIONS, ElicitationOwner, elicitation_owner, with_defaults
+from subagents.mcp.callbacks import ElicitationOwner, elicitation_owner, with_defaults
 
 _SAMPLE = {"number": 1, "integer": 1, "string": "x", "boolean": True}
 
@@ -68,14 +68,14 @@ async def _call(conn: MCPServerConnection, name: str, arguments: dict[str, Any])
     owner = ElicitationOwner(key=f"conformance:{name}", timeout=30)
     while True:
         with elicitation_owner(owner):
-            result = await ELICITATIONS.call(
+            result = await conn.elicitations.call(
                 lambda: conn.call_tool(name, arguments, timeout=10))
         if result is not None:
             return result
-        question = ELICITATIONS.question(owner.key)
+        question = conn.elicitations.question(owner.key)
         content = with_defaults(getattr(question, "requested_schema", None) or {}, {}) \
             if getattr(question, "mode", "form") == "form" else None
-        ELICITATIONS.answer(owner.key, ElicitResult(action="accept", content=content))
+        conn.elicitations.answer(owner.key, ElicitResult(action="accept", content=content))
 
 
 async def main(url: str) -> int:

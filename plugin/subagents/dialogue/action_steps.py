@@ -17,7 +17,7 @@ from subagents.dialogue.builtin_actions import BuiltinActions
 from subagents.dialogue.navigation import Navigator
 from subagents.dialogue.patterns import Patterns
 from subagents.dialogue.responses import Responder
-from subagents.dialogue.results import StepResult
+from subagents.dialogue.results import Advance
 from subagents.dialogue.stack import FlowFrame
 from subagents.dialogue.turn import Turn
 
@@ -45,7 +45,7 @@ class ActionSteps:
         self.builtins = BuiltinActions(project, responder=responder, navigator=navigator,
                                        patterns=patterns)
 
-    async def run(self, turn: Turn, frame: FlowFrame, name: str) -> StepResult:
+    async def run(self, turn: Turn, frame: FlowFrame, name: str) -> Advance:
         """Run the action ``name`` for the step ``frame`` is at."""
         builtin = self.builtins.get(name)
         if builtin is not None:
@@ -54,7 +54,7 @@ class ActionSteps:
         if name in self.project.domain.responses:
             await self.responder.utter(turn, name)
             turn.add(ev.action_executed(name))
-            return StepResult.NEXT
+            return Advance.NEXT
         turn.add(ev.action_executed(name))
         try:
             messages, events = await self.runner.run(name, turn, self.project)
@@ -65,9 +65,9 @@ class ActionSteps:
                 self.navigator.cancel_flow(turn, host, reason=str(exc))
             self.patterns.internal_error(turn, error_source="action", action_name=name,
                                          error_message=str(exc))
-            return StepResult.CHANGED
+            return Advance.CHANGED
         for event in events:
             turn.add(event)
         for message in messages:
             await self.responder.send_custom_message(turn, message)
-        return StepResult.NEXT
+        return Advance.NEXT

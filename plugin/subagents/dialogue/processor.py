@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from subagents import events as ev
-from subagents.agents.base import MCPBaseAgent
+from subagents.agents.protocol import SubAgent
 from subagents.agents.registry import create_agent, protocol_type_for
 from subagents.config.project import Project, ProjectPaths, load_project
 from subagents.dialogue.actions import ActionRunner
@@ -90,7 +90,7 @@ class Assistant:
         self.lock_store = lock_store or create_lock_store(project.endpoints.lock_store)
         self.pool = MCPPool(project.endpoints, root=project.root,
                             tokens_url=getattr(self.tracker_store, "url", None))
-        self.agents: dict[tuple[str, str], MCPBaseAgent] = {}
+        self.agents: dict[tuple[str, str], SubAgent] = {}
         for _, step in project.agent_call_steps():
             name = str(step.model.call)
             protocol = protocol_type_for(project.agents[name], has_exit_if=bool(step.model.exit_if))

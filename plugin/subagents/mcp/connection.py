@@ -34,8 +34,8 @@ from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.mcp_sessions import is_template, render_template
 from subagents.exceptions import MCPConnectionError, ToolInvocationError, ToolTimeoutError
 from subagents.mcp.callbacks import (
-    ELICITATIONS,
     ElicitationHandler,
+    ElicitationRegistry,
     SamplingHandler,
     roots_callback,
 )
@@ -121,8 +121,11 @@ class MCPServerConnection:
                  endpoints: EndpointsConfig | None = None,
                  login: LoginHandlers | None = None,
                  template_values: Mapping[str, str] | None = None,
-                 oauth_user: str | None = None, tokens: TokenStore | None = None) -> None:
+                 oauth_user: str | None = None, tokens: TokenStore | None = None,
+                 elicitations: ElicitationRegistry | None = None) -> None:
         self.config = config
+        self.elicitations = elicitations or ElicitationRegistry()
+        """Where calls that wait for a user's answer are held (the pool's registry)."""
         self._template_values = template_values
         self._oauth_user = oauth_user
         """The user whose own authorization this session uses (``oauth.per_user``)."""
@@ -131,7 +134,7 @@ class MCPServerConnection:
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
         self._sampling = SamplingHandler(config, endpoints) if config.sampling else None
-        self._elicitation = ElicitationHandler(config.name)
+        self._elicitation = ElicitationHandler(config.name, self.elicitations)
         self._oauth: Any = None
         self._login = login
         self._client: Any = None
@@ -213,8 +216,8 @@ class MCPServerConnection:
     def _asking_flight(self) -> Any:
         """The call that may ask the user to sign in: the one call in flight on this session,
         else the call this session is being opened for."""
-        flight = self._elicitation.sole_flight() or ELICITATIONS.current()
-        return flight if flight is not None and ELICITATIONS.active(flight) else None
+        flight = self._elicitation.sole_flight() or self.elicitations.current()
+        return flight if flight is not None and self.elicitations.active(flight) else None
 
     async def _on_http_response(self, response: Any) -> None:
         status = response.status_code
@@ -478,7 +481,7 @@ class MCPServerConnection:
     async def _complete_urls(self, name: str, elicitations: list[Any]) -> None:
         from mcp.types import ElicitRequestURLParams
 
-        flight = ELICITATIONS.current()
+        flight = self.elicitations.current()
         assert flight is not None  # checked before the error was raised
         for params in elicitations:
             question = ElicitRequestURLParams(message=params.message, url=params.url,
@@ -501,8 +504,8 @@ class MCPServerConnection:
         from mcp.types import ElicitResult
 
         flight = self._url_waits.get(elicitation_id)
-        if flight is not None and ELICITATIONS.answer(flight.owner.key,
-                                                      ElicitResult(action="accept")):
+        if flight is not None and self.elicitations.answer(flight.owner.key,
+                                                           ElicitResult(action="accept")):
             log.info("mcp.elicitation.url_completed", server=self.name, key=flight.owner.key)
 
     async def _call_fresh_session(self, name: str, arguments: dict[str, Any], timeout: float,
@@ -607,7 +610,7 @@ class MCPServerConnection:
         except MCPError as exc:
             if self._session_lost:
                 raise _SessionExpiredError(exc.message) from exc
-            if exc.code == URL_ELICITATION_REQUIRED and ELICITATIONS.current() is not None:
+            if exc.code == URL_ELICITATION_REQUIRED and self.elicitations.current() is not None:
                 from mcp import UrlElicitationRequiredError
 
                 raise _UrlElicitationRequiredError(

@@ -52,13 +52,16 @@ MODULES: dict[str, dict[str, str]] = {
     "rasa.shared": {},
     "rasa.shared.core": {},
     "rasa.shared.core.events": dict.fromkeys(
-        ("Event", "SlotSet", "BotUttered", "UserUttered", "ActionExecuted", "FollowupAction"),
-        _SHIMS),
+        ("Event", "SlotSet", "BotUttered", "UserUttered", "ActionExecuted", "FollowupAction",
+         "McpToolExecuted"), "subagents.types"),
     "rasa.shared.exceptions": dict.fromkeys(
         ("RasaException", "FileNotFoundException", "FileIOException",
          "AgentInitializationException", "InvalidParameterException"), _SHIMS),
     "rasa.shared.utils": {},
     "rasa.shared.utils.io": {"read_json_file": _SHIMS, "write_text_file": _SHIMS},
+    "rasa.core": {},
+    "rasa.core.channels": {"OutputChannel": "subagents.types"},
+    "rasa.core.channels.channel": {"OutputChannel": "subagents.types"},
     "rasa.nlu": {},
     "rasa.nlu.utils": {"write_json_to_file": _SHIMS},
 }

@@ -32,7 +32,7 @@ import structlog
 
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig
-from subagents.mcp.callbacks import ELICITATIONS, _Flight
+from subagents.mcp.callbacks import ElicitationRegistry, _Flight
 from subagents.mcp.oauth.login import LoginRequiredError, authorization_code_provider, token_file
 from subagents.mcp.oauth.token_store import SHARED, TokenStore
 
@@ -80,6 +80,8 @@ class PendingConsent:
     """The SDK's ``AuthorizationCodeResult``, or the reason it failed."""
     asking: asyncio.Future[Any] | None = field(default=None, repr=False)
     """The question put to the user in the conversation (settled by the chat or the browser)."""
+    elicitations: ElicitationRegistry | None = field(default=None, repr=False)
+    """The registry holding the call (the MCP pool's)."""
 
 
 class ConsentRegistry:
@@ -88,10 +90,12 @@ class ConsentRegistry:
     def __init__(self) -> None:
         self._by_state: dict[str, PendingConsent] = {}
 
-    def open(self, state: str, server: str, owner_key: str) -> PendingConsent:
-        """Remember a link just sent for the call ``owner_key``."""
+    def open(self, state: str, server: str, owner_key: str,
+             elicitations: ElicitationRegistry | None = None) -> PendingConsent:
+        """Remember a link just sent for the call ``owner_key`` (held in ``elicitations``)."""
         consent = PendingConsent(state, server, owner_key,
-                                 asyncio.get_running_loop().create_future())
+                                 asyncio.get_running_loop().create_future(),
+                                 elicitations=elicitations)
         self._by_state[state] = consent
         return consent
 
@@ -117,13 +121,15 @@ class ConsentRegistry:
             return None
         if code and not error:
             consent.result.set_result(AuthorizationCodeResult(code=code, state=state, iss=iss))
-            ELICITATIONS.answer(consent.owner_key, ElicitResult(action="accept"))
+            if consent.elicitations is not None:
+                consent.elicitations.answer(consent.owner_key, ElicitResult(action="accept"))
             log.info("mcp.oauth.consent_given", server=consent.server)
         else:
             consent.result.set_exception(ConsentDeniedError(
                 f"the user did not authorize MCP server {consent.server!r} "
                 f"({error or 'no code'})"))
-            ELICITATIONS.answer(consent.owner_key, ElicitResult(action="decline"))
+            if consent.elicitations is not None:
+                consent.elicitations.answer(consent.owner_key, ElicitResult(action="decline"))
             log.info("mcp.oauth.consent_refused", server=consent.server, error=error)
         return consent
 
@@ -325,7 +331,7 @@ def user_provider(config: McpServerConfig, *, user: str, store: TokenStore,
                     f"MCP server {server!r} needs the user's authorization, and no agent call "
                     "can ask the user for it now; call a tool of the server again to ask")
             state = parse_qs(urlparse(url).query).get("state", [""])[0]
-            consent = CONSENTS.open(state, server, flight.owner.key)
+            consent = CONSENTS.open(state, server, flight.owner.key, flight.registry)
             self._consent = consent
             self.waiting_for_user = True
             params = ElicitRequestURLParams(message=CONSENT_MESSAGE.format(server=server),
