@@ -883,7 +883,9 @@ def _bot_text_matches(expected: Any, message: dict[str, Any]) -> bool:
         if expected.get("any"):
             return bool(text)
         return text is not None and re.search(str(expected["matches"]), str(text)) is not None
-    return bool(text == str(expected).strip())
+    # Rasa strips only the expected text; both sides are stripped here, so an expected text
+    # written exactly as the bot says it (trailing space included) matches
+    return text is not None and str(text).strip() == str(expected).strip()
 
 
 def _bot_problem(expected: Any, messages: list[dict[str, Any]]) -> str:
