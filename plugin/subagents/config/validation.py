@@ -82,8 +82,9 @@ class Broken:
 
 UNSUPPORTED_ACTIONS = {
     "action_trigger_search": (
-        "flow.action.search_unsupported", "enterprise search is not supported: this step "
-        "gives no answer", "answer knowledge questions with a sub agent that has a search tool"),
+        "flow.action.search_unsupported", "enterprise search is not configured: this step "
+        "says utter_no_knowledge_base", "answer knowledge questions with a sub agent that has "
+        "a search tool"),
     "action_trigger_chitchat": (
         "flow.action.intentless_unsupported", "the intentless policy is not supported: this "
         "step gives no answer", "answer with a response, e.g. utter_free_chitchat_response"),

@@ -25,6 +25,7 @@ from subagents.config.project import Project
 from subagents.dialogue.action_steps import ActionSteps
 from subagents.dialogue.actions import ActionRunner
 from subagents.dialogue.agent_steps import AgentKey, AgentSteps
+from subagents.dialogue.builtin_actions import SearchHandler
 from subagents.dialogue.code_change import CodeChanges
 from subagents.dialogue.command_effects import CommandEffects, coerce_command_value
 from subagents.dialogue.commands import Command, HandleCodeChange
@@ -89,6 +90,11 @@ class FlowExecutor:
                                       navigator=self.navigator, patterns=self.patterns,
                                       assistant_id=assistant_id, model_id=model_id,
                                       retry_delays=retry_delays, sleep=sleep)
+
+    def use_search(self, handler: SearchHandler | None) -> None:
+        """Plug in the search backend ``action_trigger_search`` hands knowledge questions to
+        (see :data:`~subagents.dialogue.builtin_actions.SearchHandler`); None removes it."""
+        self.action_steps.builtins.use_search(handler)
 
     def clean_commands(self, turn: Turn, commands: list[Command]) -> list[Command]:
         """Drop commands that cannot apply now (see :meth:`CommandEffects.clean`).

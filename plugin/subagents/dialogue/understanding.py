@@ -67,6 +67,8 @@ PATTERN_COMMANDS = {
                                    "last message again\n",
     "pattern_skip_question": "- skip question: the user wants to skip the question being "
                              "asked\n",
+    "pattern_search": "- search and reply: no flow fits, and the user asks something the "
+                      "knowledge base may answer (a fact, a policy, how the service works)\n",
 }
 """Commands offered to the model only when the project has the pattern they run."""
 DEFAULT_MAX_CHARACTERS = 420
