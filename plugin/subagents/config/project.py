@@ -179,16 +179,17 @@ class _Loader(_SettingsLoader, _AgentsLoader):
         domain.merge(Domain(slots=part.slots, responses=part.responses, actions=part.actions))
 
     def check_builtin_overrides(self, doc: YamlDoc) -> None:
-        """A built-in action listed under ``actions`` is one Rasa would hand to the custom
-        action code; here the built-in always runs, so say so."""
+        """A built-in action listed under ``actions`` is replaced by the project's action of
+        that name, as in Rasa; ``action_listen`` only marks where the assistant waits, so the
+        built-in always runs: say so."""
         listed = doc.data.get("actions")
         for index, item in enumerate(listed if isinstance(listed, list) else []):
             name = next(iter(item), None) if isinstance(item, dict) else item
-            if isinstance(name, str) and name in BUILTIN_ACTIONS:
+            if name == "action_listen":
                 self.issues.append(doc.issue(
-                    "domain.action.builtin_override", f"{name!r} is a built-in action: Rasa "
-                    "would run a custom action of that name instead, but here the built-in "
-                    "always runs", ("actions", index),
+                    "domain.action.builtin_override", "'action_listen' cannot be replaced: "
+                    "the assistant waits for the user there, and the built-in always runs",
+                    ("actions", index),
                     hint="remove it from actions, or give your action its own name and run it "
                     "from a flow step", severity="warning"))
 

@@ -69,6 +69,20 @@ def start_session(turn: Turn) -> None:
         turn.add(event)
 
 
+def session_started_for_latest_message(turn: Turn) -> bool:
+    """Whether a session started for the user's latest message: just before it (as for a new
+    conversation's first message) or since."""
+    users = 0
+    for event in reversed(turn.events):
+        if event.get("event") == "session_started":
+            return True
+        if event.get("event") == "user":
+            users += 1
+            if users > 1:
+                break
+    return False
+
+
 def _joined(names: list[str]) -> str:
     """``a``, ``a or b``, ``a, b or c``."""
     if len(names) <= 1:
@@ -150,15 +164,8 @@ class BuiltinActions:
     async def _session_start(self, turn: Turn, frame: FlowFrame) -> StepResult:
         """Start a session, unless one started for the user's latest message (just before it,
         as for a new conversation's first message, or since)."""
-        users = 0
-        for event in reversed(turn.events):
-            if event.get("event") == "session_started":
-                return StepResult.NEXT
-            if event.get("event") == "user":
-                users += 1
-                if users > 1:
-                    break
-        turn.add(lifecycle_event("session_started"))
+        if not session_started_for_latest_message(turn):
+            turn.add(lifecycle_event("session_started"))
         return StepResult.NEXT
 
     async def _default_fallback(self, turn: Turn, frame: FlowFrame) -> StepResult:

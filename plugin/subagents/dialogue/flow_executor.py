@@ -91,6 +91,12 @@ class FlowExecutor:
                                       assistant_id=assistant_id, model_id=model_id,
                                       retry_delays=retry_delays, sleep=sleep)
 
+    async def start_session(self, turn: Turn, metadata: dict[str, Any] | None = None) -> None:
+        """Start a new conversation's first session (before its first message, whose
+        ``metadata`` it may read), with the project's own ``action_session_start`` when it
+        replaces the built-in."""
+        await self.action_steps.start_session(turn, metadata)
+
     def use_search(self, handler: SearchHandler | None) -> None:
         """Plug in the search backend ``action_trigger_search`` hands knowledge questions to
         (see :data:`~subagents.dialogue.builtin_actions.SearchHandler`); None removes it."""

@@ -20,7 +20,6 @@ from subagents.agents.base import MCPBaseAgent
 from subagents.agents.registry import create_agent, protocol_type_for
 from subagents.config.project import Project, ProjectPaths, load_project
 from subagents.dialogue.actions import ActionRunner
-from subagents.dialogue.builtin_actions import start_session
 from subagents.dialogue.client_input import (
     ClientInputError,
     ClientMetadata,
@@ -213,7 +212,7 @@ class Assistant:
             commands: list[Command] = [ContinueAgent()]
         else:
             if not record.events:  # a new conversation starts its first session, as in Rasa
-                start_session(turn)
+                await self.executor.start_session(turn, client.recorded)
             user = turn.add(ev.user_uttered(text, metadata=dict(client.recorded)))
             user["message_id"] = message_id
             try:
