@@ -10,7 +10,12 @@ from pydantic import BaseModel, ValidationError
 from subagents._yaml import Loc, YamlDoc
 from subagents.config._base import pydantic_issues
 from subagents.config._loader_base import _LoaderBase
-from subagents.config.endpoints import EndpointsConfig, McpServerConfig, ModelGroup
+from subagents.config.endpoints import (
+    EndpointsConfig,
+    McpServerConfig,
+    ModelGroup,
+    is_rephraser_type,
+)
 from subagents.config.pipeline import PipelineConfig
 from subagents.config.validation import COMMAND_GENERATOR_VARIABLES, REPHRASER_VARIABLES
 
@@ -167,7 +172,7 @@ class _SettingsLoader(_LoaderBase):
             return
         if kind in ("response", "template", "templates"):
             return
-        if kind == "rephrase":
+        if is_rephraser_type(kind):
             llm = nlg.get("llm")
             if isinstance(llm, dict) and "model_group" in llm:
                 self.check_model_group_ref(doc, cfg, llm["model_group"],

@@ -3,7 +3,7 @@
 Configured in ``endpoints.yml``::
 
     nlg:
-      type: rephrase
+      type: rephrase               # Rasa 3.7's rasa_plus.ml.ContextualResponseRephraser too
       rephrase_all: false          # rephrase every response, not only those that ask for it
       max_historical_turns: 5      # how much of the conversation the model sees
       prompt_template: prompts/rephraser.jinja2   # optional, relative to the project folder
@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from subagents.config.domain import ResponseVariation
+from subagents.config.endpoints import is_rephraser_type
 from subagents.config.project import Project
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import transcript
@@ -82,7 +83,8 @@ class Rephraser:
     def from_project(cls, project: Project, llm_factory: LLMFactory | None) -> Rephraser | None:
         """The rephraser the project configures (``nlg: {type: rephrase}``), if any."""
         nlg = (project.endpoints.model_extra or {}).get("nlg")
-        if llm_factory is None or not isinstance(nlg, dict) or nlg.get("type") != "rephrase":
+        if llm_factory is None or not isinstance(nlg, dict) or \
+                not is_rephraser_type(nlg.get("type")):
             return None
         return cls(project, llm_factory, nlg)
 
