@@ -394,7 +394,10 @@ def cmd_test(args: argparse.Namespace) -> int:
                 print(case_line(result), flush=True)
                 if args.fail_fast and not result.passed:
                     break
+            notices = runner.notices
         progress.close()
+        for notice in notices:
+            print(f"note: {notice}")
         return results
 
     results = asyncio.run(run_all())

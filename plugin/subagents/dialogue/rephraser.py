@@ -78,6 +78,9 @@ class Rephraser:
                 log.error("dialogue.rephraser.template_missing", path=str(path), error=str(exc))
         code = str(project.pipeline.language or "en")
         self.language = LANGUAGES.get(code.split("-")[0].lower(), code)
+        self.enabled = True
+        """False: every response goes out as written (a conversation test that scripts no
+        rephraser turns it off)."""
 
     @classmethod
     def from_project(cls, project: Project, llm_factory: LLMFactory | None) -> Rephraser | None:
@@ -90,6 +93,8 @@ class Rephraser:
 
     def wants(self, variation: ResponseVariation) -> bool:
         """Whether this variation is to be rephrased."""
+        if not self.enabled:
+            return False
         metadata = variation.metadata or {}
         if "rephrase" in metadata:
             return bool(metadata["rephrase"])
