@@ -320,7 +320,9 @@ class FlowChecker:
                 "flow.collect.unknown_slot", f"slot {m.collect!r} is not in the domain",
                 (*step.loc, "collect"), hint=self.slot_hint(str(m.collect))))
         definition = self.domain.slots.get(str(m.collect))
-        if definition is not None and definition.nlu_only:
+        from_text = definition is not None and m.force_slot_filling and any(
+            mapping.get("type") == "from_text" for mapping in definition.mappings or [])
+        if definition is not None and definition.nlu_only and not from_text:
             self.issues.append(doc.issue(
                 "domain.slot.nlu_mapping_unsupported",
                 f"slot {m.collect!r} is only filled by NLU mappings, and no NLU pipeline runs "
