@@ -271,7 +271,8 @@ class _Loader(_SettingsLoader, _AgentsLoader):
                                              hint="see the conditions syntax in the docs"))
             flows[flow_id] = flow
             docs[flow_id] = doc
-        checker = FlowChecker(self.issues, domain, flows, docs, agents,
+        checker = FlowChecker(self.issues, domain, flows, docs,
+                              {name: spec.config for name, spec in agents.items()},
                               [s.name for s in endpoints.mcp_servers or []], self.broken)
         checker.check_all()
         self.tool_steps = tool_step_refs(flows, docs)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,6 +90,29 @@ UNSUPPORTED_ACTIONS = {
         "step gives no answer", "answer with a response, e.g. utter_free_chitchat_response"),
 }
 """Built-in actions that hand over to a policy subagents does not have."""
+
+
+def unfillable_exit_slots(conditions: Iterable[Condition], domain: Domain,
+                          config: SubAgentConfig) -> list[str]:
+    """Slots an ``exit_if`` reads that the built-in task agent can never fill.
+
+    As in Rasa 3.21, the agent gets a ``set_slot_<slot>`` tool only for slots whose mappings let
+    the model fill them (no mappings, or a ``from_llm`` one); a tool's ``outputs_to_state`` can
+    fill a slot too. An agent with its own class (``configuration.module``) may fill slots its
+    own way, so none are reported for it.
+    """
+    if config.configuration.module:
+        return []
+    from_tools = {slot for settings in config.configuration.tools.values()
+                  for slot in settings.outputs_to_state}
+    names: list[str] = []
+    for condition in conditions:
+        for name in condition.slot_names:
+            definition = domain.slots.get(name)
+            if definition is not None and not definition.llm_fillable() and \
+                    name not in from_tools and name not in names:
+                names.append(name)
+    return names
 
 
 def slot_problems(raw_slots: Any) -> list[tuple[Loc, str, str, str | None, str]]:
@@ -215,13 +238,14 @@ class FlowChecker:
     """Cross-checks flows against the domain, the other flows, agents and endpoints."""
 
     def __init__(self, issues: list[ConfigIssue], domain: Domain, flows: dict[str, Flow],
-                 docs: dict[str, YamlDoc], agents: Iterable[str], mcp_servers: Iterable[str],
-                 broken: Broken) -> None:
+                 docs: dict[str, YamlDoc], agents: Mapping[str, SubAgentConfig],
+                 mcp_servers: Iterable[str], broken: Broken) -> None:
         self.issues = issues
         self.domain = domain
         self.flows = flows
         self.docs = docs
         self.agents = set(agents)
+        self.agent_configs = dict(agents)
         self.mcp_servers = set(mcp_servers)
         self.broken = broken
         self.uttered: dict[str, tuple[YamlDoc, Loc, bool]] = {}
@@ -443,6 +467,15 @@ class FlowChecker:
                     f"exit condition {cond.text!r} references no slot", c_loc,
                     hint="write conditions over slots, e.g. slots.city is not null"))
             self.condition_refs(doc, cond, c_loc, "flow.exit_if.unknown_slot")
+            for slot in unfillable_exit_slots([cond], self.domain, self.agent_configs[target]):
+                self.issues.append(doc.issue(
+                    "flow.exit_if.slot_not_fillable",
+                    f"exit_if reads slot {slot!r}, which sub agent {target!r} cannot fill: "
+                    "its mappings do not let the model fill it (Rasa 3.21 offers a set_slot "
+                    "tool only for slots without mappings or with a from_llm mapping), so the "
+                    "agent never completes", c_loc,
+                    hint=f"add '- type: from_llm' to the mappings of slot {slot!r}",
+                    severity="warning"))
 
     def check_mcp_call(self, doc: YamlDoc, step: Step) -> None:
         """Check an MCP tool call step: the server and the slots its mapping names."""
