@@ -447,3 +447,15 @@ def test_a_command_prompt_template_may_use_rasas_filter_and_no_unknown_one(make_
         """, "commands.jinja2": template})
     _, issues = collect_issues(root)
     assert [i.code for i in issues if i.code.startswith("config.command_generator")] == codes
+
+
+def test_a_missing_slot_in_every_branch_of_one_next_is_reported_once(make_project):
+    branches = "".join(f'          - if: slots.tier = "t{n}"\n            then: END\n'
+                       for n in range(7))
+    root = make_project({"data/tiers.yml": (
+        "flows:\n  tier_flow:\n    description: branches on a slot that does not exist\n"
+        "    steps:\n      - action: utter_done\n        next:\n" + branches
+        + "          - else: END\n")})
+    _, issues = collect_issues(root)
+    found = [(i.file, i.line, i.key) for i in issues if i.code == "flow.condition.unknown_slot"]
+    assert found == [("data/tiers.yml", 6, "flows.tier_flow.steps[0].next")]

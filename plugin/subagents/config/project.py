@@ -336,7 +336,9 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
     if action is None or action.actions_module or not action.url:
         loader.issues += rasa_imports(root, (action.actions_module if action else None)
                                       or "actions")
-    issues = loader.issues + check_credentials(root)[1]
+    # one problem, one report: the same issue found more than once (a slot missing from every
+    # branch of one next:, say) is reported once
+    issues = list(dict.fromkeys(loader.issues + check_credentials(root)[1]))
     if any(i.severity == "error" for i in issues):
         return None, issues
     project = Project(root=root, endpoints=endpoints, domain=domain, flows=flows, agents=agents,
