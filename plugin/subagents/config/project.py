@@ -279,8 +279,8 @@ class _Loader(_SettingsLoader, _AgentsLoader):
         declared = {s.name: s.tools for s in endpoints.mcp_servers or [] if s.tools is not None}
         self.issues += unknown_tool_issues(self.tool_steps, declared,
                                            "the tools: list of its entry in endpoints.yml")
-        ResponseChecker(self.issues, domain, self.response_docs, self.broken).check_all(
-            checker.uttered)
+        ResponseChecker(self.issues, domain, self.response_docs, self.broken,
+                        flows).check_all(checker.uttered)
         for name, spec in agents.items():
             checker.check_tool_mappings(self.agent_docs[name], spec.config)
             if name in flows:

@@ -92,6 +92,31 @@ UNSUPPORTED_ACTIONS = {
 """Built-in actions that hand over to a policy subagents does not have."""
 
 
+PREVIOUS_FLOW_NAME = "context.previous_flow_name"
+
+
+def flow_ids_for_names(condition: Condition, flows: Mapping[str, Flow]) -> list[tuple[str, str]]:
+    """``(id, readable name)`` of each flow whose id ``condition`` compares
+    ``context.previous_flow_name`` with, where the id is not also the flow's readable name.
+
+    ``pattern_completed`` gets the readable name of the flow that ended (``name:``, else the id
+    with spaces), as in Rasa, so such a comparison never holds.
+    """
+    found = []
+    for value in condition.compared_values(PREVIOUS_FLOW_NAME):
+        flow = flows.get(value) if isinstance(value, str) else None
+        if flow is not None and flow.name != value:
+            found.append((flow.id, flow.name))
+    return found
+
+
+def previous_flow_name_message(flow_id: str, name: str) -> tuple[str, str]:
+    """Message and hint for a comparison of ``context.previous_flow_name`` with a flow id."""
+    return (f"context.previous_flow_name holds a flow's readable name ({name!r}), never its "
+            f"id {flow_id!r}: this comparison never holds (in Rasa neither)",
+            f"compare with {name!r}")
+
+
 def unfillable_exit_slots(conditions: Iterable[Condition], domain: Domain,
                           config: SubAgentConfig) -> list[str]:
     """Slots an ``exit_if`` reads that the built-in task agent can never fill.
@@ -314,7 +339,15 @@ class FlowChecker:
                 if cond is not None:
                     self.condition_refs(doc, cond, (*step.loc, "next"),
                                         "flow.condition.unknown_slot")
+                    self.previous_flow_name(doc, cond, (*step.loc, "next"),
+                                            "flow.condition.previous_flow_name_is_id")
             self.check_step(doc, flow, step)
+
+    def previous_flow_name(self, doc: YamlDoc, cond: Condition, loc: Loc, code: str) -> None:
+        """Warn about a comparison of ``context.previous_flow_name`` with a flow id."""
+        for flow_id, name in flow_ids_for_names(cond, self.flows):
+            message, hint = previous_flow_name_message(flow_id, name)
+            self.issues.append(doc.issue(code, message, loc, hint=hint, severity="warning"))
 
     def check_step(self, doc: YamlDoc, flow: Flow, step: Step) -> None:
         """Check one step according to its kind."""
@@ -529,10 +562,12 @@ class ResponseChecker:
     """Parses response conditions and templates; checks the names they use."""
 
     def __init__(self, issues: list[ConfigIssue], domain: Domain,
-                 docs: dict[str, YamlDoc], broken: Broken) -> None:
+                 docs: dict[str, YamlDoc], broken: Broken,
+                 flows: Mapping[str, Flow] | None = None) -> None:
         self.issues = issues
         self.domain = domain
         self.docs = docs
+        self.flows = dict(flows or {})
         self.known_slots = set(domain.slots) | BUILTIN_SLOTS | broken.slots
         self.lenient = broken.unreadable_data
 
@@ -564,6 +599,11 @@ class ResponseChecker:
             names = parsed.slot_names
             unknown_reference(self.issues, doc, cond, (*loc, "condition"),
                               "domain.response.condition_unknown_reference")
+            for flow_id, name in flow_ids_for_names(parsed, self.flows):
+                message, hint = previous_flow_name_message(flow_id, name)
+                self.issues.append(doc.issue(
+                    "domain.response.condition_previous_flow_name_is_id", message,
+                    (*loc, "condition"), hint=hint, severity="warning"))
         elif isinstance(cond, list) and all(isinstance(i, dict) and "name" in i for i in cond):
             names = [str(i["name"]) for i in cond]
         else:
