@@ -69,6 +69,9 @@ class Project:
     tool_steps: list[ToolStepRef] = field(default_factory=list)
     """The flows' MCP tool steps with their file and line (``validate --connect`` checks them
     against each server's tool list)."""
+    command_generator_class: type | None = None
+    """The project's own command generator class (a subclass of the built-in one), if
+    ``config.yml`` names one by its module path."""
 
     @property
     def assistant_id(self) -> str:
@@ -343,7 +346,8 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
         return None, issues
     project = Project(root=root, endpoints=endpoints, domain=domain, flows=flows, agents=agents,
                       pipeline=pipeline, warnings=[i for i in issues if i.severity != "error"],
-                      paths=paths, tool_steps=loader.tool_steps)
+                      paths=paths, tool_steps=loader.tool_steps,
+                      command_generator_class=loader.command_generator_class)
     return project, issues
 
 

@@ -107,7 +107,8 @@ class Assistant:
         generator_settings = resolve_model_settings(project.pipeline.command_generator_llm(),
                                                     project.endpoints, where="config.yml")
         self.command_llm = factory(COMMAND_GENERATOR, generator_settings)
-        self.understanding = CommandGenerator(project, self.command_llm)
+        generator = project.command_generator_class or CommandGenerator
+        self.understanding: CommandGenerator = generator(project, self.command_llm)
         self.actions = ActionRunner(project, stubs=action_stubs)
         self.executor = FlowExecutor(project, self.agents, self.actions,
                                      assistant_id=project.assistant_id,

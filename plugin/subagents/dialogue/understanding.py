@@ -87,7 +87,15 @@ BUILTIN_INTENTS = frozenset({"session_start", "session_end", "restart"})
 
 
 class CommandGenerator:
-    """Asks a model for commands; its caller name (fake server path) is ``command_generator``."""
+    """Asks a model for commands; its caller name (fake server path) is ``command_generator``.
+
+    A project may subclass it and name the subclass in ``config.yml`` by its module path
+    (``pipeline: - name: addons.routing.MyCommandGenerator``); Rasa's
+    ``CompactLLMCommandGenerator`` and its siblings resolve to this class, so a class written
+    against them subclasses it too. Override :meth:`understand`, :meth:`predict`,
+    :meth:`render` (the built-in prompt) or :meth:`parse_reply` (the model's answer to
+    commands); the constructor takes ``(project, llm)``.
+    """
 
     def __init__(self, project: Project, llm: LLMClient) -> None:
         self.project = project
@@ -212,6 +220,10 @@ class CommandGenerator:
                              pattern_commands=pattern_commands,
                              conversation=transcript(events, 20) or "(empty)", message=text)
 
+    def parse_reply(self, reply: str | None) -> list[Command]:
+        """The commands of the model's answer (lines that are no command are ignored)."""
+        return parse_commands(reply)
+
     async def predict(self, text: str, stack: Stack, slots: dict[str, Any],
                       events: list[dict[str, Any]]) -> list[Command]:
         """Ask the model which commands the message ``text`` means."""
@@ -234,7 +246,7 @@ class CommandGenerator:
                           error=str(exc)[:200])
                 return [InternalError(PROMPT_FAILED)]
         response = await self.llm.complete([{"role": "user", "content": prompt}], None)
-        commands = parse_commands(response.text)
+        commands = self.parse_reply(response.text)
         forced = self.forced_slot(stack)
         if forced is not None:  # as in Rasa: only the asked slot may be set, or nothing fits
             kept: list[Command] = [c for c in commands
@@ -250,6 +262,13 @@ class CommandGenerator:
             return [CannotHandle()]
         log.info("dialogue.commands.predicted", commands=[type(c).__name__ for c in commands])
         return commands
+
+
+CompactLLMCommandGenerator = SearchReadyLLMCommandGenerator = CommandGenerator
+SingleStepLLMCommandGenerator = LLMCommandGenerator = LLMBasedCommandGenerator = CommandGenerator
+MultiStepLLMCommandGenerator = CommandGenerator
+"""Rasa's command generator names, for classes written against them (see
+:mod:`subagents.rasa_compat`)."""
 
 
 def transcript(events: list[dict[str, Any]], lines: int) -> str:
