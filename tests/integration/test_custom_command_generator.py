@@ -101,5 +101,6 @@ def test_a_generator_that_cannot_run_is_a_validate_error(tmp_path, tools_url, na
     "rasa.dialogue_understanding.generator.CompactLLMCommandGenerator"])
 def test_rasas_own_generators_run_as_the_built_in_one(tmp_path, tools_url, name):
     loaded, issues = collect_issues(_project(tmp_path, tools_url, name))
-    assert loaded is not None and loaded.command_generator_class is None
+    assert loaded is not None
+    assert loaded.command_generator_class is None
     assert [i for i in issues if i.code.startswith("config.command_generator")] == []

@@ -22,9 +22,9 @@ import anyio
 import structlog
 
 from subagents.agents._history import hide_sign_in_links
+from subagents.config.flows import Step
 from subagents.config.project import Project
 from subagents.dialogue.command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt
-from subagents.config.flows import Step
 from subagents.dialogue.commands import (
     CannotHandle,
     Command,
