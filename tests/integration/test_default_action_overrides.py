@@ -36,6 +36,16 @@ EXTRA = {
                 return [SessionStarted(), SlotSet("tier", tier), ActionExecuted("action_listen")]
 
 
+        class Search(Action):
+            def name(self):
+                return "action_trigger_search"
+
+            async def run(self, dispatcher, tracker, domain):
+                question = tracker.latest_message.get("text")
+                dispatcher.utter_message(text=f"Our FAQ on {question!r}: yes.")
+                return []
+
+
         class Fallback(Action):
             def name(self):
                 return "action_default_fallback"
@@ -51,6 +61,7 @@ EXTRA = {
           - action_restart
           - action_session_start
           - action_default_fallback
+          - action_trigger_search
         """,
     "data/defaults_flows.yml": """
         flows:
@@ -58,6 +69,10 @@ EXTRA = {
             description: falls back
             steps:
               - action: action_default_fallback
+          pattern_search:
+            description: answers from the project's own search action
+            steps:
+              - action: action_trigger_search
         """,
 }
 
@@ -110,6 +125,17 @@ async def test_the_projects_action_default_fallback_runs_in_a_flow(project):
             texts, _ = await Conversation(assistant).say("/fallback_flow")
         fake.assert_done()
     assert texts[0] == "Our own fallback."
+
+
+async def test_the_projects_action_trigger_search_answers_knowledge_questions(project):
+    async with FakeModelServer({"command_generator": ["search and reply"]}) as fake, \
+            assistant_for(project, fake) as assistant:
+        with anyio.fail_after(30):
+            texts, _ = await Conversation(assistant).say("Can I bring my dog?")
+        fake.assert_done()
+    assert texts[0] == "Our FAQ on 'Can I bring my dog?': yes."
+    _, issues = collect_issues(project)
+    assert "flow.action.search_unsupported" not in [i.code for i in issues]
 
 
 def test_listing_a_default_action_loads_without_a_warning_except_action_listen(project):

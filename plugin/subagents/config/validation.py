@@ -426,7 +426,7 @@ class FlowChecker:
         if name in self.domain.responses:
             self.uttered.setdefault(name, (doc, (*step.loc, "action"), False))
             return
-        if name in UNSUPPORTED_ACTIONS:
+        if name in UNSUPPORTED_ACTIONS and name not in self.domain.actions:
             code, message, hint = UNSUPPORTED_ACTIONS[name]
             self.issues.append(doc.issue(code, message, (*step.loc, "action"), hint=hint,
                                          severity="warning"))
