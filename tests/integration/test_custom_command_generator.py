@@ -96,6 +96,16 @@ def test_a_generator_that_cannot_run_is_a_validate_error(tmp_path, tools_url, na
     assert found == [(code, "error", "config.yml", 3, "pipeline[0].name")]
 
 
+def test_a_generator_that_needs_more_of_rasa_names_the_missing_module(tmp_path, tools_url):
+    project = _project(tmp_path, tools_url, "addons.commands.CommandsCommandGenerator")
+    (project / "addons" / "commands.py").write_text(
+        "from rasa.dialogue_understanding.commands import StartFlowCommand\n", encoding="utf-8")
+    _, issues = collect_issues(project)
+    found = next(i for i in issues if i.code == "config.command_generator.import_failed")
+    assert "rasa.dialogue_understanding.commands" in (found.hint or "")
+    assert "override parse_reply" in (found.hint or "")
+
+
 @pytest.mark.parametrize("name", [
     "CompactLLMCommandGenerator", "SearchReadyLLMCommandGenerator",
     "rasa.dialogue_understanding.generator.CompactLLMCommandGenerator"])

@@ -288,10 +288,15 @@ class _SettingsLoader(_LoaderBase):
         try:
             found = getattr(import_from_project(self.root, module), class_name)
         except Exception as exc:  # noqa: BLE001 - any import failure is reported
+            missing = str(getattr(exc, "name", "") or "")
+            hint = (f"{missing} is part of Rasa Pro and not provided here: subclass "
+                    "CompactLLMCommandGenerator and override parse_reply or predict, which "
+                    "work with this package's commands" if missing.split(".")[0] == "rasa"
+                    else "module paths are relative to the project folder")
             self.issues.append(doc.issue(
                 "config.command_generator.import_failed",
                 f"cannot load command generator {name!r}: {type(exc).__name__}: {exc}", loc,
-                hint="module paths are relative to the project folder"))
+                hint=hint))
             return
         problems = generator_class_problems(found, name)
         for code, message, hint, severity in problems:
