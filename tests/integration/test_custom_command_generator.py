@@ -32,7 +32,7 @@ ROUTING = """
 
 
     class RasaStyleCommandGenerator(CompactLLMCommandGenerator):
-        async def predict(self, text, stack, slots, events):
+        async def predict(self, text, stack, slots, events, **kwargs):
             return [StartFlow("opening_hours")]
 
         async def predict_commands(self, message, flows, tracker=None, **kwargs):
