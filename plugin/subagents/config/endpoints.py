@@ -50,6 +50,17 @@ ROUTER_KEYS = frozenset({"routing_strategy", "routing_strategy_args", "num_retri
                          "cache_responses"})
 """Keys of a model group's ``router:`` mapping."""
 
+REPHRASER_CLASS = "ContextualResponseRephraser"
+"""The class name Rasa 3.7 configured the rephraser with (``rasa_plus.ml.<this>``)."""
+
+
+def is_rephraser_type(kind: Any) -> bool:
+    """Whether ``nlg.type`` asks for the response rephraser: ``rephrase`` (Rasa 3.8 on), or a
+    dotted path to Rasa's ``ContextualResponseRephraser`` class (Rasa 3.7's
+    ``rasa_plus.ml.ContextualResponseRephraser``)."""
+    return isinstance(kind, str) and (kind == "rephrase"
+                                      or kind.rsplit(".", 1)[-1] == REPHRASER_CLASS)
+
 
 def normalize_model_keys(data: dict[str, Any]) -> dict[str, Any]:
     """Map Rasa's older key spellings to current ones, as Rasa does.

@@ -32,6 +32,7 @@ from subagents.agents.schemas import AgentInput, AgentInputSlot, AgentOutput, Ag
 from subagents.conditions import referenced_slots
 from subagents.config.flows import Flow, Step
 from subagents.config.project import Project
+from subagents.config.validation import unfillable_exit_slots
 from subagents.dialogue.navigation import Navigator
 from subagents.dialogue.patterns import Patterns
 from subagents.dialogue.responses import Responder
@@ -305,11 +306,24 @@ class AgentSteps:
         if status == AgentStatus.CANCELLED:
             return Advance.WAIT
         log.warning("dialogue.agent.failed", agent=name, flow=flow.id, error=reason)
+        self._explain_unfillable(name, flow, step)
         self.patterns.internal_error(turn, error_source="agent", agent_name=name,
                                      flow_id=flow.id, step_id=step.id,
                                      agent_type=agent_protocol(step, self.project),
                                      error_message=reason)
         return Advance.CHANGED
+
+    def _explain_unfillable(self, name: str, flow: Flow, step: Step) -> None:
+        """When the failed agent's ``exit_if`` reads slots it can never fill, log that cause
+        (``validate`` warns about it as ``flow.exit_if.slot_not_fillable``)."""
+        if not step.model.exit_if or name not in self.project.agents:
+            return
+        slots = unfillable_exit_slots(step.exit_if, self.project.domain,
+                                      self.project.agents[name].config)
+        if slots:
+            log.warning("dialogue.agent.exit_slot_not_fillable", agent=name, flow=flow.id,
+                        slots=slots, fix="add a from_llm mapping to each of these slots: the "
+                        "agent gets a set_slot tool only for slots the model may fill")
 
     @staticmethod
     def _keep_waiting(turn: Turn, flow: Flow, step: Step, frame: AgentFrame | None,

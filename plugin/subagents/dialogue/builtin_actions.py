@@ -4,8 +4,12 @@ None of these names ever reaches the custom action server. Each runs as an ``act
 (usually inside a pattern) and returns a :class:`~subagents.dialogue.results.Advance`.
 
 Actions of Rasa's older, intent-based dialogue management and those that need a component this
-package does not have (an enterprise search policy, an intentless policy, a voice channel) do
-what Rasa does without that component: nothing, or the cannot-handle pattern for chitchat.
+package does not have (an intentless policy, a voice channel) do what Rasa does without that
+component: nothing, or the cannot-handle pattern for chitchat.
+
+``action_trigger_search`` hands the conversation to a search backend when one is plugged in
+(:meth:`BuiltinActions.use_search`); without one it says ``utter_no_knowledge_base``, the reply
+of Rasa's default ``pattern_search``.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+
+import structlog
 
 from subagents import events as ev
 from subagents.config.project import Project
@@ -23,17 +29,25 @@ from subagents.dialogue.results import Advance
 from subagents.dialogue.stack import FlowFrame, FrameType
 from subagents.dialogue.turn import Turn
 
+log = structlog.get_logger("subagents.dialogue")
+
 BuiltinAction = Callable[[Turn, FlowFrame], Awaitable[Advance]]
+SearchHandler = Callable[[Turn, FlowFrame], Awaitable[Advance]]
+"""Answers a knowledge question when ``action_trigger_search`` runs: it receives the turn (the
+user's message is ``turn.user_text``, the conversation ``turn.events``) and the frame of the
+step, sends its answer (or pushes a pattern, e.g. ``pattern_cannot_handle`` with reason
+``cannot_handle_no_relevant_answer``) and returns the step's result (usually ``NEXT``)."""
+NO_KNOWLEDGE_BASE = "utter_no_knowledge_base"
 
 NO_EFFECT_ACTIONS = frozenset({
     "action_agent_request_user_input", "action_send_text_update", "action_send_text",
-    "action_run_slot_rejections", "action_trigger_search", "action_handoff_metric",
+    "action_run_slot_rejections", "action_handoff_metric",
     "action_revert_fallback_events", "action_default_ask_affirmation",
     "action_default_ask_rephrase", "action_two_stage_fallback", "action_unlikely_intent",
     "action_back", "action_extract_slots", "action_block_digression",
 })
 """Built-in actions that change nothing here (agents send their own texts; rejections run in
-the collect step; no search backend; metrics only; intent-based dialogue management)."""
+the collect step; metrics only; intent-based dialogue management)."""
 DEFAULT_MAX_CLARIFICATION_OPTIONS = 3
 
 
@@ -53,6 +67,20 @@ def start_session(turn: Turn) -> None:
     """Add :func:`session_start_events` to a new conversation's first turn."""
     for event in session_start_events():
         turn.add(event)
+
+
+def session_started_for_latest_message(turn: Turn) -> bool:
+    """Whether a session started for the user's latest message: just before it (as for a new
+    conversation's first message) or since."""
+    users = 0
+    for event in reversed(turn.events):
+        if event.get("event") == "session_started":
+            return True
+        if event.get("event") == "user":
+            users += 1
+            if users > 1:
+                break
+    return False
 
 
 def _joined(names: list[str]) -> str:
@@ -79,6 +107,8 @@ class BuiltinActions:
         self.responder = responder
         self.navigator = navigator
         self.patterns = patterns
+        self.search: SearchHandler | None = None
+        """The search backend ``action_trigger_search`` hands over to (None: there is none)."""
         self.actions: dict[str, BuiltinAction] = {
             "action_listen": self._listen,
             "action_restart": self._restart,
@@ -93,6 +123,7 @@ class BuiltinActions:
             "action_clarify_flows": self._clarify_flows,
             "action_clean_stack": self._clean_stack,
             "action_trigger_chitchat": self._trigger_chitchat,
+            "action_trigger_search": self._trigger_search,
             "action_reset_routing": self._reset_routing,
             "action_hangup": self._hangup,
             "action_repeat_bot_messages": self._repeat_bot_messages,
@@ -100,6 +131,10 @@ class BuiltinActions:
         }
         for name in NO_EFFECT_ACTIONS:
             self.actions.setdefault(name, self._nothing)
+
+    def use_search(self, handler: SearchHandler | None) -> None:
+        """Plug in the search backend that ``action_trigger_search`` runs (None: remove it)."""
+        self.search = handler
 
     def get(self, name: str) -> BuiltinAction | None:
         """The built-in action ``name``, or None if it is not one."""
@@ -129,15 +164,8 @@ class BuiltinActions:
     async def _session_start(self, turn: Turn, frame: FlowFrame) -> Advance:
         """Start a session, unless one started for the user's latest message (just before it,
         as for a new conversation's first message, or since)."""
-        users = 0
-        for event in reversed(turn.events):
-            if event.get("event") == "session_started":
-                return Advance.NEXT
-            if event.get("event") == "user":
-                users += 1
-                if users > 1:
-                    break
-        turn.add(lifecycle_event("session_started"))
+        if not session_started_for_latest_message(turn):
+            turn.add(lifecycle_event("session_started"))
         return Advance.NEXT
 
     async def _default_fallback(self, turn: Turn, frame: FlowFrame) -> Advance:
@@ -186,6 +214,16 @@ class BuiltinActions:
         """Free-form chitchat needs a component this package does not have: cannot handle."""
         self.patterns.cannot_handle(turn, CANNOT_HANDLE_CHITCHAT)
         return Advance.CHANGED
+
+    async def _trigger_search(self, turn: Turn, frame: FlowFrame) -> Advance:
+        """Hand over to the search backend; without one, say what Rasa's default
+        ``pattern_search`` says when there is no knowledge base."""
+        if self.search is not None:
+            return await self.search(turn, frame)
+        log.info("dialogue.search.no_backend", sender=turn.sender_id)
+        if NO_KNOWLEDGE_BASE in self.project.domain.responses:
+            await self.responder.utter(turn, NO_KNOWLEDGE_BASE)
+        return Advance.NEXT
 
     async def _reset_routing(self, turn: Turn, frame: FlowFrame) -> Advance:
         if "route_session_to_calm" in self.project.domain.slots and \

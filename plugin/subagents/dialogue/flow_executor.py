@@ -22,6 +22,7 @@ from subagents.config.project import Project
 from subagents.dialogue.action_steps import ActionSteps
 from subagents.dialogue.actions import ActionRunner
 from subagents.dialogue.agent_steps import AgentKey, AgentSteps
+from subagents.dialogue.builtin_actions import SearchHandler
 from subagents.dialogue.code_change import CodeChanges
 from subagents.dialogue.command_effects import CommandEffects, coerce_command_value
 from subagents.dialogue.commands import Command, HandleCodeChange
@@ -84,6 +85,17 @@ class FlowExecutor:
                                       navigator=self.navigator, patterns=self.patterns,
                                       assistant_id=assistant_id, model_id=model_id,
                                       retry_delays=retry_delays)
+
+    async def start_session(self, turn: Turn, metadata: dict[str, Any] | None = None) -> None:
+        """Start a new conversation's first session (before its first message, whose
+        ``metadata`` it may read), with the project's own ``action_session_start`` when it
+        replaces the built-in."""
+        await self.action_steps.start_session(turn, metadata)
+
+    def use_search(self, handler: SearchHandler | None) -> None:
+        """Plug in the search backend ``action_trigger_search`` hands knowledge questions to
+        (see :data:`~subagents.dialogue.builtin_actions.SearchHandler`); None removes it."""
+        self.action_steps.builtins.use_search(handler)
 
     def clean_commands(self, turn: Turn, commands: list[Command]) -> list[Command]:
         """Drop commands that cannot apply now (see :meth:`CommandEffects.clean`).

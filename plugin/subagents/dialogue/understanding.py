@@ -1,10 +1,15 @@
 """Dialogue understanding: deterministic inputs first, then the LLM command generator.
 
-In this order: ``/SetSlots(...)`` and ``/intent`` payloads; an intent the client sent in the
-message metadata (``{"intent": "name"}`` or ``{"intent": {"name": ..., "confidence": ...}}``)
-when it triggers a flow; an empty or too long message (``user_input.max_characters``, default
-420, negative: no limit), which runs the internal-error pattern without a model call; then the
-model, with the built-in prompt or the project's own ``prompt_template``.
+In this order: ``/SetSlots(...)`` and ``/intent`` payloads; the message itself as the value of
+the slot a ``collect`` step with ``force_slot_filling: true`` asks for, when that slot has a
+``from_text`` mapping; an intent the client sent in the message metadata (``{"intent": "name"}``
+or ``{"intent": {"name": ..., "confidence": ...}}``) when it triggers a flow; an empty or too
+long message (``user_input.max_characters``, default 420, negative: no limit), which runs the
+internal-error pattern without a model call; then the model, with the built-in prompt or the
+project's own ``prompt_template``.
+
+While a ``collect`` step with ``force_slot_filling: true`` asks, only the model's ``set slot``
+commands for that slot are kept; without one, the message cannot be handled (as in Rasa).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import anyio
 import structlog
 
 from subagents.agents._history import hide_sign_in_links
+from subagents.config.flows import Step
 from subagents.config.project import Project
 from subagents.dialogue.command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt
 from subagents.dialogue.commands import (
@@ -24,6 +30,7 @@ from subagents.dialogue.commands import (
     Command,
     Intent,
     InternalError,
+    SetSlot,
     parse_commands,
     parse_deterministic,
 )
@@ -68,6 +75,8 @@ PATTERN_COMMANDS = {
                                    "last message again\n",
     "pattern_skip_question": "- skip question: the user wants to skip the question being "
                              "asked\n",
+    "pattern_search": "- search and reply: no flow fits, and the user asks something the "
+                      "knowledge base may answer (a fact, a policy, how the service works)\n",
 }
 """Commands offered to the model only when the project has the pattern they run."""
 DEFAULT_MAX_CHARACTERS = 420
@@ -79,7 +88,15 @@ BUILTIN_INTENTS = frozenset({"session_start", "session_end", "restart"})
 
 
 class CommandGenerator:
-    """Asks a model for commands; its caller name (fake server path) is ``command_generator``."""
+    """Asks a model for commands; its caller name (fake server path) is ``command_generator``.
+
+    A project may subclass it and name the subclass in ``config.yml`` by its module path
+    (``pipeline: - name: addons.routing.MyCommandGenerator``); Rasa's
+    ``CompactLLMCommandGenerator`` and its siblings resolve to this class, so a class written
+    against them subclasses it too. Override :meth:`understand`, :meth:`predict`,
+    :meth:`render` (the built-in prompt) or :meth:`parse_reply` (the model's answer to
+    commands); the constructor takes ``(project, llm)``.
+    """
 
     def __init__(self, project: Project, llm: Model) -> None:
         self.project = project
@@ -99,6 +116,10 @@ class CommandGenerator:
         fixed = parse_deterministic(text, set(self.project.flows))
         if fixed is not None:
             return fixed
+        forced = self.forced_slot(turn.stack)
+        if forced is not None and self._from_text(forced):
+            log.info("dialogue.slot.filled_from_text", slot=forced)
+            return [SetSlot(forced, text)]
         user = turn.events[-1] if turn.events and turn.events[-1].get("event") == "user" \
             else {}
         intent = self.metadata_intent(user.get("metadata"))
@@ -106,6 +127,22 @@ class CommandGenerator:
             return [intent]
         return await self.predict(text, turn.stack, turn.slots, turn.events[:-1],
                                   scope=turn.scope)
+
+    def forced_slot(self, stack: Stack) -> str | None:
+        """The slot a ``collect`` step with ``force_slot_filling: true`` is asking for now."""
+        frame = stack.top_flow()
+        if frame is None or stack.top() is not frame or frame.awaiting is None:
+            return None
+        flow = self.project.flows.get(frame.flow_id)
+        step: Step | None = flow.step(frame.step_id) if flow is not None else None
+        if step is None or step.kind != "collect" or not step.model.force_slot_filling:
+            return None
+        return str(step.model.collect)
+
+    def _from_text(self, slot: str) -> bool:
+        definition = self.project.domain.slots.get(slot)
+        return definition is not None and any(
+            m.get("type") == "from_text" for m in definition.mappings or [])
 
     def metadata_intent(self, metadata: Any) -> Intent | None:
         """The intent a client sent with the message, if it triggers a flow (or is
@@ -185,6 +222,10 @@ class CommandGenerator:
                              pattern_commands=pattern_commands,
                              conversation=transcript(events, 20) or "(empty)", message=text)
 
+    def parse_reply(self, reply: str | None) -> list[Command]:
+        """The commands of the model's answer (lines that are no command are ignored)."""
+        return parse_commands(reply)
+
     async def predict(self, text: str, stack: Stack, slots: dict[str, Any],
                       events: list[dict[str, Any]], *, scope: CallScope | None = None
                       ) -> list[Command]:
@@ -210,7 +251,15 @@ class CommandGenerator:
                 return [InternalError(PROMPT_FAILED)]
         response = await self.llm.complete([{"role": "user", "content": prompt}], None,
                                            scope=scope)
-        commands = parse_commands(response.text)
+        commands = self.parse_reply(response.text)
+        forced = self.forced_slot(stack)
+        if forced is not None:  # as in Rasa: only the asked slot may be set, or nothing fits
+            kept: list[Command] = [c for c in commands
+                                   if isinstance(c, SetSlot) and c.name == forced]
+            if len(kept) < len(commands):
+                log.info("dialogue.commands.force_slot_filling", slot=forced,
+                         dropped=len(commands) - len(kept))
+            commands = kept
         if not commands:
             # as in Rasa: a reply with no command it can read means the message was not
             # understood, whether or not a flow is running
@@ -218,6 +267,13 @@ class CommandGenerator:
             return [CannotHandle()]
         log.info("dialogue.commands.predicted", commands=[type(c).__name__ for c in commands])
         return commands
+
+
+CompactLLMCommandGenerator = SearchReadyLLMCommandGenerator = CommandGenerator
+SingleStepLLMCommandGenerator = LLMCommandGenerator = LLMBasedCommandGenerator = CommandGenerator
+MultiStepLLMCommandGenerator = CommandGenerator
+"""Rasa's command generator names, for classes written against them (see
+:mod:`subagents.rasa_compat`)."""
 
 
 def transcript(events: list[dict[str, Any]], lines: int) -> str:

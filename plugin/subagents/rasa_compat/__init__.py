@@ -30,6 +30,12 @@ _SCHEMAS = dict.fromkeys(
     ("AgentInput", "AgentInputSlot", "AgentOutput", "AgentStatus", "AgentToolContext",
      "AgentToolResult", "AgentToolSchema", "CustomToolSchema"), "subagents.agents.schemas")
 
+_GENERATORS = dict.fromkeys(
+    ("CommandGenerator", "LLMBasedCommandGenerator", "LLMCommandGenerator",
+     "CompactLLMCommandGenerator", "SearchReadyLLMCommandGenerator",
+     "SingleStepLLMCommandGenerator", "MultiStepLLMCommandGenerator"),
+    "subagents.dialogue.understanding")
+
 MODULES: dict[str, dict[str, str]] = {
     "rasa": {},
     "rasa.agents": {},
@@ -64,6 +70,18 @@ MODULES: dict[str, dict[str, str]] = {
     "rasa.core.channels.channel": {"OutputChannel": "subagents.types"},
     "rasa.nlu": {},
     "rasa.nlu.utils": {"write_json_to_file": _SHIMS},
+    "rasa.dialogue_understanding": {},
+    "rasa.dialogue_understanding.generator": _GENERATORS,
+    "rasa.dialogue_understanding.generator.command_generator": _GENERATORS,
+    "rasa.dialogue_understanding.generator.llm_based_command_generator": _GENERATORS,
+    "rasa.dialogue_understanding.generator.llm_command_generator": _GENERATORS,
+    "rasa.dialogue_understanding.generator.single_step": {},
+    "rasa.dialogue_understanding.generator.single_step.compact_llm_command_generator":
+        _GENERATORS,
+    "rasa.dialogue_understanding.generator.single_step.search_ready_llm_command_generator":
+        _GENERATORS,
+    "rasa.dialogue_understanding.generator.single_step.single_step_llm_command_generator":
+        _GENERATORS,
 }
 """Every ``rasa.*`` module this layer provides: module -> {name: our module holding it}."""
 
