@@ -25,17 +25,24 @@ from subagents.agents._history import hide_sign_in_links
 from subagents.config.flows import Step
 from subagents.config.project import Project
 from subagents.dialogue.command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt
+from subagents.dialogue.command_schema import (
+    JSON_INSTRUCTIONS,
+    Offer,
+    command_schema,
+    commands_from_json,
+)
 from subagents.dialogue.commands import (
     CannotHandle,
     Command,
     Intent,
     InternalError,
+    KnowledgeAnswer,
     SetSlot,
     parse_commands,
     parse_deterministic,
 )
 from subagents.dialogue.stack import Stack
-from subagents.llm import Model
+from subagents.llm import Model, schema_format, wants_schema
 from subagents.types import CallScope
 
 if TYPE_CHECKING:
@@ -79,6 +86,10 @@ PATTERN_COMMANDS = {
                       "knowledge base may answer (a fact, a policy, how the service works)\n",
 }
 """Commands offered to the model only when the project has the pattern they run."""
+PATTERN_TAGS = {"pattern_repeat_bot_messages": "repeat message",
+                "pattern_skip_question": "skip question",
+                "pattern_search": "search and reply"}
+"""The JSON reply's tags of the argument-free pattern commands (see :mod:`.command_schema`)."""
 DEFAULT_MAX_CHARACTERS = 420
 USER_INPUT_TOO_LONG = "rasa_internal_error_user_input_too_long"
 USER_INPUT_EMPTY = "rasa_internal_error_user_input_empty"
@@ -223,8 +234,22 @@ class CommandGenerator:
                              conversation=transcript(events, 20) or "(empty)", message=text)
 
     def parse_reply(self, reply: str | None) -> list[Command]:
-        """The commands of the model's answer (lines that are no command are ignored)."""
-        return parse_commands(reply)
+        """The commands of the model's answer: its JSON form (constrained output), else its
+        lines (lines that are no command are ignored)."""
+        found = commands_from_json(reply, {"search and reply": KnowledgeAnswer()})
+        return parse_commands(reply) if found is None else found
+
+    def offer(self, stack: Stack, events: list[dict[str, Any]]) -> Offer:
+        """The commands the built-in prompt offers in this state (the reply schema's choices)."""
+        flows = self.project.flows
+        return Offer(
+            flows=tuple(f for f in flows if not f.startswith("pattern_")),
+            slots=tuple((name, slot) for name, slot in self.project.domain.slots.items()
+                        if slot.llm_fillable()),
+            agent_waiting=stack.active_agent() is not None,
+            completed_agents=tuple(completed_agents(events)),
+            extra=tuple(tag for flow, tag in PATTERN_TAGS.items() if flow in flows),
+            clarify="pattern_clarification" in flows)
 
     async def predict(self, text: str, stack: Stack, slots: dict[str, Any],
                       events: list[dict[str, Any]], *, scope: CallScope | None = None
@@ -237,8 +262,13 @@ class CommandGenerator:
                      length=len(text))
             return [error]
         custom = self.custom_prompt
+        options: dict[str, Any] | None = None
         if custom is None:
             prompt = self.render(text, stack, slots, events)
+            if wants_schema(self.llm):  # constrained output: the reply is JSON under a schema
+                prompt += JSON_INSTRUCTIONS
+                options = {"response_format": schema_format(
+                    "commands", command_schema(self.offer(stack, events)))}
         else:
             try:
                 prompt = await anyio.to_thread.run_sync(functools.partial(
@@ -250,7 +280,7 @@ class CommandGenerator:
                           error=str(exc)[:200])
                 return [InternalError(PROMPT_FAILED)]
         response = await self.llm.complete([{"role": "user", "content": prompt}], None,
-                                           scope=scope)
+                                           scope=scope, options=options)
         commands = self.parse_reply(response.text)
         forced = self.forced_slot(stack)
         if forced is not None:  # as in Rasa: only the asked slot may be set, or nothing fits
