@@ -87,6 +87,24 @@ async def test_progress_notifications_extend_a_running_calls_timeout():
     assert (result.result, result.is_error) == ("crawled 5 pages", False)
 
 
+@pytest.mark.parametrize("transport", ["stdio", "sse", "http"])
+async def test_progress_keeps_an_agents_call_alive_and_a_silent_call_still_times_out(transport):
+    # tool_timeout 1 s. Eight steps of 0.3 s report progress after each step: 2.4 s in all,
+    # past the 1 s timeout and past the executor's own backstop (timeout + 1 s) as well; the
+    # call completes. A call that reports nothing for 2 s is cut after the timeout.
+    script = [{"tool_calls": [{"crawl_with_progress": {"steps": 8, "step_ms": 300}}]},
+              {"tool_calls": [{"wait_quietly": {"ms": 2000}}]},
+              {"text": "Done.", "tool_calls": [{"task_completed": {}}]}]
+    _, fake = await run_agent_on_features(
+        script, transport=transport,
+        configuration={"tool_timeout": 1, "progress_messages": False})
+    last = fake.requests_of("reader")[-1]
+    crawled, waited = [str(m["content"]) for m in last.messages if m.get("role") == "tool"]
+    assert crawled == "crawled 8 pages"
+    assert "did not answer within 1s" in waited
+    assert "waited" not in waited
+
+
 @pytest.fixture
 def mcp_log_level_info():
     logger = logging.getLogger("subagents.mcp")
@@ -273,8 +291,10 @@ async def test_sampling_is_not_offered_unless_configured():
 
 
 async def run_agent_on_features(script: list, *, server: dict | None = None,
-                                ref: dict | None = None):
-    """One agent turn against the features server over HTTP; return (output, fake)."""
+                                ref: dict | None = None, transport: str = "http",
+                                configuration: dict | None = None):
+    """One agent turn against the features server (HTTP unless ``transport`` says otherwise);
+    return (output, fake)."""
     from subagents.agents.open_agent import MCPOpenAgent
     from subagents.channels.collecting import CollectingOutputChannel
     from subagents.config.sub_agent import SubAgentConfig
@@ -283,14 +303,19 @@ async def run_agent_on_features(script: list, *, server: dict | None = None,
 
     from tests.agent_harness import agent_input
 
-    async with FakeModelServer({"reader": script}) as fake, \
-            serve_mcp(features_server, "http") as url:
+    async with contextlib.AsyncExitStack() as stack:
+        fake = await stack.enter_async_context(FakeModelServer({"reader": script}))
+        if transport == "stdio":
+            where = dict(STDIO)
+        else:
+            url = await stack.enter_async_context(serve_mcp(features_server, transport))
+            where = {"type": transport, "url": url}
         endpoints = EndpointsConfig(mcp_servers=[McpServerConfig(
-            name="features", type="http", url=url, **(server or {}))])
-        pool = MCPPool(endpoints)
+            name="features", **where, **(server or {}))])
+        pool = MCPPool(endpoints, root=REPO)
         config = SubAgentConfig.model_validate({
             "agent": {"name": "reader", "description": "Read the reports."},
-            "configuration": {"include_date_time": False},
+            "configuration": {"include_date_time": False, **(configuration or {})},
             "connections": {"mcp_servers": [{"name": "features", **(ref or {})}]}})
         llm = LLMClient(ModelSettings(model="fake", api_base=fake.base_url("reader"),
                                       max_retries=0, timeout=10), name="reader")

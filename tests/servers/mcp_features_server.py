@@ -107,6 +107,13 @@ async def crawl_with_progress(steps: int, step_ms: int, ctx: Context) -> str:
 
 
 @server.tool()
+async def wait_quietly(ms: int) -> str:
+    """Wait without reporting progress, then answer."""
+    await asyncio.sleep(ms / 1000)
+    return "waited"
+
+
+@server.tool()
 async def chatty(ctx: Context) -> str:
     """Sends a debug, an info and a warning log message, then answers."""
     with warnings.catch_warnings():  # logging is deprecated from protocol 2026-07-28 on
