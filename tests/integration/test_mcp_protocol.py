@@ -60,6 +60,20 @@ async def test_binary_content_reaches_the_model_as_short_placeholders(transport)
     ]
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_binary_values_inside_structured_content_become_placeholders(transport):
+    with anyio.fail_after(30):
+        async with connected(transport) as conn:
+            result = await conn.call_tool("media_file", {}, timeout=5)
+    assert json.loads(result.result) == {
+        "content": ["[image: image/png, 4096 bytes]",
+                    "[resource: file:///reports/q3.pdf, application/pdf, 1000 bytes]"],
+        "name": "chart.png", "thumbnail": "[data: image/png, 4096 bytes]",
+        "raw": "[binary: 4096 bytes]"}
+    assert len(result.result) < 300  # no base64 left anywhere
+    assert [image.mime_type for image in result.images] == ["image/png"]
+
+
 async def test_task_only_tools_are_left_out_with_a_log_line():
     with anyio.fail_after(30), capture_logs() as logs:
         async with connected("stdio") as conn:

@@ -143,13 +143,18 @@ async def test_progress_of_the_everything_server_keeps_an_agents_call_alive(tran
 
 async def test_the_filesystem_server(tmp_path):
     (tmp_path / "notes.txt").write_text("quarterly numbers look fine", encoding="utf-8")
+    (tmp_path / "chart.png").write_bytes(bytes(range(256)) * 27 + bytes(117))  # 7029 bytes
     server = _node_server("mcp-server-filesystem", str(tmp_path))
     script = [{"tool_calls": [{"list_directory": {"path": str(tmp_path)}},
-                              {"read_text_file": {"path": str(tmp_path / "notes.txt")}}]},
+                              {"read_text_file": {"path": str(tmp_path / "notes.txt")}},
+                              {"read_media_file": {"path": str(tmp_path / "chart.png")}}]},
               _done()]
-    listing, content = await run_agent(server, script)
+    listing, content, media = await run_agent(server, script)
     assert "notes.txt" in listing
     assert "quarterly numbers look fine" in content
+    # the image comes as a content block and again inside structuredContent: both placeholders
+    assert "[image: image/png, 7029 bytes]" in media
+    assert len(media) < 200
 
 
 async def test_the_memory_server(tmp_path):

@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import (
     AudioContent,
     BlobResourceContents,
+    CallToolResult,
     EmbeddedResource,
     EmptyResult,
     ImageContent,
@@ -89,6 +90,22 @@ def report_files() -> list[EmbeddedResource | ResourceLink]:
     return [EmbeddedResource(type="resource", resource=blob),
             ResourceLink(type="resource_link", uri="file:///reports/q3-full.pdf",
                          name="q3-full.pdf", mime_type="application/pdf", size=123456)]
+
+
+@server.tool()
+def media_file() -> CallToolResult:
+    """A picture as a content block and again inside structured content, the way the filesystem
+    reference server's read_media_file answers, with a data: URL and a raw base64 field too."""
+    data = base64.b64encode(PNG_BYTES).decode()
+    blob = base64.b64encode(BLOB_BYTES).decode()
+    return CallToolResult(
+        content=[ImageContent(type="image", data=data, mime_type="image/png")],
+        structured_content={
+            "content": [{"type": "image", "data": data, "mimeType": "image/png"},
+                        {"type": "resource", "resource": {
+                            "uri": "file:///reports/q3.pdf", "mimeType": "application/pdf",
+                            "blob": blob}}],
+            "name": "chart.png", "thumbnail": f"data:image/png;base64,{data}", "raw": data})
 
 
 @server.tool()
