@@ -219,6 +219,39 @@ async def test_oauth_client_credentials_discover_the_token_endpoint_and_send_res
     assert grant["scope"] == "tools"
 
 
+@pytest.mark.parametrize(("listed", "configured", "sent"), [
+    (["client_secret_basic"], None, "basic"),
+    (["client_secret_post"], None, "post"),
+    (None, None, "basic"),  # the metadata lists nothing: Basic, the RFC 6749 default
+    (["client_secret_basic", "client_secret_post"], None, "basic"),
+    (["client_secret_basic", "client_secret_post"], "client_secret_post", "post"),
+    (["client_secret_basic"], "client_secret_post", "post"),  # configured always wins
+])
+async def test_the_token_request_authenticates_as_the_metadata_allows_unless_configured(
+        listed, configured, sent, monkeypatch):
+    monkeypatch.setenv("FEATURES_SECRET", "s3cret")
+    auth = AuthServer(client_id="agent", client_secret="s3cret", auth_methods=listed)
+    oauth = {"client_id": "agent", "client_secret": "${FEATURES_SECRET}", "issuer": auth.base}
+    if configured:
+        oauth["auth_method"] = configured
+    with anyio.fail_after(30):
+        async with protected_mcp(features_server, auth) as url:
+            oauth["issuer"] = auth.base
+            config = McpServerConfig(name="features", type="http", url=url, oauth=oauth)
+            conn = MCPServerConnection(config, root=REPO)
+            try:
+                await conn.start(attempts=1)
+                who = await conn.call_tool("client_name", {}, timeout=5)
+            except MCPConnectionError:
+                who = None
+            finally:
+                await conn.close()
+    assert [grant["auth_method"] for grant in auth.grants] == [sent]
+    if configured is None or listed is None or configured in listed:
+        assert who is not None
+        assert who.result == f"subagents {__version__}"
+
+
 async def test_oauth_fetches_a_new_token_after_a_401(monkeypatch):
     monkeypatch.setenv("FEATURES_SECRET", "s3cret")
     auth = AuthServer(client_id="agent", client_secret="s3cret")
@@ -436,6 +469,53 @@ async def test_a_login_registers_signs_in_and_the_server_process_reuses_and_refr
     assert list(auth.registered) == ["dyn-1"]
     assert [g["grant_type"] for g in auth.grants] == ["authorization_code", "refresh_token"]
     assert auth.grants[0]["resource"] == url
+
+
+@pytest.mark.parametrize(("registration", "listed", "configured", "sent"), [
+    (False, ["client_secret_basic"], None, "basic"),  # a server without registration
+    (True, ["client_secret_post"], None, "post"),
+    (True, ["client_secret_basic", "client_secret_post"], "client_secret_post", "post"),
+])
+async def test_a_login_with_a_configured_client_id_uses_it_and_never_registers(
+        registration, listed, configured, sent, tmp_path, monkeypatch):
+    from subagents.cli.mcp_login import login
+    from subagents.mcp.oauth.login import token_file
+
+    monkeypatch.setenv("FEATURES_SECRET", "s3cret")
+    port = _free_port()
+    auth = AuthServer(client_id="my-registered-client", client_secret="s3cret",
+                      registration=registration, auth_methods=listed)
+    # registered by the operator, with the login's fixed callback
+    auth.registered["my-registered-client"] = [f"http://127.0.0.1:{port}/callback"]
+    oauth = {"grant": "authorization_code", "client_id": "my-registered-client",
+             "client_secret": "${FEATURES_SECRET}", "redirect_port": port, "scope": "tools"}
+    if configured:
+        oauth["auth_method"] = configured
+    with anyio.fail_after(60):
+        async with protected_mcp(features_server, auth) as url:
+            config = McpServerConfig(name="features", type="http", url=url,
+                                     oauth={**oauth, "issuer": auth.base})
+            names = await login(config, tmp_path, open_url=browser)
+            stored = token_file(tmp_path, "features")
+            data = json.loads(stored.read_text())
+            data["expires_at"] = 1.0  # the server process finds the access token expired
+            stored.write_text(json.dumps(data))
+            async with connected_to(url, oauth=config.oauth.model_dump(), root=tmp_path) as conn:
+                who = await conn.call_tool("client_name", {}, timeout=5)
+    assert "client_name" in names
+    assert who.result == f"subagents {__version__}"
+    assert list(auth.registered) == ["my-registered-client"]  # nothing registered
+    assert [(g["grant_type"], g["client_id"], g["auth_method"]) for g in auth.grants] == [
+        ("authorization_code", "my-registered-client", sent),
+        ("refresh_token", "my-registered-client", sent)]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 async def test_without_a_login_the_server_process_says_which_command_to_run(tmp_path):

@@ -48,10 +48,13 @@ def _config(url: str, scenario: str, context: dict[str, Any]) -> McpServerConfig
         settings["oauth"] = {"grant": "authorization_code", "client_metadata_url":
                              "https://conformance-test.local/client-metadata.json"}
     elif "client_secret" in context:
+        # as docs/mcp.md tells a user: no auth_method (the server's metadata decides); a
+        # pre-registered client of a login is the authorization-code grant with its client_id
         os.environ["CONFORMANCE_CLIENT_SECRET"] = str(context["client_secret"])
-        method = "client_secret_post" if scenario.endswith("-post") else "client_secret_basic"
-        settings["oauth"] = {"client_id": context["client_id"], "auth_method": method,
+        settings["oauth"] = {"client_id": context["client_id"],
                              "client_secret": "${CONFORMANCE_CLIENT_SECRET}"}
+        if not scenario.startswith("auth/client-credentials-"):
+            settings["oauth"]["grant"] = "authorization_code"
     if "private_key_pem" in context:
         os.environ["CONFORMANCE_PRIVATE_KEY"] = str(context["private_key_pem"])
         settings["oauth"] = {"client_id": context["client_id"], "auth_method": "private_key_jwt",

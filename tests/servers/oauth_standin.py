@@ -1,9 +1,13 @@
 """A tiny OAuth authorization server and a bearer-token gate in front of a real MCP HTTP app.
 
-The authorization server publishes RFC 8414 metadata and issues ``client_credentials`` tokens
-(HTTP Basic or form-post client authentication); the gate answers 401 with a
-``resource_metadata`` pointer (RFC 9728) unless the request carries a token it issued and has not
-revoked, and serves the protected-resource metadata itself.
+The authorization server publishes RFC 8414 metadata (the token-endpoint authentication methods
+it lists, and a registration endpoint, are settings) and issues ``client_credentials`` tokens, and
+``authorization_code`` / ``refresh_token`` tokens to registered public clients or to its one
+confidential client (HTTP Basic or form-post client authentication, or a signed assertion); it
+grants what scope a client asks for. The gate answers 401 with a ``resource_metadata`` pointer
+(RFC 9728) unless the request carries a token it issued and has not revoked, serves the
+protected-resource metadata itself, and answers a tool call whose token lacks the scope the
+tool needs with 403 ``insufficient_scope`` (RFC 6750).
 """
 
 from __future__ import annotations
@@ -37,9 +41,16 @@ class AuthServer:
     """PEM public key: accept ``private_key_jwt`` assertions signed with its private key."""
     registered: dict[str, list[str]] = field(default_factory=dict)
     """Dynamically registered public clients: client id -> redirect URIs."""
-    codes: dict[str, tuple[str, str, str]] = field(default_factory=dict)
-    """Authorization code -> (client id, redirect URI, PKCE challenge)."""
+    codes: dict[str, tuple[str, str, str, str]] = field(default_factory=dict)
+    """Authorization code -> (client id, redirect URI, PKCE challenge, scope)."""
     refresh_tokens: set[str] = field(default_factory=set)
+    auth_methods: list[str] | None = field(
+        default_factory=lambda: ["client_secret_basic", "client_secret_post"])
+    """``token_endpoint_auth_methods_supported`` of the metadata (None: not listed)."""
+    registration: bool = True
+    """Whether dynamic client registration is offered (else ``POST /register`` is a 404)."""
+    scopes: dict[str, str] = field(default_factory=dict)
+    """Access token -> the scope it was granted."""
 
     def revoke_all(self) -> None:
         self.valid.clear()
@@ -55,30 +66,50 @@ class AuthServer:
             return ""
         return str(claims["sub"]) if claims.get("iss") == claims.get("sub") else ""
 
-    def _user_token(self, form: dict[str, str]) -> JSONResponse:
-        """authorization_code (with PKCE) and refresh_token grants for public clients."""
-        self.grants.append({**form, "auth_method": "none"})
+    def _user_token(self, form: dict[str, str], client: str) -> JSONResponse:
+        """authorization_code (with PKCE) and refresh_token grants."""
+        scope = form.get("scope", "")
         if form["grant_type"] == "authorization_code":
-            client_id, redirect, challenge = self.codes.pop(form.get("code", ""), ("", "", ""))
+            client_id, redirect, challenge, scope = self.codes.pop(
+                form.get("code", ""), ("", "", "", ""))
             verified = pkce_verified(form.get("code_verifier", ""), challenge)
-            if not verified or (form.get("client_id"), form.get("redirect_uri")) != \
-                    (client_id, redirect):
+            if not verified or (client, form.get("redirect_uri")) != (client_id, redirect):
                 return JSONResponse({"error": "invalid_grant"}, status_code=400)
         elif form.get("refresh_token") not in self.refresh_tokens:
             return JSONResponse({"error": "invalid_grant"}, status_code=400)
         issued, refresh = f"token-{len(self.grants)}", f"refresh-{len(self.grants)}"
         self.valid.add(issued)
+        self.scopes[issued] = scope
         self.refresh_tokens.add(refresh)
-        return JSONResponse({"access_token": issued, "token_type": "Bearer",
+        return JSONResponse({"access_token": issued, "token_type": "Bearer", "scope": scope,
                              "expires_in": 3600, "refresh_token": refresh})
+
+    def _client(self, request: Request, form: dict[str, str]) -> tuple[str, str, str]:
+        """(authentication method, client id, secret) of a token request."""
+        header = request.headers.get("authorization", "")
+        if "client_assertion" in form:
+            return "private_key_jwt", self._verify(form), self.client_secret
+        if header.startswith("Basic "):
+            user, _, password = base64.b64decode(header[6:]).decode().partition(":")
+            return "basic", unquote(user), unquote(password)
+        if "client_secret" in form:
+            return "post", form.get("client_id", ""), form["client_secret"]
+        return "none", form.get("client_id", ""), ""
 
     def app(self) -> Starlette:
         async def metadata(request: Request) -> JSONResponse:
-            return JSONResponse(metadata_body(
+            body = metadata_body(
                 self.base, ["client_credentials", "authorization_code", "refresh_token"],
-                ["client_secret_basic", "client_secret_post"]))
+                self.auth_methods or [])
+            if self.auth_methods is None:
+                del body["token_endpoint_auth_methods_supported"]
+            if not self.registration:
+                del body["registration_endpoint"]
+            return JSONResponse(body)
 
         async def register(request: Request) -> JSONResponse:
+            if not self.registration:
+                return JSONResponse({"error": "not_found"}, status_code=404)
             body = await request.json()
             client_id = f"dyn-{len(self.registered) + 1}"
             self.registered[client_id] = list(body["redirect_uris"])
@@ -92,29 +123,26 @@ class AuthServer:
                     query.get("code_challenge_method") != "S256":
                 return JSONResponse({"error": "invalid_request"}, status_code=400)
             code = f"code-{len(self.codes) + 1}"
-            self.codes[code] = (query["client_id"], redirect, query["code_challenge"])
+            self.codes[code] = (query["client_id"], redirect, query["code_challenge"],
+                                query.get("scope", ""))
             return RedirectResponse(f"{redirect}?code={code}&state={query['state']}",
                                     status_code=302)
 
         async def token(request: Request) -> JSONResponse:
             form = {k: str(v) for k, v in (await request.form()).items()}
-            if form.get("grant_type") in ("authorization_code", "refresh_token"):
-                return self._user_token(form)
-            header = request.headers.get("authorization", "")
-            if "client_assertion" in form:
-                method, client_id = "private_key_jwt", self._verify(form)
-                secret = self.client_secret
-            elif header.startswith("Basic "):
-                user, _, password = base64.b64decode(header[6:]).decode().partition(":")
-                method, client_id, secret = "basic", unquote(user), unquote(password)
-            else:
-                method = "post"
-                client_id, secret = form.get("client_id", ""), form.get("client_secret", "")
+            method, client_id, secret = self._client(request, form)
             self.grants.append({**form, "auth_method": method})
-            if (client_id, secret) != (self.client_id, self.client_secret):
+            listed = {"basic": "client_secret_basic", "post": "client_secret_post"}.get(method)
+            if (method != "none" and (client_id, secret) != (self.client_id, self.client_secret)) \
+                    or (listed and self.auth_methods and listed not in self.auth_methods):
+                return JSONResponse({"error": "invalid_client"}, status_code=401)
+            if form.get("grant_type") in ("authorization_code", "refresh_token"):
+                return self._user_token(form, client_id)
+            if method == "none":
                 return JSONResponse({"error": "invalid_client"}, status_code=401)
             issued = f"token-{len(self.grants)}"
             self.valid.add(issued)
+            self.scopes[issued] = form.get("scope", "")
             return JSONResponse({"access_token": issued, "token_type": "Bearer",
                                  "expires_in": 3600})
 

@@ -238,7 +238,9 @@ class OAuthConfig(StrictModel):
     audience: str | None = None
     timeout: float | None = None
     auth_method: Literal["client_secret_post", "client_secret_basic",
-                         "private_key_jwt"] = "client_secret_post"
+                         "private_key_jwt"] | None = None
+    """How the token request authenticates the client. Unset: HTTP Basic, unless the
+    authorization server's metadata lists only ``client_secret_post`` (RFC 6749 §2.3.1)."""
     issuer: str | None = None
     resource: str | None = None
     private_key: str | None = None
@@ -275,7 +277,10 @@ class OAuthConfig(StrictModel):
             if not self.private_key:
                 raise ValueError("auth_method private_key_jwt needs 'private_key'")
         elif not self.client_secret:
-            raise ValueError(f"auth_method {self.auth_method} needs 'client_secret'")
+            raise ValueError(f"auth_method {self.auth_method} needs 'client_secret'"
+                             if self.auth_method else
+                             "client credentials need 'client_secret' (or auth_method "
+                             "private_key_jwt with 'private_key')")
         return self
 
 

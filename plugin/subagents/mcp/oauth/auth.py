@@ -6,6 +6,10 @@ metadata discovery (unless ``token_url`` is configured), a ``client_credentials`
 Basic or form-post client authentication and the RFC 8707 ``resource`` parameter, and a fresh token
 whenever the server answers 401 again (an expired or revoked token). Tokens live in memory.
 Secrets are ``${ENV}`` references resolved when needed, never logged.
+
+Without a configured ``auth_method`` a client secret goes in HTTP Basic, the method every
+authorization server must support (RFC 6749 §2.3.1), unless the server's metadata lists only
+form-post (RFC 8414 ``token_endpoint_auth_methods_supported``): see :func:`token_auth_method`.
 """
 
 from __future__ import annotations
@@ -80,6 +84,21 @@ class _MemoryTokenStorage:
         self._client_info = client_info
 
 
+def token_auth_method(configured: str | None, metadata: Any) -> str:
+    """How a token request authenticates a client that has a secret.
+
+    A configured ``auth_method`` always wins. Otherwise HTTP Basic (``client_secret_basic``),
+    unless the authorization server's metadata lists ``client_secret_post`` and not Basic; a
+    server whose metadata lists no methods (or that has none) gets Basic, the RFC default.
+    """
+    if configured:
+        return configured
+    listed = getattr(metadata, "token_endpoint_auth_methods_supported", None) or []
+    if "client_secret_post" in listed and "client_secret_basic" not in listed:
+        return "client_secret_post"
+    return "client_secret_basic"
+
+
 def oauth_provider(config: McpServerConfig, root: Path | None = None,
                    login: LoginHandlers | None = None) -> Any:
     """An ``httpx2.Auth`` running the configured OAuth grant for ``config`` (None without oauth).
@@ -114,11 +133,16 @@ def _client_credentials_provider(config: McpServerConfig, oauth: OAuthConfig) ->
         assertion = cc.SignedJWTParameters(
             issuer=client_id, subject=client_id, signing_key=key,
             signing_algorithm=oauth.signing_algorithm).create_assertion_provider()
-    method: Any = oauth.auth_method
+    method: Any = oauth.auth_method or "client_secret_basic"  # see token_auth_method
 
     class _ClientCredentials(cc.ClientCredentialsOAuthProvider):
         async def _exchange_token_client_credentials(self) -> httpx2.Request:
             cc._require_metadata_for_configured_issuer(self.context, settings.issuer)
+            client = self.context.client_info
+            if assertion is None and client is not None:
+                method = token_auth_method(settings.auth_method, self.context.oauth_metadata)
+                self.context.client_info = client.model_copy(
+                    update={"token_endpoint_auth_method": method})
             data, headers = self.context.prepare_token_auth(
                 {"grant_type": "client_credentials"},
                 {"Content-Type": "application/x-www-form-urlencoded"})

@@ -33,7 +33,13 @@ import structlog
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig
 from subagents.mcp.callbacks import ELICITATIONS, _Flight
-from subagents.mcp.oauth.login import LoginRequiredError, authorization_code_provider, token_file
+from subagents.mcp.oauth.login import (
+    ConfiguredClientAuth,
+    LoginRequiredError,
+    authorization_code_provider,
+    configured_client,
+    token_file,
+)
 from subagents.mcp.oauth.token_store import SHARED, TokenStore
 
 log = structlog.get_logger("subagents.mcp")
@@ -146,7 +152,7 @@ class UserTokenStorage:
     def __init__(self, store: TokenStore, user: str, config: McpServerConfig,
                  redirect_uri: str) -> None:
         self.store, self.user, self.server = store, user, config.name
-        self._configured = _configured_client(config, redirect_uri)
+        self._configured = configured_client(config, redirect_uri)
 
     async def get_tokens(self) -> Any:
         """The user's tokens, or None (also when the stored value does not parse)."""
@@ -212,20 +218,6 @@ class UserTokenStorage:
                              client_info.model_dump(mode="json", exclude_none=True))
 
 
-def _configured_client(config: McpServerConfig, redirect_uri: str) -> Any:
-    from mcp.shared.auth import OAuthClientInformationFull
-
-    oauth = config.oauth
-    if oauth is None or not oauth.client_id:
-        return None
-    secret = resolve_env(oauth.client_secret, what=f"oauth.client_secret of MCP server "
-                         f"{config.name!r}") if oauth.client_secret else None
-    return OAuthClientInformationFull.model_validate({
-        "client_id": oauth.client_id, "client_secret": secret, "redirect_uris": [redirect_uri],
-        "token_endpoint_auth_method": oauth.auth_method if secret else "none",
-        "grant_types": ["authorization_code", "refresh_token"]})
-
-
 def callback_url(config: McpServerConfig) -> str:
     """``<public_url>/oauth/callback`` of the server's consent."""
     oauth = config.oauth
@@ -262,15 +254,17 @@ def user_provider(config: McpServerConfig, *, user: str, store: TokenStore,
     assert oauth is not None
     redirect = callback_url(config)
     storage = UserTokenStorage(store, user, config, redirect)
-    secret = bool(oauth.client_id and oauth.client_secret)
+    client = configured_client(config, redirect)
     metadata = OAuthClientMetadata.model_validate({
         "redirect_uris": [redirect], "client_name": "subagents",
         "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
-        "token_endpoint_auth_method": oauth.auth_method if secret else "none",
+        "token_endpoint_auth_method": client.token_endpoint_auth_method if client else "none",
         "scope": oauth.scope})
     server = config.name
+    method = oauth.auth_method
 
-    class _UserProvider(OAuthClientProvider):
+    class _UserProvider(ConfiguredClientAuth, OAuthClientProvider):
+        configured_auth = (client.client_id, method) if client else None
         waiting_for_user = False
         """True while a sign-in link waits for the user's browser (connecting waits too)."""
         _consent: PendingConsent | None = None
