@@ -33,7 +33,8 @@ def _placeholder(kind: str, mime: str | None, size: int | None, uri: str | None 
 
 
 LONG_BASE64 = 512
-"""A string of at least this many base64 characters (and nothing else) counts as binary."""
+"""A string of at least this many base64 characters (and nothing else, with upper and lower case
+letters and digits among them) counts as binary."""
 _BASE64 = re.compile(r"[A-Za-z0-9+/_-]+={0,2}")
 
 
@@ -64,9 +65,16 @@ def _binary_string(text: str) -> str | None:
     if text.startswith("data:") and ";base64," in text[:200]:
         header, _, data = text.partition(",")
         return _placeholder("data", header[5:].split(";")[0] or None, _decoded_size(data))
-    if len(text) >= LONG_BASE64 and _BASE64.fullmatch(text):
+    if len(text) >= LONG_BASE64 and _BASE64.fullmatch(text) and _mixed(text):
         return _placeholder("binary", None, _decoded_size(text))
     return None
+
+
+def _mixed(text: str) -> bool:
+    """Upper and lower case letters and digits all occur (as in base64 of binary data, not in a
+    long run of one letter or in hexadecimal)."""
+    return any(c.isupper() for c in text) and any(c.islower() for c in text) \
+        and any(c.isdigit() for c in text)
 
 
 def without_binary(value: Any) -> Any:
