@@ -261,6 +261,32 @@ async def test_a_refused_token_is_refreshed_and_a_failed_refresh_asks_for_consen
     assert CALLS == ["alice", "alice", "alice"]
 
 
+async def test_a_call_that_needs_more_scope_asks_the_user_to_sign_in_again_with_it(
+        tmp_path, monkeypatch):
+    add = [{"tool_calls": [{"add_event": {"title": "gym"}}]},
+           {"text": "Added.", "tool_calls": [{"task_completed": {}}],
+            "expect": {"messages_contain": ["added 'gym' for alice"]}}]
+    script = {"command_generator": ["start flow calendar_flow", "", "start flow calendar_flow",
+                                    ""],
+              "calendar_agent": [*calendar_turns("alice"), *add]}
+    async with served(tmp_path, script, monkeypatch) as (auth, fake, api, browser, _):
+        with anyio.fail_after(60):
+            await browser.open(consent_link(
+                await say(api, "chat", "alice", "my calendar?"), auth), "alice")
+            await say(api, "chat", "alice", "done")
+            # adding an event needs calendar.write, which alice's first sign-in did not grant
+            asked = await say(api, "chat", "alice", "add the gym on Friday")
+            link = consent_link(asked, auth)
+            page = await browser.open(link, "alice")
+            added = await say(api, "chat", "alice", "signed in")
+        fake.assert_done()
+    assert "calendar needs more access before I can continue (calendar.write)" in asked[0]
+    assert "calendar.write" in parse_qs(urlparse(link).query)["scope"][0].split()
+    assert page.status_code == 200
+    assert added[0] == "Added."
+    assert CALLS == ["alice", "alice"]  # the refused call never ran; it ran once after
+
+
 async def test_a_denied_consent_reaches_the_agent_as_a_tool_error(tmp_path, monkeypatch):
     script = {"command_generator": ["start flow calendar_flow", ""],
               "calendar_agent": [

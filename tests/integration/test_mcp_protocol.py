@@ -16,7 +16,7 @@ import uvicorn
 from structlog.testing import capture_logs
 from subagents import __version__
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
-from subagents.exceptions import MCPConnectionError
+from subagents.exceptions import MCPConnectionError, ToolInvocationError
 from subagents.mcp import MCPServerConnection
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_mcp
@@ -508,6 +508,63 @@ async def test_a_login_with_a_configured_client_id_uses_it_and_never_registers(
     assert [(g["grant_type"], g["client_id"], g["auth_method"]) for g in auth.grants] == [
         ("authorization_code", "my-registered-client", sent),
         ("refresh_token", "my-registered-client", sent)]
+
+
+async def test_a_step_up_with_an_operators_login_says_which_login_to_run_and_keeps_the_session(
+        tmp_path):
+    from subagents.cli.mcp_login import login
+
+    auth = AuthServer(client_id="unused", client_secret="unused")
+    with anyio.fail_after(60):
+        async with protected_mcp(features_server, auth, tool_scopes={"picture": "media"}) as url:
+            config = McpServerConfig(name="features", type="http", url=url, oauth={
+                "grant": "authorization_code", "scope": "tools", "issuer": auth.base})
+            await login(config, tmp_path, open_url=browser)
+            grants = len(auth.grants)
+            # the server process: the picture needs a scope the operator's login lacks
+            async with connected_to(url, oauth=config.oauth.model_dump(), root=tmp_path) as conn:
+                with pytest.raises(ToolInvocationError) as refused:
+                    await conn.call_tool("picture", {}, timeout=5)
+                after = await conn.call_tool("client_name", {}, timeout=5)
+    assert refused.value.code == "mcp.login_required"
+    message = str(refused.value)
+    assert "'tools media'" in message
+    assert "subagents mcp login features" in message
+    assert "may or may not" not in message
+    assert after.result == f"subagents {__version__}"
+    assert conn.connects == 1  # no reconnect
+    assert len(auth.grants) == grants  # nobody was asked to sign in again
+    assert list(auth.registered) == ["dyn-1"]
+
+
+@pytest.mark.parametrize("auth_kind", ["client_credentials", "token"])
+async def test_a_step_up_with_client_credentials_gets_a_token_with_the_larger_scope(
+        auth_kind, monkeypatch):
+    monkeypatch.setenv("FEATURES_SECRET", "s3cret")
+    auth = AuthServer(client_id="agent", client_secret="s3cret")
+    with anyio.fail_after(30):
+        async with protected_mcp(features_server, auth, tool_scopes={"picture": "media"}) as url:
+            if auth_kind == "token":  # a fixed token: nothing can ask for more scope
+                auth.valid.add("fixed")
+                auth.scopes["fixed"] = "tools"
+                monkeypatch.setenv("FEATURES_TOKEN", "fixed")
+                extra = {"token": "${FEATURES_TOKEN}"}
+            else:
+                extra = {"oauth": {"client_id": "agent", "client_secret": "${FEATURES_SECRET}",
+                                   "issuer": auth.base, "scope": "tools"}}
+            async with connected_to(url, **extra) as conn:
+                try:
+                    picture = await conn.call_tool("picture", {}, timeout=5)
+                except ToolInvocationError as exc:
+                    picture = exc
+    if auth_kind == "token":
+        assert isinstance(picture, ToolInvocationError)
+        assert picture.code == "mcp.insufficient_scope"
+        assert "'tools media'" in str(picture)
+    else:
+        assert picture.result == "Revenue chart\n[image: image/png, 4096 bytes]"
+        assert [g["scope"] for g in auth.grants] == ["tools", "tools media"]
+    assert conn.connects == 1
 
 
 def _free_port() -> int:

@@ -77,9 +77,11 @@ class AuthServer:
                 return JSONResponse({"error": "invalid_grant"}, status_code=400)
         elif form.get("refresh_token") not in self.refresh_tokens:
             return JSONResponse({"error": "invalid_grant"}, status_code=400)
+        else:
+            scope = scope or self.scopes.get(form["refresh_token"], "")
         issued, refresh = f"token-{len(self.grants)}", f"refresh-{len(self.grants)}"
         self.valid.add(issued)
-        self.scopes[issued] = scope
+        self.scopes[issued] = self.scopes[refresh] = scope
         self.refresh_tokens.add(refresh)
         return JSONResponse({"access_token": issued, "token_type": "Bearer", "scope": scope,
                              "expires_in": 3600, "refresh_token": refresh})
@@ -150,10 +152,13 @@ class AuthServer:
 
 
 class BearerGate:
-    """ASGI middleware: protected-resource metadata, and 401 without a valid bearer token."""
+    """ASGI middleware: protected-resource metadata, 401 without a valid bearer token, and 403
+    ``insufficient_scope`` for a call of a tool in ``tool_scopes`` whose token lacks its scope."""
 
-    def __init__(self, app: ASGIApp, auth: AuthServer, *, advertise: bool = True) -> None:
+    def __init__(self, app: ASGIApp, auth: AuthServer, *, advertise: bool = True,
+                 tool_scopes: dict[str, str] | None = None) -> None:
         self.app, self.auth, self.advertise = app, auth, advertise
+        self.tool_scopes = tool_scopes or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -172,7 +177,50 @@ class BearerGate:
             await send_response(send, 401, b"unauthorized", b"text/plain",
                         [(b"www-authenticate", challenge.encode())])
             return
+        if self.tool_scopes:
+            receive, tool = await called_tool(receive)
+            held = self.auth.scopes.get(token, "").split()
+            needed = self.tool_scopes.get(tool or "")
+            if needed and needed not in held:
+                await refuse_scope(send, " ".join([*held, needed]),
+                                   f"{origin}/.well-known/oauth-protected-resource/mcp")
+                return
         await self.app(scope, receive, send)
+
+
+async def called_tool(receive: Receive) -> tuple[Receive, str | None]:
+    """Read a request's whole body: the tool a ``tools/call`` names (else None), and a
+    ``receive`` that hands the app the body again."""
+    chunks, more = [], True
+    while more:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    body = b"".join(chunks)
+    try:
+        parsed = json.loads(body) if body else None
+    except ValueError:
+        parsed = None
+    tool = parsed["params"].get("name") if isinstance(parsed, dict) \
+        and parsed.get("method") == "tools/call" else None
+    replayed = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay, tool
+
+
+async def refuse_scope(send: Send, scope: str, resource_metadata: str) -> None:
+    """A 403 ``insufficient_scope`` (RFC 6750 §3.1) naming the scope the request needs."""
+    challenge = (f'Bearer error="insufficient_scope", scope="{scope}", '
+                 f'resource_metadata="{resource_metadata}"')
+    await send_response(send, 403, json.dumps({"error": "insufficient_scope"}).encode(),
+                        b"application/json", [(b"www-authenticate", challenge.encode())])
 
 
 def pkce_verified(verifier: str, challenge: str) -> bool:
@@ -217,10 +265,11 @@ async def serve_gated(auth: Any, gate: Callable[[], ASGIApp]) -> AsyncIterator[s
 
 
 @contextlib.asynccontextmanager
-async def protected_mcp(server: Any, auth: AuthServer, *, advertise: bool = True
-                        ) -> AsyncIterator[str]:
+async def protected_mcp(server: Any, auth: AuthServer, *, advertise: bool = True,
+                        tool_scopes: dict[str, str] | None = None) -> AsyncIterator[str]:
     """Serve the authorization server and the gated MCP server; yield the MCP URL."""
     async with serve_gated(
-            auth, lambda: BearerGate(server.streamable_http_app(), auth, advertise=advertise)
+            auth, lambda: BearerGate(server.streamable_http_app(), auth, advertise=advertise,
+                                     tool_scopes=tool_scopes)
     ) as url:
         yield url

@@ -40,7 +40,7 @@ from subagents.mcp.callbacks import (
     roots_callback,
 )
 from subagents.mcp.content import contents_text, convert_result
-from subagents.mcp.oauth.auth import HeaderBuilder, oauth_provider
+from subagents.mcp.oauth.auth import HeaderBuilder, oauth_provider, scope_refused
 from subagents.mcp.oauth.login import LoginHandlers, LoginRequiredError
 from subagents.mcp.oauth.token_store import TokenStore
 from subagents.types import AgentToolResult
@@ -146,6 +146,8 @@ class MCPServerConnection:
         self._http: Any = None
         self._session_lost = False
         self._last_status: int | None = None
+        self._refused_scope: str | None = None
+        """The scope of the latest 403 ``insufficient_scope`` no re-authorization answered."""
         self._resources: tuple[Any, list[str], list[str]] | None = None
         self._url_waits: dict[str, Any] = {}
         """Elicitation id -> the call (flight) waiting for the server to say it completed."""
@@ -219,6 +221,8 @@ class MCPServerConnection:
     async def _on_http_response(self, response: Any) -> None:
         status = response.status_code
         self._last_status = status
+        if status == 403:
+            self._refused_scope = scope_refused(response)
         if "mcp-session-id" not in response.request.headers or status not in (400, 404):
             return
         if status == 404:
@@ -258,6 +262,7 @@ class MCPServerConnection:
         self._dead = asyncio.Event()
         self._session_lost = False
         self._last_status = None
+        self._refused_scope = None
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(ready), name=f"mcp:{self.name}")
         try:
@@ -612,6 +617,9 @@ class MCPServerConnection:
 
                 raise _UrlElicitationRequiredError(
                     UrlElicitationRequiredError.from_error(exc.error).elicitations) from exc
+            refused, self._refused_scope = self._refused_scope, None
+            if refused is not None:
+                raise self._scope_error(f"run {name!r}", refused) from exc
             if self._last_status == 401:
                 raise ToolInvocationError(
                     f"MCP server {self.name!r} refused the call to {name!r}: unauthorized "
@@ -674,11 +682,35 @@ class MCPServerConnection:
             raise ToolTimeoutError(f"reading {uri!r} from MCP server {self.name!r} took longer "
                                    f"than {timeout:g}s") from exc
         except MCPError as exc:
+            refused, self._refused_scope = self._refused_scope, None
+            if refused is not None:
+                raise self._scope_error(f"read {uri!r}", refused) from exc
             raise ToolInvocationError(f"MCP server {self.name!r} could not read {uri!r}: "
                                       f"{exc.message}", code="mcp.resource_failed") from exc
         except MCPConnectionError as exc:
             raise ToolInvocationError(str(exc), code="tool.connection_lost") from exc
         return AgentToolResult(tool_name="read_resource", result=contents_text(result.contents))
+
+    def _scope_error(self, what: str, scope: str) -> ToolInvocationError:
+        """A refusal for lack of scope (403 ``insufficient_scope``): the server did nothing.
+
+        With an operator's login (a server process cannot sign anyone in again) the error says
+        which command to run (``mcp.login_required``); otherwise the credentials or the user's
+        grant lack the scope (``mcp.insufficient_scope``).
+        """
+        needed = f"the scope {scope!r}" if scope else "a larger scope"
+        text = (f"MCP server {self.name!r} refused to {what}: it needs {needed}, which this "
+                "assistant's authorization does not include. Nothing was run.")
+        oauth = self.config.oauth
+        if oauth is not None and oauth.grant == "authorization_code" \
+                and self._oauth_user is None:
+            return ToolInvocationError(
+                f"{text} An operator must sign in again with that scope: add it to oauth.scope "
+                f"of {self.name!r} in endpoints.yml and run `subagents mcp login {self.name}`",
+                code="mcp.login_required")
+        who = "the user's sign-in" if self._oauth_user is not None else "its credentials"
+        return ToolInvocationError(f"{text} The scope has to be granted to {who}",
+                                   code="mcp.insufficient_scope")
 
     def _timeout_text(self, name: str, timeout: float) -> str:
         return (f"tool {name!r} on MCP server {self.name!r} did not answer within {timeout:g}s "

@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import warnings
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +100,43 @@ def token_auth_method(configured: str | None, metadata: Any) -> str:
     return "client_secret_basic"
 
 
+def scope_refused(response: Any) -> str | None:
+    """The scope a ``403`` with ``error="insufficient_scope"`` asks for (RFC 6750 §3.1; ``""``
+    when it names none); None for any other response."""
+    from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth
+
+    if response.status_code != 403 \
+            or extract_field_from_www_auth(response, "error") != "insufficient_scope":
+        return None
+    return extract_scope_from_www_auth(response) or ""
+
+
+class StepUpWatch:
+    """For a provider (the SDK's ``OAuthClientProvider``): notes the scope a ``403
+    insufficient_scope`` to the request asks for (``step_up``, None after any other answer).
+    The SDK then re-authorizes with the larger scope; with ``reauthorize_on_step_up`` False
+    (nobody can sign in again) the 403 stands as the request's answer instead."""
+
+    step_up: str | None = None
+    reauthorize_on_step_up = True
+
+    async def _auth_flow(self, request: Any) -> AsyncGenerator[Any, Any]:
+        flow = super()._auth_flow(request)  # type: ignore[misc]
+        try:
+            outgoing = await flow.__anext__()
+            while True:
+                response = yield outgoing
+                if outgoing is request:
+                    self.step_up = scope_refused(response)
+                    if self.step_up is not None and not self.reauthorize_on_step_up:
+                        return
+                outgoing = await flow.asend(response)
+        except StopAsyncIteration:
+            return
+        finally:
+            await flow.aclose()
+
+
 def oauth_provider(config: McpServerConfig, root: Path | None = None,
                    login: LoginHandlers | None = None) -> Any:
     """An ``httpx2.Auth`` running the configured OAuth grant for ``config`` (None without oauth).
@@ -120,6 +158,7 @@ def oauth_provider(config: McpServerConfig, root: Path | None = None,
 def _client_credentials_provider(config: McpServerConfig, oauth: OAuthConfig) -> Any:
     import httpx2
     from mcp.client.auth.extensions import client_credentials as cc
+    from mcp.client.auth.utils import union_scopes
     from mcp.shared.exceptions import MCPDeprecationWarning
 
     settings = oauth
@@ -135,7 +174,7 @@ def _client_credentials_provider(config: McpServerConfig, oauth: OAuthConfig) ->
             signing_algorithm=oauth.signing_algorithm).create_assertion_provider()
     method: Any = oauth.auth_method or "client_secret_basic"  # see token_auth_method
 
-    class _ClientCredentials(cc.ClientCredentialsOAuthProvider):
+    class _ClientCredentials(StepUpWatch, cc.ClientCredentialsOAuthProvider):
         async def _exchange_token_client_credentials(self) -> httpx2.Request:
             cc._require_metadata_for_configured_issuer(self.context, settings.issuer)
             client = self.context.client_info
@@ -156,6 +195,8 @@ def _client_credentials_provider(config: McpServerConfig, oauth: OAuthConfig) ->
                     "urn:ietf:params:oauth:client-assertion-type:jwt-bearer")
             data["resource"] = settings.resource or self.context.get_resource_url()
             scope = settings.scope or self.context.client_metadata.scope
+            if self.step_up:  # a step-up: the scopes held so far and the one asked for
+                scope = union_scopes(scope, self.step_up)
             if scope:
                 data["scope"] = scope
             if settings.audience:

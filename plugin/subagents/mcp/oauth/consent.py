@@ -33,8 +33,9 @@ import structlog
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig
 from subagents.mcp.callbacks import ELICITATIONS, _Flight
+from subagents.mcp.oauth.auth import StepUpWatch
 from subagents.mcp.oauth.login import (
-    ConfiguredClientAuth,
+    ConfiguredLogin,
     LoginRequiredError,
     authorization_code_provider,
     configured_client,
@@ -48,6 +49,8 @@ CALLBACK_PATH = "/oauth/callback"
 """The route of ``subagents serve`` that users' browsers return to."""
 CONSENT_MESSAGE = ("{server} needs your permission before I can continue. Open this link, sign "
                    "in and allow access, then come back here.")
+STEP_UP_MESSAGE = ("{server} needs more access before I can continue ({scope}). Open this link, "
+                   "sign in again and allow it, then come back here.")
 
 
 class ConsentRequiredError(LoginRequiredError):
@@ -261,10 +264,11 @@ def user_provider(config: McpServerConfig, *, user: str, store: TokenStore,
         "token_endpoint_auth_method": client.token_endpoint_auth_method if client else "none",
         "scope": oauth.scope})
     server = config.name
-    method = oauth.auth_method
+    method, scope = oauth.auth_method, oauth.scope
 
-    class _UserProvider(ConfiguredClientAuth, OAuthClientProvider):
+    class _UserProvider(ConfiguredLogin, StepUpWatch, OAuthClientProvider):
         configured_auth = (client.client_id, method) if client else None
+        configured_scope = scope
         waiting_for_user = False
         """True while a sign-in link waits for the user's browser (connecting waits too)."""
         _consent: PendingConsent | None = None
@@ -322,11 +326,13 @@ def user_provider(config: McpServerConfig, *, user: str, store: TokenStore,
             consent = CONSENTS.open(state, server, flight.owner.key)
             self._consent = consent
             self.waiting_for_user = True
-            params = ElicitRequestURLParams(message=CONSENT_MESSAGE.format(server=server),
-                                            url=url, elicitation_id=state)
+            message = CONSENT_MESSAGE.format(server=server) if self.step_up is None else \
+                STEP_UP_MESSAGE.format(server=server, scope=self.step_up or "a larger scope")
+            params = ElicitRequestURLParams(message=message, url=url, elicitation_id=state)
             consent.asking = asking = asyncio.ensure_future(flight.ask(params))
             asking.add_done_callback(lambda task: _answered_in_chat(consent, task))
-            log.info("mcp.oauth.consent_asked", server=server, key=flight.owner.key)
+            log.info("mcp.oauth.consent_asked", server=server, key=flight.owner.key,
+                     step_up=self.step_up is not None)
 
         async def wait_for_browser(self) -> Any:
             consent = self._consent

@@ -27,6 +27,7 @@ import structlog
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig
 from subagents.exceptions import MCPConnectionError
+from subagents.mcp.oauth.auth import StepUpWatch, token_auth_method
 
 if TYPE_CHECKING:
     pass
@@ -123,7 +124,7 @@ class FileTokenStorage:
 def configured_client(config: McpServerConfig, redirect_uri: str) -> Any:
     """The client configured with ``oauth.client_id`` (None without one), as the SDK's client
     information: with a secret, confidential (its token-endpoint authentication is settled per
-    request, see :class:`ConfiguredClientAuth`); without one, public."""
+    request, see :class:`ConfiguredLogin`); without one, public."""
     from mcp.shared.auth import OAuthClientInformationFull
 
     oauth = config.oauth
@@ -137,18 +138,26 @@ def configured_client(config: McpServerConfig, redirect_uri: str) -> Any:
         else "none", "grant_types": ["authorization_code", "refresh_token"]})
 
 
-class ConfiguredClientAuth:
-    """For a provider (the SDK's ``OAuthClientProvider``) of a configured confidential client:
-    each token request (code exchange and refresh) authenticates the client as ``auth_method``
+class ConfiguredLogin:
+    """What the configuration settles in a sign-in, for a provider (the SDK's
+    ``OAuthClientProvider``): the sign-in asks for the configured ``scope`` as well as what the
+    server asks for (the SDK alone would ask only for the latter), and the token requests (code
+    exchange and refresh) of a configured confidential client authenticate it as ``auth_method``
     says, or, without one, as the authorization server's metadata allows (Basic by default)."""
 
     context: Any
     configured_auth: tuple[str, str | None] | None = None
     """(client id, configured ``auth_method``) of the configured client; None: none configured."""
+    configured_scope: str | None = None
+
+    async def _perform_authorization(self) -> Any:
+        from mcp.client.auth.utils import union_scopes
+
+        metadata = self.context.client_metadata
+        metadata.scope = union_scopes(self.configured_scope, metadata.scope)
+        return await super()._perform_authorization()  # type: ignore[misc]
 
     def _settle_auth_method(self) -> None:
-        from subagents.mcp.oauth.auth import token_auth_method
-
         client = self.context.client_info
         if self.configured_auth is None or client is None or not client.client_secret \
                 or client.client_id != self.configured_auth[0]:
@@ -195,7 +204,7 @@ def authorization_code_provider(config: McpServerConfig, root: Path,
         "token_endpoint_auth_method": client.token_endpoint_auth_method if client else "none",
         "scope": oauth.scope})
     server = config.name
-    method = oauth.auth_method
+    method, scope = oauth.auth_method, oauth.scope
 
     async def login_required(_url: str = "") -> None:
         raise LoginRequiredError(
@@ -204,8 +213,12 @@ def authorization_code_provider(config: McpServerConfig, root: Path,
     async def no_callback() -> Any:
         raise LoginRequiredError(f"MCP server {server!r} needs a login")
 
-    class _Provider(ConfiguredClientAuth, OAuthClientProvider):
+    class _Provider(ConfiguredLogin, StepUpWatch, OAuthClientProvider):
         configured_auth = (client.client_id, method) if client else None
+        configured_scope = scope
+        # a server process has nobody to sign in again: a step-up's 403 is the answer, and the
+        # call fails naming the scope (MCPServerConnection); an interactive login re-authorizes
+        reauthorize_on_step_up = login is not None
 
         async def _initialize(self) -> None:
             if login is None and await storage.get_tokens() is None:
