@@ -156,9 +156,11 @@ class BearerGate:
     ``insufficient_scope`` for a call of a tool in ``tool_scopes`` whose token lacks its scope."""
 
     def __init__(self, app: ASGIApp, auth: AuthServer, *, advertise: bool = True,
-                 tool_scopes: dict[str, str] | None = None) -> None:
+                 tool_scopes: dict[str, str] | None = None, path: str = "mcp") -> None:
         self.app, self.auth, self.advertise = app, auth, advertise
         self.tool_scopes = tool_scopes or {}
+        self.path = path
+        """The MCP endpoint (``mcp``, or ``sse`` for the SSE transport): the resource."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -167,13 +169,14 @@ class BearerGate:
         headers = dict(scope["headers"])
         origin = f"http://{headers[b'host'].decode()}"
         if scope["path"].startswith("/.well-known/oauth-protected-resource") and self.advertise:
-            body = {"resource": f"{origin}/mcp", "authorization_servers": [self.auth.base]}
+            body = {"resource": f"{origin}/{self.path}",
+                    "authorization_servers": [self.auth.base]}
             await send_response(send, 200, json.dumps(body).encode(), b"application/json")
             return
         token = headers.get(b"authorization", b"").decode().removeprefix("Bearer ")
         if token not in self.auth.valid:
             challenge = (f'Bearer resource_metadata="{origin}/.well-known/oauth-protected-resource'
-                         f'/mcp"' if self.advertise else "Bearer")
+                         f'/{self.path}"' if self.advertise else "Bearer")
             await send_response(send, 401, b"unauthorized", b"text/plain",
                         [(b"www-authenticate", challenge.encode())])
             return
@@ -183,7 +186,7 @@ class BearerGate:
             needed = self.tool_scopes.get(tool or "")
             if needed and needed not in held:
                 await refuse_scope(send, " ".join([*held, needed]),
-                                   f"{origin}/.well-known/oauth-protected-resource/mcp")
+                                   f"{origin}/.well-known/oauth-protected-resource/{self.path}")
                 return
         await self.app(scope, receive, send)
 
@@ -256,20 +259,25 @@ async def send_response(send: Send, status: int, body: bytes, content_type: byte
 
 
 @contextlib.asynccontextmanager
-async def serve_gated(auth: Any, gate: Callable[[], ASGIApp]) -> AsyncIterator[str]:
-    """Serve ``auth``'s app (setting its ``base``) and what ``gate`` builds; yield the MCP URL."""
+async def serve_gated(auth: Any, gate: Callable[[], ASGIApp], path: str = "mcp"
+                      ) -> AsyncIterator[str]:
+    """Serve ``auth``'s app (setting its ``base``) and what ``gate`` builds; yield the MCP URL
+    (``<base>/<path>``)."""
     async with serve_app(auth.app()) as auth_base:
         auth.base = auth_base
         async with serve_app(gate()) as base:
-            yield f"{base}/mcp"
+            yield f"{base}/{path}"
 
 
 @contextlib.asynccontextmanager
 async def protected_mcp(server: Any, auth: AuthServer, *, advertise: bool = True,
-                        tool_scopes: dict[str, str] | None = None) -> AsyncIterator[str]:
-    """Serve the authorization server and the gated MCP server; yield the MCP URL."""
+                        tool_scopes: dict[str, str] | None = None, transport: str = "http"
+                        ) -> AsyncIterator[str]:
+    """Serve the authorization server and the gated MCP server (streamable HTTP, or SSE);
+    yield the MCP URL."""
+    path = "sse" if transport == "sse" else "mcp"
+    app = server.sse_app() if transport == "sse" else server.streamable_http_app()
     async with serve_gated(
-            auth, lambda: BearerGate(server.streamable_http_app(), auth, advertise=advertise,
-                                     tool_scopes=tool_scopes)
-    ) as url:
+            auth, lambda: BearerGate(app, auth, advertise=advertise, tool_scopes=tool_scopes,
+                                     path=path), path) as url:
         yield url

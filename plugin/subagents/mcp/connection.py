@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -174,16 +175,38 @@ class MCPServerConnection:
             from mcp.client.sse import sse_client
 
             return sse_client(str(cfg.url), headers=headers, timeout=cfg.timeout,
-                              sse_read_timeout=300, auth=self._oauth)
+                              sse_read_timeout=300, auth=self._oauth,
+                              httpx_client_factory=self._sse_http_client)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        http = httpx2.AsyncClient(headers=headers, follow_redirects=True,
+        http = _observed_client()(self._on_final_response, headers=headers,
+                                  follow_redirects=True,
                                   timeout=httpx2.Timeout(cfg.timeout, read=300),
                                   auth=self._oauth,
                                   event_hooks={"response": [self._on_http_response]})
         self._http = http
         return streamable_http_client(str(cfg.url), http_client=http)
+
+    def _sse_http_client(self, headers: dict[str, str] | None = None, timeout: Any = None,
+                         auth: Any = None) -> Any:
+        """The HTTP client of the SSE transport."""
+        return _observed_client()(self._on_final_response, headers=headers, timeout=timeout,
+                                  auth=auth)
+
+    def _on_final_response(self, response: Any) -> None:
+        """A response as the transport gets it (after any re-authorization): a 403
+        ``insufficient_scope`` is remembered for the call it answers."""
+        if response.status_code != 403:
+            return
+        refused = scope_refused(response)
+        if refused is None:
+            return
+        self._refused_scope = refused
+        if self.config.type == "sse":
+            # the SDK's SSE transport sends nothing more after a refused message: the session
+            # ends, so the call fails now (see call_tool), not at its timeout
+            self._stop.set()
 
     def _auth(self) -> Any:
         oauth = self.config.oauth
@@ -221,8 +244,6 @@ class MCPServerConnection:
     async def _on_http_response(self, response: Any) -> None:
         status = response.status_code
         self._last_status = status
-        if status == 403:
-            self._refused_scope = scope_refused(response)
         if "mcp-session-id" not in response.request.headers or status not in (400, 404):
             return
         if status == 404:
@@ -447,6 +468,9 @@ class MCPServerConnection:
             return await self._call_answering_urls(name, arguments, timeout, meta, on_progress)
         except _ConnectionLostError as exc:
             self._stop.set()
+            refused, self._refused_scope = self._refused_scope, None
+            if refused is not None:  # SSE: the refusal for lack of scope ended the session
+                raise self._scope_error(f"run {name!r}", refused) from exc
             if not read_only:
                 raise ToolInvocationError(
                     f"the connection to MCP server {self.name!r} was lost during the call to "
@@ -722,6 +746,25 @@ _E = TypeVar("_E", bound=BaseException)
 
 ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 """``(progress, total, message)`` of a running call."""
+
+
+@functools.cache
+def _observed_client() -> Any:
+    """``httpx2.AsyncClient`` that shows each final response (after the auth flow, unlike an
+    event hook, which also sees the responses the auth flow answers itself) to a callback."""
+    import httpx2
+
+    class _ObservedClient(httpx2.AsyncClient):
+        def __init__(self, on_response: Callable[[Any], None], **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._on_response = on_response
+
+        async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+            response = await super().send(request, **kwargs)
+            self._on_response(response)
+            return response
+
+    return _ObservedClient
 
 
 def _fill_templates(headers: dict[str, str],
