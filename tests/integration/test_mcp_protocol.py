@@ -574,6 +574,53 @@ async def test_a_step_up_with_client_credentials_gets_a_token_with_the_larger_sc
     assert conn.connects == 1
 
 
+async def test_cross_app_access_exchanges_the_users_id_token_for_an_access_token(monkeypatch):
+    from subagents.testing.mcp_http import serve_app
+
+    from tests.servers.oauth_standin import IdentityProvider
+
+    monkeypatch.setenv("FEATURES_SECRET", "s3cret")
+    idp = IdentityProvider(id_tokens={"id-token-of-alice": "alice"})
+    auth = AuthServer(client_id="assistant", client_secret="s3cret",
+                      auth_methods=["client_secret_basic"], identity_provider=idp)
+    with anyio.fail_after(30):
+        async with serve_app(idp.app()) as idp_base, protected_mcp(features_server, auth) as url:
+            config = McpServerConfig(
+                name="features", type="http", url=url, session="per_conversation", oauth={
+                    "grant": "identity_assertion", "client_id": "assistant",
+                    "client_secret": "${FEATURES_SECRET}", "issuer": auth.base,
+                    "id_token": "{{ metadata.id_token }}", "idp_token_url": f"{idp_base}/token",
+                    "idp_client_id": "assistant-at-idp", "scope": "tools"})
+            conn = MCPServerConnection(config, root=REPO,
+                                       template_values={"metadata.id_token": "id-token-of-alice"})
+            await conn.start(attempts=1)
+            try:
+                who = await conn.call_tool("client_name", {}, timeout=5)
+            finally:
+                await conn.close()
+            # an ID token the identity provider does not know: nothing to present
+            stranger = MCPServerConnection(config, root=REPO,
+                                           template_values={"metadata.id_token": "forged"})
+            with pytest.raises(MCPConnectionError) as refused:
+                await stranger.start(attempts=1)
+    assert who.result == f"subagents {__version__}"
+    assert refused.value.code == "mcp.identity_assertion_failed"
+    assert "forged" not in str(refused.value)
+    idp.exchanges.pop()
+    [exchange] = idp.exchanges
+    assert exchange == {
+        "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+        "subject_token": "id-token-of-alice",
+        "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+        "requested_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+        "audience": auth.base, "resource": url, "scope": "tools",
+        "client_id": "assistant-at-idp"}
+    [grant] = auth.grants
+    assert (grant["grant_type"], grant["auth_method"], grant["assertion"]) == (
+        "urn:ietf:params:oauth:grant-type:jwt-bearer", "basic", "jag-1")
+    assert grant["resource"] == url
+
+
 def _free_port() -> int:
     import socket
 

@@ -28,6 +28,36 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from subagents.testing.mcp_http import serve_app
 
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+
+
+@dataclass
+class IdentityProvider:
+    """An enterprise identity provider that exchanges a user's ID token for an identity
+    assertion (RFC 8693 token exchange, as cross-app access uses it)."""
+
+    id_tokens: dict[str, str]
+    """ID token -> the user it names."""
+    exchanges: list[dict[str, str]] = field(default_factory=list)
+    assertions: dict[str, tuple[str, str, str]] = field(default_factory=dict)
+    """Identity assertion -> (user, audience, resource)."""
+    base: str = ""
+
+    def app(self) -> Starlette:
+        async def token(request: Request) -> JSONResponse:
+            form = {k: str(v) for k, v in (await request.form()).items()}
+            self.exchanges.append(form)
+            user = self.id_tokens.get(form.get("subject_token", ""))
+            if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange" \
+                    or user is None or not form.get("audience") or not form.get("resource"):
+                return JSONResponse({"error": "invalid_grant"}, status_code=400)
+            assertion = f"jag-{len(self.assertions) + 1}"
+            self.assertions[assertion] = (user, form["audience"], form["resource"])
+            return JSONResponse({"access_token": assertion, "token_type": "N_A",
+                                 "issued_token_type": "urn:ietf:params:oauth:token-type:id-jag"})
+
+        return Starlette(routes=[Route("/token", token, methods=["POST"])])
+
 
 @dataclass
 class AuthServer:
@@ -51,6 +81,8 @@ class AuthServer:
     """Whether dynamic client registration is offered (else ``POST /register`` is a 404)."""
     scopes: dict[str, str] = field(default_factory=dict)
     """Access token -> the scope it was granted."""
+    identity_provider: IdentityProvider | None = None
+    """Whose identity assertions the jwt-bearer grant accepts (cross-app access)."""
 
     def revoke_all(self) -> None:
         self.valid.clear()
@@ -85,6 +117,18 @@ class AuthServer:
         self.refresh_tokens.add(refresh)
         return JSONResponse({"access_token": issued, "token_type": "Bearer", "scope": scope,
                              "expires_in": 3600, "refresh_token": refresh})
+
+    def _assertion_token(self, form: dict[str, str]) -> JSONResponse:
+        """The jwt-bearer grant: an identity assertion made out to this server and resource."""
+        idp = self.identity_provider
+        user, audience, resource = idp.assertions.pop(form.get("assertion", ""), ("", "", "")) \
+            if idp else ("", "", "")
+        if not user or audience != self.base or resource != form.get("resource"):
+            return JSONResponse({"error": "invalid_grant"}, status_code=400)
+        issued = f"token-{len(self.grants)}"
+        self.valid.add(issued)
+        self.scopes[issued] = form.get("scope", "")
+        return JSONResponse({"access_token": issued, "token_type": "Bearer", "expires_in": 3600})
 
     def _client(self, request: Request, form: dict[str, str]) -> tuple[str, str, str]:
         """(authentication method, client id, secret) of a token request."""
@@ -140,6 +184,8 @@ class AuthServer:
                 return JSONResponse({"error": "invalid_client"}, status_code=401)
             if form.get("grant_type") in ("authorization_code", "refresh_token"):
                 return self._user_token(form, client_id)
+            if form.get("grant_type") == JWT_BEARER:
+                return self._assertion_token(form)
             if method == "none":
                 return JSONResponse({"error": "invalid_client"}, status_code=401)
             issued = f"token-{len(self.grants)}"

@@ -41,8 +41,9 @@ from subagents.mcp.callbacks import (
     roots_callback,
 )
 from subagents.mcp.content import contents_text, convert_result
-from subagents.mcp.oauth.auth import HeaderBuilder, oauth_provider, scope_refused
+from subagents.mcp.oauth.auth import HeaderBuilder, oauth_provider
 from subagents.mcp.oauth.login import LoginHandlers, LoginRequiredError
+from subagents.mcp.oauth.policy import scope_refused
 from subagents.mcp.oauth.token_store import TokenStore
 from subagents.types import AgentToolResult
 
@@ -212,7 +213,7 @@ class MCPServerConnection:
         oauth = self.config.oauth
         if oauth is None or not oauth.per_user or not self.config.url \
                 or self._login is not None:  # `subagents mcp login`: an operator signs in
-            return oauth_provider(self.config, self.root, self._login)
+            return oauth_provider(self.config, self.root, self._login, self._template_values)
         from subagents.mcp.oauth.consent import listing_provider, user_provider
 
         if self._oauth_user is None or self._tokens is None:
@@ -784,9 +785,9 @@ def _connect_error(exc: BaseException) -> MCPConnectionError:
     """Why connecting failed, with the stable code of a login or credentials problem."""
     import httpx2
 
-    login = _find(exc, LoginRequiredError)
-    if login is not None:
-        return login
+    ours = _find(exc, MCPConnectionError)  # a login, consent or identity-assertion failure
+    if ours is not None:
+        return ours
     refused = _find(exc, httpx2.HTTPStatusError)  # SSE raises the status; HTTP is hooked
     if refused is not None and refused.response.status_code == 401:
         return MCPConnectionError(f"unauthorized (HTTP 401): {_describe(exc)}",

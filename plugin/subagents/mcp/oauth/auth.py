@@ -7,6 +7,9 @@ Basic or form-post client authentication and the RFC 8707 ``resource`` parameter
 whenever the server answers 401 again (an expired or revoked token). Tokens live in memory.
 Secrets are ``${ENV}`` references resolved when needed, never logged.
 
+Cross-app access (``grant: identity_assertion``) exchanges the user's ID token at the identity
+provider for an identity assertion and presents it to the configured authorization server.
+
 Without a configured ``auth_method`` a client secret goes in HTTP Basic, the method every
 authorization server must support (RFC 6749 §2.3.1), unless the server's metadata lists only
 form-post (RFC 8414 ``token_endpoint_auth_methods_supported``): see :func:`token_auth_method`.
@@ -17,12 +20,15 @@ from __future__ import annotations
 import importlib
 import inspect
 import warnings
-from collections.abc import AsyncGenerator
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig, OAuthConfig
+from subagents.config.mcp_sessions import is_template, render_template
+from subagents.exceptions import MCPConnectionError
+from subagents.mcp.oauth.policy import StepUpWatch, token_auth_method
 
 if TYPE_CHECKING:
     from subagents.mcp.oauth.login import LoginHandlers
@@ -85,65 +91,16 @@ class _MemoryTokenStorage:
         self._client_info = client_info
 
 
-def token_auth_method(configured: str | None, metadata: Any) -> str:
-    """How a token request authenticates a client that has a secret.
-
-    A configured ``auth_method`` always wins. Otherwise HTTP Basic (``client_secret_basic``),
-    unless the authorization server's metadata lists ``client_secret_post`` and not Basic; a
-    server whose metadata lists no methods (or that has none) gets Basic, the RFC default.
-    """
-    if configured:
-        return configured
-    listed = getattr(metadata, "token_endpoint_auth_methods_supported", None) or []
-    if "client_secret_post" in listed and "client_secret_basic" not in listed:
-        return "client_secret_post"
-    return "client_secret_basic"
-
-
-def scope_refused(response: Any) -> str | None:
-    """The scope a ``403`` with ``error="insufficient_scope"`` asks for (RFC 6750 §3.1; ``""``
-    when it names none); None for any other response."""
-    from mcp.client.auth.utils import extract_field_from_www_auth, extract_scope_from_www_auth
-
-    if response.status_code != 403 \
-            or extract_field_from_www_auth(response, "error") != "insufficient_scope":
-        return None
-    return extract_scope_from_www_auth(response) or ""
-
-
-class StepUpWatch:
-    """For a provider (the SDK's ``OAuthClientProvider``): notes the scope a ``403
-    insufficient_scope`` to the request asks for (``step_up``, None after any other answer).
-    The SDK then re-authorizes with the larger scope; with ``reauthorize_on_step_up`` False
-    (nobody can sign in again) the 403 stands as the request's answer instead."""
-
-    step_up: str | None = None
-    reauthorize_on_step_up = True
-
-    async def _auth_flow(self, request: Any) -> AsyncGenerator[Any, Any]:
-        flow = super()._auth_flow(request)  # type: ignore[misc]
-        try:
-            outgoing = await flow.__anext__()
-            while True:
-                response = yield outgoing
-                if outgoing is request:
-                    self.step_up = scope_refused(response)
-                    if self.step_up is not None and not self.reauthorize_on_step_up:
-                        return
-                outgoing = await flow.asend(response)
-        except StopAsyncIteration:
-            return
-        finally:
-            await flow.aclose()
-
-
 def oauth_provider(config: McpServerConfig, root: Path | None = None,
-                   login: LoginHandlers | None = None) -> Any:
+                   login: LoginHandlers | None = None,
+                   template_values: Mapping[str, str] | None = None) -> Any:
     """An ``httpx2.Auth`` running the configured OAuth grant for ``config`` (None without oauth).
 
     For the ``authorization_code`` grant, ``login`` supplies the browser and callback handlers
     (``subagents mcp login``); without them a missing or unusable login fails the connection
-    with the command to run.
+    with the command to run. For cross-app access with an ID token from the conversation,
+    ``template_values`` are the conversation's values (None: the session that only lists the
+    tools, which then goes without authorization).
     """
     oauth = config.oauth
     if oauth is None or not config.url:
@@ -152,7 +109,82 @@ def oauth_provider(config: McpServerConfig, root: Path | None = None,
         from subagents.mcp.oauth.login import authorization_code_provider
 
         return authorization_code_provider(config, root or Path.cwd(), login)
+    if oauth.grant == "identity_assertion":
+        id_token = str(oauth.id_token)
+        if is_template(id_token):
+            if template_values is None:
+                return None
+            id_token = render_template(id_token, template_values)
+        else:
+            id_token = resolve_env(id_token, what=f"oauth.id_token of MCP server {config.name!r}")
+        return _identity_assertion_provider(config, oauth, id_token)
     return _client_credentials_provider(config, oauth)
+
+
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
+ID_JAG_TYPE = "urn:ietf:params:oauth:token-type:id-jag"
+MAX_EXCHANGE_BODY = 65536
+"""Bytes of the identity provider's answer read at most."""
+
+
+def _identity_assertion_provider(config: McpServerConfig, oauth: OAuthConfig,
+                                 id_token: str) -> Any:
+    """Cross-app access (SEP-990): the identity provider exchanges the user's ID token for an
+    identity assertion (RFC 8693), and the SDK's provider presents it to the configured
+    authorization server for an access token (RFC 7523 jwt-bearer grant)."""
+    import httpx2
+    from mcp.client.auth.extensions.identity_assertion import IdentityAssertionOAuthProvider
+
+    where = f"of MCP server {config.name!r}"
+    idp_secret = resolve_env(oauth.idp_client_secret, what=f"oauth.idp_client_secret {where}") \
+        if oauth.idp_client_secret else None
+
+    async def exchange(audience: str, resource: str) -> str:
+        data = {"grant_type": TOKEN_EXCHANGE, "subject_token": id_token,
+                "subject_token_type": ID_TOKEN_TYPE, "requested_token_type": ID_JAG_TYPE,
+                "audience": audience, "resource": resource}
+        if oauth.scope:
+            data["scope"] = oauth.scope
+        auth = None
+        if oauth.idp_client_id and idp_secret:
+            auth = httpx2.BasicAuth(oauth.idp_client_id, idp_secret)
+        elif oauth.idp_client_id:
+            data["client_id"] = oauth.idp_client_id
+        async with httpx2.AsyncClient(timeout=oauth.timeout or 30) as http, \
+                http.stream("POST", str(oauth.idp_token_url), data=data, auth=auth) as response:
+            body = b""
+            async for chunk in response.aiter_bytes():
+                body += chunk
+                if len(body) > MAX_EXCHANGE_BODY:
+                    break
+        return _identity_assertion(config.name, response.status_code, body)
+
+    return IdentityAssertionOAuthProvider(
+        server_url=str(config.url), storage=_MemoryTokenStorage(),
+        client_id=str(oauth.client_id),
+        client_secret=resolve_env(str(oauth.client_secret), what=f"oauth.client_secret {where}"),
+        issuer=str(oauth.issuer), assertion_provider=exchange, scope=oauth.scope,
+        token_endpoint_auth_method=token_auth_method(oauth.auth_method, None))  # type: ignore[arg-type]
+
+
+def _identity_assertion(server: str, status: int, body: bytes) -> str:
+    """The identity assertion in the identity provider's answer; MCPConnectionError if none."""
+    import json
+
+    try:
+        answer = json.loads(body) if len(body) <= MAX_EXCHANGE_BODY else None
+    except ValueError:
+        answer = None
+    if status != 200 or not isinstance(answer, dict) \
+            or answer.get("issued_token_type") != ID_JAG_TYPE \
+            or not isinstance(answer.get("access_token"), str):
+        error = answer.get("error") if isinstance(answer, dict) else None
+        raise MCPConnectionError(
+            f"the identity provider of MCP server {server!r} did not exchange the ID token for "
+            f"an identity assertion (HTTP {status}{f', {error}' if error else ''})",
+            code="mcp.identity_assertion_failed")
+    return str(answer["access_token"])
 
 
 def _client_credentials_provider(config: McpServerConfig, oauth: OAuthConfig) -> Any:

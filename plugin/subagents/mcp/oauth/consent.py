@@ -33,7 +33,6 @@ import structlog
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig
 from subagents.mcp.callbacks import ELICITATIONS, _Flight
-from subagents.mcp.oauth.auth import StepUpWatch
 from subagents.mcp.oauth.login import (
     ConfiguredLogin,
     LoginRequiredError,
@@ -41,6 +40,7 @@ from subagents.mcp.oauth.login import (
     configured_client,
     token_file,
 )
+from subagents.mcp.oauth.policy import StepUpWatch
 from subagents.mcp.oauth.token_store import SHARED, TokenStore
 
 log = structlog.get_logger("subagents.mcp")

@@ -27,7 +27,7 @@ import structlog
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig
 from subagents.exceptions import MCPConnectionError
-from subagents.mcp.oauth.auth import StepUpWatch, token_auth_method
+from subagents.mcp.oauth.policy import StepUpWatch, token_auth_method
 
 if TYPE_CHECKING:
     pass
