@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
@@ -33,6 +33,8 @@ class InputChannel:
     """
 
     name: ClassVar[str] = "custom"
+    allowed_origins: Sequence[str] = ()
+    """The browser origins the server allows (``serve --cors``); set before :meth:`wrap`."""
 
     @classmethod
     def from_credentials(cls, credentials: dict[str, Any] | None) -> InputChannel:

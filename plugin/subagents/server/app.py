@@ -40,12 +40,12 @@ import structlog
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from subagents import __version__
 from subagents.channels.collecting import CollectingOutputChannel
 from subagents.channels.input import InputChannel
-from subagents.channels.registry import mount_channels
+from subagents.channels.registry import channel_middleware, channel_routes
 from subagents.channels.sse import QueueOutputChannel, sse_frame
 from subagents.dialogue.client_input import (
     ClientInputError,
@@ -395,7 +395,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
     api = _Api(assistant, token, max_body, body_timeout)
     if isinstance(assistant.lock_store, RedisLockStore):
         api.relay = consent_relay(assistant.lock_store.client, api.resume_parked_call)
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
         Route("/webhooks/stream/webhook", api.guard(api.stream), methods=["POST"]),
         Route("/conversations/{sender}/tracker", api.guard(api.tracker), methods=["GET"]),
@@ -415,11 +415,11 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         from subagents.server.a2a import sub_agent_routes
 
         routes += sub_agent_routes(assistant, a2a_agents, guard=api.guard)
-    app = Starlette(routes=routes, lifespan=api.lifespan,
-                    middleware=security_middleware(
-                        cors_origins, allowed_hosts, [c.url_prefix() for c in channels]))
-    mount_channels(app, assistant, channels)  # the input channels of credentials.yml
-    return app
+    routes += channel_routes(assistant, channels)  # the input channels of credentials.yml
+    return Starlette(routes=routes, lifespan=api.lifespan,
+                     middleware=security_middleware(
+                         cors_origins, allowed_hosts, [c.url_prefix() for c in channels],
+                         channels=channel_middleware(assistant, channels, cors_origins)))
 
 
 def uvicorn_config(app: Starlette, *, host: str, port: int,

@@ -63,17 +63,20 @@ def warn_if_exposed(host: str, token: str | None) -> None:
 
 def security_middleware(cors_origins: Sequence[str] = (),
                         allowed_hosts: Sequence[str] | None = None,
-                        channel_prefixes: Sequence[str] = ()) -> list[Middleware]:
+                        channel_prefixes: Sequence[str] = (),
+                        channels: Sequence[Middleware] = ()) -> list[Middleware]:
     """The middleware stack, outermost first.
 
-    Paths under ``channel_prefixes`` belong to input channels (platform webhooks, Socket.IO):
-    they verify their own callers (signatures, tokens) and take the platform's body formats, so
-    the browser guard leaves them alone.
+    Paths under ``channel_prefixes`` belong to input channels (platform webhooks): they verify
+    their own callers (signatures, tokens) and take the platform's body formats, so the browser
+    guard leaves them alone. ``channels`` (the channels' ASGI wrappers, Socket.IO) sit right
+    inside the ``Host`` check, and check browser origins themselves.
     """
     origins = [o.rstrip("/") for o in cors_origins]
     stack: list[Middleware] = []
     if allowed_hosts:
         stack.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    stack.extend(channels)
     if origins:
         stack.append(Middleware(CORSMiddleware, allow_origins=origins,
                                 allow_methods=["GET", "POST"],
