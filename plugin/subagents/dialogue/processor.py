@@ -182,7 +182,7 @@ class Assistant:
         self.reachable.remember(sender_id, output_channel)
         try:
             async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
-                with call_deadline(_model_deadline(self.turn_timeout)):
+                with call_deadline(model_deadline(self.turn_timeout)):
                     return await self._run_turn(sender_id, text, client, output_channel,
                                                 message_id)
         except ClientInputError:
@@ -298,7 +298,7 @@ class Assistant:
             return None
         try:
             async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
-                with call_deadline(_model_deadline(self.turn_timeout)):
+                with call_deadline(model_deadline(self.turn_timeout)):
                     return await resume_turn(self, sender_id, call_id, channel)
         except Exception as exc:
             raise await self._turn_failed(sender_id, exc, channel) from exc
@@ -341,7 +341,7 @@ def _env_turn_timeout() -> float:
     return value
 
 
-def _model_deadline(turn_timeout: float) -> float:
+def model_deadline(turn_timeout: float) -> float:
     """Model calls stop a little before the turn's deadline, so a slow model still gets its
     defined reply and the turn is recorded."""
     return turn_timeout - min(5.0, turn_timeout * 0.2)

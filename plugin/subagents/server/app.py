@@ -27,9 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import os
-import re
 import signal
 import sys
 import uuid
@@ -38,11 +36,12 @@ from typing import Any
 
 import structlog
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from subagents import __version__
+from subagents.channels.bodies import BODY_TIMEOUT, MAX_BODY, BadRequestError, json_body
 from subagents.channels.collecting import CollectingOutputChannel
 from subagents.channels.input import InputChannel
 from subagents.channels.registry import channel_middleware, channel_routes
@@ -74,94 +73,16 @@ from subagents.server.security import (
 from subagents.stores.redis_lock import RedisLockStore
 
 log = structlog.get_logger("subagents.server.app")
-MAX_BODY = 1_000_000
 ERROR_ID_HEADER = "x-subagents-error-id"
-BODY_TIMEOUT = 30.0
-"""Seconds a request body may take to arrive."""
-
-
-class BadRequestError(Exception):
-    """A request the server refuses, with its HTTP status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-MAX_JSON_DEPTH = 64
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-"""The start of a ``\\uD800``-``\\uDFFF`` escape: in an ASCII body, the only way a lone
-surrogate gets into the parsed JSON."""
-
-
-async def _json_body(request: Request, max_body: int,
-                     body_timeout: float = BODY_TIMEOUT) -> dict[str, Any]:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > max_body:
-        raise BadRequestError(413, f"request body is larger than {max_body} bytes")
-    raw = b""
-    try:
-        async with asyncio.timeout(body_timeout):  # a client that stops sending mid-body
-            async for chunk in request.stream():
-                raw += chunk
-                if len(raw) > max_body:
-                    raise BadRequestError(413, f"request body is larger than {max_body} bytes")
-    except TimeoutError:
-        raise BadRequestError(408, f"the body did not arrive in {body_timeout:g}s") from None
-    except ClientDisconnect:
-        raise BadRequestError(400, "the client went away before sending the body") from None
-    return _parse_json_object(raw)
-
-
-def _parse_json_object(raw: bytes) -> dict[str, Any]:
-    """A JSON object of plain UTF-8 text, nested at most MAX_JSON_DEPTH deep (else 400)."""
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and \
-            _nesting_depth(raw) > MAX_JSON_DEPTH:
-        raise BadRequestError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        body = json.loads(raw or b"null")
-    except (ValueError, RecursionError):  # bad JSON or UTF-8, an integer too long to convert
-        raise BadRequestError(400, "the body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequestError(400, "the body must be a JSON object")
-    if not raw.isascii() or _SURROGATE_ESCAPE.search(raw):
-        try:  # \ud800 escapes decode to lone surrogates, which no store or response can encode
-            json.dumps(body, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise BadRequestError(400, "the body contains an unpaired surrogate") from None
-    return body
-
-
-def _nesting_depth(raw: bytes) -> int:
-    """The deepest bracket nesting outside strings (an upper bound is enough)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return deepest
-
-
 async def _message_body(request: Request, max_body: int,
                         body_timeout: float = BODY_TIMEOUT) -> tuple[str, str, dict[str, Any]]:
-    body = await _json_body(request, max_body, body_timeout)
+    body = await json_body(request, max_body, body_timeout)
     sender, message = body.get("sender"), body.get("message")
     if not isinstance(sender, str) or not sender.strip():
         raise BadRequestError(400, "'sender' must be a non-empty string")
@@ -205,10 +126,11 @@ class _Api:
         self.relay: ConsentRelay | None = None
         """Hands users' sign-in callbacks between workers sharing a Redis lock store."""
 
-    def guard(self, handler: Any) -> Any:
-        """Bearer-token check and clear 4xx errors around a handler."""
+    def guard(self, handler: Any, *, check_token: bool = True) -> Any:
+        """Bearer-token check (unless the handler checks its callers itself) and clear 4xx
+        errors around a handler."""
         async def wrapped(request: Request) -> Response:
-            if not self.authorized(request):
+            if check_token and not self.authorized(request):
                 return _error(401, "missing or wrong bearer token")
             try:
                 return await handler(request)  # type: ignore[no-any-return]
@@ -323,7 +245,7 @@ class _Api:
     async def client_tool_results(self, request: Request) -> Response:
         """``{"id", "result"}`` or ``{"results": [{"id", "result"}]}`` -> the bot messages."""
         sender = check_sender_id(request.path_params["sender"])
-        body = await _json_body(request, self.max_body, self.body_timeout)
+        body = await json_body(request, self.max_body, self.body_timeout)
         results = body.get("results", [body] if "id" in body else None)
         if not isinstance(results, list) or not results or not all(
                 isinstance(r, dict) and isinstance(r.get("id"), str) and "result" in r
@@ -412,9 +334,12 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]
     if a2a_agents is not None:
-        from subagents.server.a2a import sub_agent_routes
+        from subagents.server.a2a import A2ASettings, sub_agent_routes
 
-        routes += sub_agent_routes(assistant, a2a_agents, guard=api.guard)
+        settings = A2ASettings.from_env(token=token, deadline=assistant.turn_timeout,
+                                        max_body=max_body, body_timeout=body_timeout)
+        routes += sub_agent_routes(assistant, a2a_agents, settings=settings,
+                                   guard=lambda handler: api.guard(handler, check_token=False))
     routes += channel_routes(assistant, channels)  # the input channels of credentials.yml
     return Starlette(routes=routes, lifespan=api.lifespan,
                      middleware=security_middleware(
