@@ -13,7 +13,7 @@ from starlette.middleware import Middleware
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from subagents.channels.input import InputChannel
+from subagents.channels.input import BackgroundTurns, InputChannel, TurnLimiter
 from subagents.config.credentials import Credentials, load_credentials
 from subagents.config.project import import_from_project
 from subagents.exceptions import ConfigError, ConfigIssue
@@ -80,14 +80,19 @@ def channel_routes(assistant: Assistant, channels: Sequence[InputChannel]) -> li
 
 
 def channel_middleware(assistant: Assistant, channels: Sequence[InputChannel],
-                       cors_origins: Sequence[str] = ()) -> list[Middleware]:
+                       cors_origins: Sequence[str] = (),
+                       limiter: TurnLimiter | None = None) -> list[Middleware]:
     """The middleware that puts the channels' ASGI wrappers (Socket.IO) in front of the app
     and runs their ``startup``/``shutdown`` with the server's lifespan; the server places it
-    inside its ``Host`` check. ``cors_origins`` are the browser origins the server allows."""
+    inside its ``Host`` check. ``cors_origins`` are the browser origins the server allows;
+    ``limiter`` counts the channels' turns among the worker's turns in flight."""
     if not channels:
         return []
     for channel in channels:
         channel.allowed_origins = list(cors_origins)
+        turns = getattr(channel, "turns", None)
+        if isinstance(turns, BackgroundTurns):
+            turns.limiter = limiter
     return [Middleware(_ChannelsMiddleware, channels=list(channels), assistant=assistant)]
 
 

@@ -36,7 +36,7 @@ from subagents.channels.bodies import (
     read_body,
 )
 from subagents.channels.deliveries import DeliveryLedger, delivery_ledger
-from subagents.channels.input import BackgroundTurns, InputChannel, split_text
+from subagents.channels.input import BackgroundTurns, InputChannel, busy_response, split_text
 from subagents.types import OutputChannel
 
 if TYPE_CHECKING:
@@ -182,6 +182,8 @@ class SlackInput(InputChannel):
         message = self._message(payload)
         if message is not None:
             sender, text, channel, thread_ts, key = message
+            if not self.turns.admit():  # Slack delivers it again later
+                return busy_response()
             if self.deliveries is None:
                 self.deliveries = delivery_ledger(assistant)
             if not await self.deliveries.first_time("slack", key, REPLAY_TTL):

@@ -272,6 +272,17 @@ class _Handlers:
             return None
         return str(state["sender"])
 
+    async def _admitted(self, sid: str) -> bool:
+        """Whether the worker may start one more turn; if not, the socket is told to try
+        again (the project's internal-error reply) and nothing is recorded."""
+        if self.channel.turns.admit():
+            return True
+        log.warning("channels.socketio.busy", sid=sid)
+        await self.sio.emit(self.channel.bot_message_evt,
+                            {"text": self.assistant.internal_error_text()}, room=sid,
+                            namespace=self.ns)
+        return False
+
     async def user_message(self, sid: str, data: Any = None) -> None:
         """A user message: a turn in the socket's own conversation."""
         if not isinstance(data, dict) or not isinstance(data.get("message", ""), str):
@@ -280,7 +291,7 @@ class _Handlers:
         metadata = data.get(self.channel.metadata_key)
         metadata = dict(metadata) if isinstance(metadata, dict) else {}
         sender = await self._own_sender(sid, data)
-        if sender is None:
+        if sender is None or not await self._admitted(sid):
             return
         self.channel.turns.start(self.assistant.handle_message(
             sender, data.get("message") or "", metadata, self.output), sender)
@@ -295,7 +306,7 @@ class _Handlers:
             log.warning("channels.socketio.bad_tool_result", sid=sid)
             return
         sender = await self._own_sender(sid, data)
-        if sender is None:
+        if sender is None or not await self._admitted(sid):
             return
         self.channel.turns.start(self.assistant.handle_client_tool_results(
             sender, results, self.output), sender)

@@ -34,7 +34,7 @@ from subagents.channels.bodies import (
     read_body,
 )
 from subagents.channels.deliveries import DeliveryLedger, delivery_ledger
-from subagents.channels.input import BackgroundTurns, InputChannel, split_text
+from subagents.channels.input import BackgroundTurns, InputChannel, busy_response, split_text
 from subagents.types import OutputChannel
 
 if TYPE_CHECKING:
@@ -193,6 +193,8 @@ class TelegramInput(InputChannel):
             data = parse_json_object(await read_body(request, MAX_BODY, BODY_TIMEOUT))
         except BadRequestError as exc:
             return JSONResponse({"error": exc.message}, status_code=exc.status)
+        if not self.turns.admit():  # Telegram delivers it again later
+            return busy_response()
         if self.deliveries is None:
             self.deliveries = delivery_ledger(assistant)
         if not await self.deliveries.first_time("telegram", str(data.get("update_id")),

@@ -31,6 +31,7 @@ from subagents.channels.deliveries import DeliveryLedger, delivery_ledger
 from subagents.channels.input import (
     BackgroundTurns,
     InputChannel,
+    busy_response,
     buttons_as_text,
     split_text,
 )
@@ -187,6 +188,8 @@ class TwilioInput(InputChannel):
         sender, sid = fields.get("From"), fields.get("MessageSid") or fields.get("SmsSid")
         if not sender or not sid or self.client is None:
             return JSONResponse({"error": "not a message"}, status_code=400)
+        if not self.turns.admit():  # Twilio may deliver it again
+            return busy_response()
         if self.deliveries is None:
             self.deliveries = delivery_ledger(assistant)
         if not await self.deliveries.first_time("twilio", sid, REPLAY_TTL):

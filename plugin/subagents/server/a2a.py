@@ -72,6 +72,7 @@ from subagents.channels.bodies import (
     read_body,
 )
 from subagents.channels.collecting import CollectingOutputChannel
+from subagents.channels.input import TurnLimiter, busy_response
 from subagents.dialogue.processor import model_deadline
 from subagents.exceptions import AgentInitializationError, SubagentsError
 from subagents.llm.client import call_deadline
@@ -177,7 +178,8 @@ def _positive(env: str, default: float) -> float:
 
 def a2a_routes(card: AgentCard, executor: AgentExecutor, *, prefix: str,
                guard: Callable[[Any], Any] | None = None,
-               settings: A2ASettings | None = None) -> list[Route]:
+               settings: A2ASettings | None = None,
+               limiter: TurnLimiter | None = None) -> list[Route]:
     """JSON-RPC at ``<prefix>/`` and the card at ``<prefix>/.well-known/agent-card.json``.
 
     Args:
@@ -186,6 +188,7 @@ def a2a_routes(card: AgentCard, executor: AgentExecutor, *, prefix: str,
         prefix: Path prefix without a trailing slash (``""`` for the root).
         guard: Wraps the JSON-RPC endpoint (e.g. a concurrency cap).
         settings: Callers, caps and task storage (see the module docstring).
+        limiter: The worker's turns in flight: beyond its cap a request is answered 503.
     """
     settings = settings or A2ASettings()
     _quiet_sdk_debug_logs()
@@ -204,15 +207,16 @@ def a2a_routes(card: AgentCard, executor: AgentExecutor, *, prefix: str,
 
     routes = [Route(f"{prefix}{CARD_PATH}", serve_card, methods=["GET"])]
     for route in rpc:
-        endpoint = _guarded(route.endpoint, settings)
+        endpoint = _guarded(route.endpoint, settings, limiter or TurnLimiter(None))
         endpoint = guard(endpoint) if guard is not None else endpoint
         routes.append(Route(route.path, endpoint, methods=["POST"]))
     return routes
 
 
-def _guarded(dispatch: Callable[[Request], Any], settings: A2ASettings) -> Any:
-    """The SDK's JSON-RPC endpoint behind the caller check and the body caps, its errors
-    reduced to their code and standard message."""
+def _guarded(dispatch: Callable[[Request], Any], settings: A2ASettings,
+             limiter: TurnLimiter) -> Any:
+    """The SDK's JSON-RPC endpoint behind the caller check, the body caps and the cap on turns
+    in flight, its errors reduced to their code and standard message."""
     async def endpoint(request: Request) -> Response:
         caller = settings.caller(request)
         if caller is None:
@@ -222,6 +226,8 @@ def _guarded(dispatch: Callable[[Request], Any], settings: A2ASettings) -> Any:
             check_depth(raw)
         except BadRequestError as exc:
             return _rpc_error(exc.status, -32600, exc.message)
+        if not limiter.try_acquire():
+            return busy_response()
         request.scope["user"] = SimpleUser(caller)  # the owner of the tasks it makes
         sent = False
 
@@ -232,8 +238,12 @@ def _guarded(dispatch: Callable[[Request], Any], settings: A2ASettings) -> Any:
             sent = True
             return {"type": "http.request", "body": raw, "more_body": False}
 
-        response = await dispatch(Request(request.scope, replay))
-        return _without_internals(response)
+        try:
+            response = await dispatch(Request(request.scope, replay))
+        except BaseException:
+            limiter.release()
+            raise
+        return _without_internals(response, limiter.release)
 
     return endpoint
 
@@ -256,28 +266,33 @@ def _plain_error(payload: Any) -> Any:
     return {**payload, "error": {"code": code, "message": plain}}
 
 
-def _without_internals(response: Response) -> Response:
-    """The SDK's response with every error reduced (:func:`_plain_error`), streams too."""
-    if isinstance(response, JSONResponse):
+def _without_internals(response: Response, done: Callable[[], None]) -> Response:
+    """The SDK's response with every error reduced (:func:`_plain_error`), streams too;
+    ``done`` is called once the response (a stream: its last event) is complete."""
+    events = getattr(response, "body_iterator", None)
+    if isinstance(response, JSONResponse) or events is None:
+        done()
+        if not isinstance(response, JSONResponse):
+            return response
         payload = json.loads(bytes(response.body))
         plain = _plain_error(payload)
         if plain is payload:
             return response
         return JSONResponse(plain, status_code=response.status_code)
-    events = getattr(response, "body_iterator", None)
-    if events is None:
-        return response
 
     async def plain_events() -> AsyncIterator[Any]:
-        async for event in events:
-            if isinstance(event, dict) and event.get("event") == "error":
-                try:
-                    event = {**event, "data": json.dumps(_plain_error(json.loads(
-                        event["data"])))}
-                except (KeyError, TypeError, ValueError):
-                    event = {**event, "data": json.dumps({"error": {
-                        "code": -32603, "message": _STANDARD_MESSAGES[-32603]}})}
-            yield event
+        try:
+            async for event in events:
+                if isinstance(event, dict) and event.get("event") == "error":
+                    try:
+                        event = {**event, "data": json.dumps(_plain_error(json.loads(
+                            event["data"])))}
+                    except (KeyError, TypeError, ValueError):
+                        event = {**event, "data": json.dumps({"error": {
+                            "code": -32603, "message": _STANDARD_MESSAGES[-32603]}})}
+                yield event
+        finally:
+            done()
 
     response.body_iterator = plain_events()  # type: ignore[attr-defined]
     return response
@@ -596,7 +611,8 @@ def published_agents(assistant: Assistant, names: Sequence[str] | None) -> list[
 
 def sub_agent_routes(assistant: Assistant, names: Sequence[str] | None = None, *,
                      guard: Callable[[Any], Any] | None = None,
-                     settings: A2ASettings | None = None) -> list[Route]:
+                     settings: A2ASettings | None = None,
+                     limiter: TurnLimiter | None = None) -> list[Route]:
     """Routes publishing the sub agents of ``assistant`` over A2A (see the module docstring).
 
     Args:
@@ -605,6 +621,7 @@ def sub_agent_routes(assistant: Assistant, names: Sequence[str] | None = None, *
         guard: Wraps each JSON-RPC endpoint (e.g. a concurrency cap).
         settings: Callers, caps and task storage; by default from the environment, with
             the assistant's turn deadline.
+        limiter: The worker's turns in flight (no cap by default).
     """
     settings = settings or A2ASettings.from_env(deadline=assistant.turn_timeout)
     slot_types = {name: d.type for name, d in assistant.project.domain.slots.items()}
@@ -613,5 +630,5 @@ def sub_agent_routes(assistant: Assistant, names: Sequence[str] | None = None, *
         executor: Any = SubAgentExecutor(agent, slot_types, deadline=settings.deadline,
                                          max_contexts=settings.max_tasks, ttl=settings.task_ttl)
         routes += a2a_routes(sub_agent_card(agent), executor, prefix=f"/a2a/{agent.name}",
-                             guard=guard, settings=settings)
+                             guard=guard, settings=settings, limiter=limiter)
     return routes

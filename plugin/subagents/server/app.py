@@ -43,7 +43,7 @@ from starlette.routing import BaseRoute, Route
 from subagents import __version__
 from subagents.channels.bodies import BODY_TIMEOUT, MAX_BODY, BadRequestError, json_body
 from subagents.channels.collecting import CollectingOutputChannel
-from subagents.channels.input import InputChannel
+from subagents.channels.input import InputChannel, TurnLimiter, busy_response
 from subagents.channels.registry import channel_middleware, channel_routes
 from subagents.channels.sse import QueueOutputChannel, sse_frame
 from subagents.dialogue.client_input import (
@@ -117,8 +117,11 @@ class _Api:
     """Route handlers; one instance per app."""
 
     def __init__(self, assistant: Assistant, token: str | None, max_body: int,
-                 body_timeout: float = BODY_TIMEOUT) -> None:
+                 body_timeout: float = BODY_TIMEOUT,
+                 limiter: TurnLimiter | None = None) -> None:
         self.assistant = assistant
+        self.limiter = limiter or TurnLimiter(None)
+        """The worker's turns in flight: beyond its cap a new turn is answered 503."""
         self.body_timeout = body_timeout
         self.token = token
         self.max_body = max_body
@@ -158,12 +161,21 @@ class _Api:
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
 
+    def busy(self) -> bool:
+        """Whether a new turn would be one too many for this worker (checked right before the
+        turn's task is created, with no wait in between)."""
+        if self.limiter.full:
+            log.warning("server.busy", turns=self.limiter.running)
+            return True
+        return False
+
     async def _collect(self, sender: str, turn: Awaitable[Any],
                        channel: CollectingOutputChannel) -> Response:
         """Run a turn to its end (a client that hangs up does not cancel it) and answer with
         its messages; a failed turn answers with the internal-error reply alone."""
         task = asyncio.ensure_future(turn)
         self.track(task)
+        self.limiter.hold(task)
         try:
             await asyncio.shield(task)
         except TurnFailedError as exc:
@@ -176,9 +188,12 @@ class _Api:
             return await self.stream(request)
         sender, message, metadata = await self._message(request)
         check_sender_id(sender)
+        message_id = _message_id(request)
+        if self.busy():
+            return busy_response()
         channel = CollectingOutputChannel()
         return await self._collect(sender, self.assistant.handle_message(
-            sender, message, metadata, channel, message_id=_message_id(request)), channel)
+            sender, message, metadata, channel, message_id=message_id), channel)
 
     async def stream(self, request: Request) -> Response:
         sender, message, metadata = await self._message(request)
@@ -206,7 +221,11 @@ class _Api:
             finally:
                 await channel.queue.put(None)
 
-        self.track(asyncio.ensure_future(run()))
+        if self.busy():
+            return busy_response()
+        task = asyncio.ensure_future(run())
+        self.track(task)
+        self.limiter.hold(task)
 
         async def frames() -> AsyncIterator[bytes]:
             while (frame := await channel.queue.get()) is not None:
@@ -252,6 +271,8 @@ class _Api:
                 for r in results):
             raise BadRequestError(400, 'send {"id": "<tool call id>", "result": ...} or '
                                        '{"results": [...]}')
+        if self.busy():
+            return busy_response()
         channel = CollectingOutputChannel()
         return await self._collect(sender, self.assistant.handle_client_tool_results(
             sender, results, channel), channel)
@@ -299,7 +320,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
                body_timeout: float = BODY_TIMEOUT,
                channels: Sequence[InputChannel] = (),
                replay: dict[str, Any] | None = None,
-               a2a_agents: list[str] | None = None) -> Starlette:
+               a2a_agents: list[str] | None = None,
+               max_turns_in_flight: int | None = None) -> Starlette:
     """The ASGI app.
 
     Args:
@@ -313,8 +335,12 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         channels: Input channels (from ``credentials.yml``) mounted beside the API.
         replay: The conversation test the inspector replays (``subagents inspect --replay``).
         a2a_agents: Publish sub agents over A2A at ``/a2a/<name>/`` (``[]``: all of them).
+        max_turns_in_flight: Turns this worker runs at once before it answers a new one 503
+            (``0``: no cap); by default ``SUBAGENTS_MAX_TURNS_IN_FLIGHT``, else 100.
     """
-    api = _Api(assistant, token, max_body, body_timeout)
+    limiter = TurnLimiter.from_env() if max_turns_in_flight is None else \
+        TurnLimiter(max_turns_in_flight or None)
+    api = _Api(assistant, token, max_body, body_timeout, limiter)
     if isinstance(assistant.lock_store, RedisLockStore):
         api.relay = consent_relay(assistant.lock_store.client, api.resume_parked_call)
     routes: list[BaseRoute] = [
@@ -338,13 +364,14 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
 
         settings = A2ASettings.from_env(token=token, deadline=assistant.turn_timeout,
                                         max_body=max_body, body_timeout=body_timeout)
-        routes += sub_agent_routes(assistant, a2a_agents, settings=settings,
+        routes += sub_agent_routes(assistant, a2a_agents, settings=settings, limiter=limiter,
                                    guard=lambda handler: api.guard(handler, check_token=False))
     routes += channel_routes(assistant, channels)  # the input channels of credentials.yml
     return Starlette(routes=routes, lifespan=api.lifespan,
                      middleware=security_middleware(
                          cors_origins, allowed_hosts, [c.url_prefix() for c in channels],
-                         channels=channel_middleware(assistant, channels, cors_origins)))
+                         channels=channel_middleware(assistant, channels, cors_origins,
+                                                     limiter)))
 
 
 def uvicorn_config(app: Starlette, *, host: str, port: int,
