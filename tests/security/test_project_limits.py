@@ -93,4 +93,5 @@ def test_jinja_refuses_what_would_grow_huge_and_keeps_the_template():
     for template in growing:
         assert render_jinja(template, n) == template
     assert render_jinja("{{ 'ab' * 3 }} {{ 2 ** 10 }}", n) == "ababab 1024"
-    assert len(render_jinja("{{ 'a' * %d }}" % MAX_RENDERED_CHARS, n)) == MAX_RENDERED_CHARS
+    longest = "{{ 'a' * " + str(MAX_RENDERED_CHARS) + " }}"
+    assert len(render_jinja(longest, n)) == MAX_RENDERED_CHARS
