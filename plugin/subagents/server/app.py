@@ -292,7 +292,11 @@ class _Api:
         return True
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        unavailable = self.assistant.dependencies.report()
+        if unavailable is None:
+            return JSONResponse({"status": "ok"})
+        # still 200: the assistant serves every flow that does not need what is down
+        return JSONResponse({"status": "degraded", "unavailable": unavailable})
 
     async def version(self, request: Request) -> Response:
         return JSONResponse({"version": __version__})
@@ -435,11 +439,15 @@ def settle_heap(chosen: tuple[int, ...] | None = None) -> None:
 
 def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
           token: str | None = None, cors_origins: Sequence[str] | None = None,
-          channels: Sequence[InputChannel] = (), a2a_agents: list[str] | None = None) -> None:
+          channels: Sequence[InputChannel] = (), a2a_agents: list[str] | None = None,
+          strict_start: bool = False) -> None:
     """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s).
 
     On a loopback address only loopback ``Host`` names are accepted; CORS origins default to
-    ``SUBAGENTS_CORS_ORIGINS``. A public address without a token gets a loud warning.
+    ``SUBAGENTS_CORS_ORIGINS``. A public address without a token gets a loud warning. A
+    remote A2A agent or MCP server that does not answer does not stop the start (the server
+    reports it on ``/health`` and connects it again in the background) unless
+    ``strict_start``.
     """
     import uvicorn
 
@@ -452,7 +460,7 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
             # connect the agents before uvicorn's lifespan does (its start is then a no-op), so
             # that a project that cannot start ends with its one-screen error, not a traceback
             try:
-                await assistant.start()
+                await assistant.start(strict=strict_start)
             except SubagentsError as exc:
                 failed.append(exc)
                 self.should_exit = True
