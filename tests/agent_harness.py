@@ -17,7 +17,7 @@ from subagents.agents.schemas import AgentInput, AgentInputSlot
 from subagents.channels.collecting import CollectingOutputChannel
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.sub_agent import SubAgentConfig
-from subagents.llm.client import LLMClient, ModelSettings
+from subagents.llm import LLMClient, ModelSettings
 from subagents.mcp import MCPPool, MCPServerConnection
 from subagents.testing import FakeModelServer
 

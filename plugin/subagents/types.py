@@ -13,9 +13,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 __all__ = [
     "ActionExecuted",
@@ -28,6 +28,8 @@ __all__ = [
     "AgentToolResult",
     "AgentToolSchema",
     "BotUttered",
+    "CallRecorder",
+    "CallScope",
     "ChatMessage",
     "ClientToolResult",
     "CustomToolSchema",
@@ -41,6 +43,7 @@ __all__ = [
     "SlotSet",
     "ToolResultImage",
     "TrackerEvent",
+    "UsageSink",
     "UserUttered",
 ]
 
@@ -140,6 +143,17 @@ class AgentInput(BaseModel):
     metadata: JsonObject = Field(default_factory=dict)
     timestamp: float | None = None
     recipient_id: str | None = None
+    _call_scope: CallScope | None = PrivateAttr(default=None)
+
+    @property
+    def call_scope(self) -> CallScope | None:
+        """What the turn gives the run's model and tool calls (deadline, usage tally,
+        recording); None for a run outside a turn."""
+        return self._call_scope
+
+    def attach_scope(self, scope: CallScope | None) -> None:
+        """Hand the run the turn's :class:`CallScope` (the flow does, before the loop runs)."""
+        self._call_scope = scope
 
     @property
     def slot_names(self) -> list[str]:
@@ -324,6 +338,62 @@ class OutputChannel:
     async def send_event(self, recipient_id: str, event: TrackerEvent) -> None:
         """Tool and slot events, for channels that show them (debug shell, SSE stream)."""
         return
+
+
+# ---------------------------------------------------------------------------- one turn's calls
+class UsageSink(Protocol):
+    """Where a turn counts the tokens its model calls used."""
+
+    def add(self, model: str, input_tokens: int, output_tokens: int) -> None:
+        """Count one call of ``model``."""
+        ...
+
+
+class CallRecorder(Protocol):
+    """Where a recorded turn keeps what its model, tool and A2A calls were asked and answered."""
+
+    def record_model_call(self, caller: str, messages: list[ChatMessage],
+                          tools: list[JsonObject] | None, response: Any) -> None:
+        """A model call that answered."""
+        ...
+
+    def record_model_error(self, caller: str, error: BaseException) -> None:
+        """A model call that failed."""
+        ...
+
+    def record_tool_call(self, tool: Any, arguments: Any, result: Any) -> None:
+        """A tool call and its result."""
+        ...
+
+    def record_a2a_call(self, agent: str, reply: JsonObject) -> None:
+        """What a remote A2A agent answered."""
+        ...
+
+
+@dataclass(slots=True)
+class CallScope:
+    """What one turn hands each model and tool call it makes, as an argument: by when the call
+    must end, where its token usage is counted and, when the conversation is recorded, where
+    the call is recorded. A call made outside a turn gets ``None`` (no deadline, nothing
+    counted or recorded)."""
+
+    deadline: float | None = None
+    """A ``time.monotonic()`` value; every model call (its retries included) ends by then."""
+    usage: UsageSink | None = None
+    recorder: CallRecorder | None = None
+
+    def time_left(self) -> float | None:
+        """Seconds until the deadline (None without one; may be negative)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def within(self, seconds: float | None) -> CallScope:
+        """The same scope with its deadline at most ``seconds`` from now."""
+        if seconds is None:
+            return self
+        deadline = time.monotonic() + seconds
+        if self.deadline is not None:
+            deadline = min(deadline, self.deadline)
+        return CallScope(deadline, self.usage, self.recorder)
 
 
 # ---------------------------------------------------------------------------- tracker events

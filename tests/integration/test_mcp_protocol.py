@@ -278,7 +278,7 @@ async def run_agent_on_features(script: list, *, server: dict | None = None,
     from subagents.agents.open_agent import MCPOpenAgent
     from subagents.channels.collecting import CollectingOutputChannel
     from subagents.config.sub_agent import SubAgentConfig
-    from subagents.llm.client import LLMClient, ModelSettings
+    from subagents.llm import LLMClient, ModelSettings
     from subagents.mcp import MCPPool
 
     from tests.agent_harness import agent_input

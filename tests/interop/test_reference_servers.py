@@ -24,7 +24,7 @@ from subagents.agents.open_agent import MCPOpenAgent
 from subagents.channels.collecting import CollectingOutputChannel
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.sub_agent import SubAgentConfig
-from subagents.llm.client import LLMClient, ModelSettings
+from subagents.llm import LLMClient, ModelSettings
 from subagents.mcp import MCPPool, MCPServerConnection
 from subagents.testing import FakeModelServer
 

@@ -3,25 +3,26 @@
 from __future__ import annotations
 
 from subagents.agents._plan import AgentRun
-from subagents.llm.client import LLMClient, LLMResponse
+from subagents.llm import LLMResponse, Model
 from subagents.types import ChatMessage, JsonObject, OutputChannel, TrackerEvent
 
 
-async def generate(llm: LLMClient, run: AgentRun, messages: list[ChatMessage],
+async def generate(llm: Model, run: AgentRun, messages: list[ChatMessage],
                    tools: list[JsonObject]) -> LLMResponse:
     """Call the model once (streamed to the channel when it streams); count the step."""
     channel, recipient = run.channel, run.recipient_id
     run.steps += 1
     if channel is None or recipient is None or not channel.wants_streaming():
-        response = await llm.complete(messages, tools or None)
+        response = await llm.complete(messages, tools or None, scope=run.scope)
     else:
-        response = await _stream(llm, channel, recipient, messages, tools)
+        response = await _stream(llm, channel, recipient, messages, tools, run)
     run.add_usage(response.usage, response.model)
     return response
 
 
-async def _stream(llm: LLMClient, channel: OutputChannel, recipient: str,
-                  messages: list[ChatMessage], tools: list[JsonObject]) -> LLMResponse:
+async def _stream(llm: Model, channel: OutputChannel, recipient: str,
+                  messages: list[ChatMessage], tools: list[JsonObject], run: AgentRun
+                  ) -> LLMResponse:
     started = False
     leading = ""
 
@@ -37,7 +38,8 @@ async def _stream(llm: LLMClient, channel: OutputChannel, recipient: str,
         await channel.send_response_chunk(recipient, delta)
 
     try:
-        response = await llm.complete(messages, tools or None, stream=True, on_text=on_text)
+        response = await llm.complete(messages, tools or None, stream=True, on_text=on_text,
+                                      scope=run.scope)
     except BaseException:
         if started:
             await channel.send_response_chunk_end(recipient, interrupted=True)

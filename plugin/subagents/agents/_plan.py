@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from subagents.llm.client import LLMResponse, ToolCall, Usage
+from subagents.llm import LLMResponse, ToolCall, Usage
 from subagents.tools.approvals import ApprovalToolset
 from subagents.tools.base import Deferral, PlannedCall, Tool, ToolOutcome, Toolset
 from subagents.types import (
@@ -15,6 +15,7 @@ from subagents.types import (
     AgentStatus,
     AgentToolContext,
     AgentToolResult,
+    CallScope,
     ChatMessage,
     ExitReason,
     JsonObject,
@@ -133,6 +134,8 @@ class AgentRun:
 
     input: AgentInput
     channel: OutputChannel | None
+    scope: CallScope = field(default_factory=CallScope)
+    """What the turn gives the run's model and tool calls: deadline, usage tally, recording."""
     toolset: Toolset | None = None
     """The composed toolset of this run (features wrapped around the plain tools)."""
     approvals: ApprovalToolset | None = None

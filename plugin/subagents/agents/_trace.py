@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 from subagents.agents._plan import AgentRun
-from subagents.llm.client import LLMResponse
+from subagents.llm import LLMResponse
 from subagents.tools.base import Deferral, ToolOutcome
 from subagents.types import AgentOutput, ChatMessage, JsonObject, TrackerEvent
 

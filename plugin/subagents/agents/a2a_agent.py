@@ -48,14 +48,14 @@ from subagents.config._base import resolve_env
 from subagents.config.sub_agent import AgentConfiguration, SubAgentConfig
 from subagents.exceptions import AgentInitializationError, ConfigError, MCPConnectionError
 from subagents.observability import traced_agent_run
-from subagents.recording import turn as recording
-from subagents.types import OutputChannel
+from subagents.retry import RetryPolicy, retry_call
+from subagents.types import CallScope, OutputChannel
 
 if TYPE_CHECKING:
     import httpx
 
     from subagents.config.endpoints import EndpointsConfig
-    from subagents.llm.client import LLMClient
+    from subagents.llm import Model
     from subagents.mcp.pool import MCPPool
 
 log = structlog.get_logger("subagents.a2a")
@@ -129,7 +129,7 @@ class A2AAgent(MCPBaseAgent):
     @classmethod
     def from_config(cls, config: SubAgentConfig, *, endpoints: EndpointsConfig | None = None,
                     pool: MCPPool | None = None, project_root: Path | None = None,
-                    llm: LLMClient | None = None) -> MCPBaseAgent:
+                    llm: Model | None = None) -> MCPBaseAgent:
         """Build the agent from its ``config.yml`` (the model settings are not used)."""
         return cls(config.agent.name, config.agent.description,
                    configuration=config.configuration, project_root=project_root)
@@ -222,26 +222,37 @@ class A2AAgent(MCPBaseAgent):
                                    "agent.a2a.card_invalid") from exc
 
     async def _fetch_card(self, url: str) -> Any:
+        """The agent card at ``url``, fetched with ``max_retries`` attempts."""
         import httpx
 
         assert self._http is not None
+        http = self._http
         attempts = self.configuration.max_retries or 5
-        error = ""
-        for attempt in range(attempts):
+        tried = 0
+
+        async def fetch() -> Any:
+            nonlocal tried
+            tried += 1
             try:
-                response = await self._http.get(url)
+                response = await http.get(url)
                 if response.status_code == 200:
                     return response.json()
                 error = f"HTTP {response.status_code}"
             except (httpx.HTTPError, ValueError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
             log.warning("agent.a2a.card_fetch_failed", agent=self.name, url=url,
-                        attempt=attempt + 1, error=error)
-            if attempt < attempts - 1:
-                delays = self.CARD_RETRY_DELAYS
-                await anyio.sleep(delays[min(attempt, len(delays) - 1)])
-        raise self._init_error(f"the agent card could not be fetched after {attempts} "
-                               f"attempt(s): {error}", "agent.a2a.card_unreachable")
+                        attempt=tried, error=error)
+            raise _CardUnavailableError(error)
+
+        delays = self.CARD_RETRY_DELAYS
+        policy = RetryPolicy(attempts=attempts,
+                             retry_on=lambda error: isinstance(error, _CardUnavailableError),
+                             delay=lambda n, _error: delays[min(n - 1, len(delays) - 1)])
+        try:
+            return await retry_call(fetch, policy)
+        except _CardUnavailableError as exc:
+            raise self._init_error(f"the agent card could not be fetched after {tried} "
+                                   f"attempt(s): {exc}", "agent.a2a.card_unreachable") from exc
 
     async def _health_check(self) -> None:
         import httpx
@@ -279,14 +290,17 @@ class A2AAgent(MCPBaseAgent):
 
     @traced_agent_run
     async def run(self, input: AgentInput, output_channel: OutputChannel | None = None,
-                  cancellation_token: Any = None) -> AgentOutput:
+                  cancellation_token: Any = None, *, scope: CallScope | None = None
+                  ) -> AgentOutput:
         """``process_input`` -> one remote call -> ``process_agent_output``; a failing hook
-        ends the step with a fatal error."""
+        ends the step with a fatal error. A recorded turn (``scope``) records the answer."""
         try:
             processed = await self.process_input(input)
         except Exception as exc:  # noqa: BLE001 - a failing hook ends the run, not the process
             return self._fail(input, [], AgentStatus.FATAL_ERROR,
                               f"process_input failed: {type(exc).__name__}: {exc}")
+        if scope is not None:
+            processed.attach_scope(scope)
         output = await self.send_message(processed, output_channel)
         try:
             return await self.process_output(output)
@@ -346,6 +360,8 @@ class A2AAgent(MCPBaseAgent):
         import httpx
         from a2a.utils.errors import A2AError
 
+        scope = agent_input.call_scope
+        recorder = None if scope is None else scope.recorder
         meta = agent_input.metadata
         slots = {s.name: s.value for s in agent_input.slots if s.value is not None}
         context_id = str(meta.get(CONTEXT_ID_KEY) or meta.get("context_id")
@@ -369,15 +385,17 @@ class A2AAgent(MCPBaseAgent):
                     await self._poll(reply, agent_input, output_channel, events)
         except TimeoutError:
             message = f"the remote agent did not finish within {self._timeout:g}s"
-            recording.record_a2a_call(self.name, {"error": message})
+            if recorder is not None:
+                recorder.record_a2a_call(self.name, {"error": message})
             return self._fail(agent_input, events, AgentStatus.FATAL_ERROR, message)
         except (A2AError, httpx.HTTPError, OSError, ValueError) as exc:
             status = _error_status(exc)
-            recording.record_a2a_call(self.name, {"error": f"{type(exc).__name__}: {exc}"})
+            if recorder is not None:
+                recorder.record_a2a_call(self.name, {"error": f"{type(exc).__name__}: {exc}"})
             return self._fail(agent_input, events, status,
                               f"the remote agent failed: {type(exc).__name__}: {exc}")
-        if recording.active():
-            recording.record_a2a_call(self.name, _script_reply(reply, events))
+        if recorder is not None:
+            recorder.record_a2a_call(self.name, _script_reply(reply, events))
         output = self._finish(agent_input, reply, events)
         if output.status == AgentStatus.INPUT_REQUIRED and output.response_message and \
                 output_channel is not None and agent_input.recipient_id is not None:
@@ -609,3 +627,7 @@ def _json_safe(values: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["A2AAgent"]
+
+
+class _CardUnavailableError(Exception):
+    """The agent card could not be fetched this time (worth another attempt)."""

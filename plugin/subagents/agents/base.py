@@ -80,7 +80,7 @@ from subagents.agents.schemas import (
 )
 from subagents.config.sub_agent import AgentConfiguration, McpServerRef, SubAgentConfig
 from subagents.exceptions import AgentInitializationError, LLMError
-from subagents.llm.client import LLMClient, LLMResponse, make_llm_client, resolve_model_settings
+from subagents.llm import LLMResponse, Model, build_model, resolve_model_settings
 from subagents.observability import traced_agent_run
 from subagents.tools import approvals
 from subagents.tools.approvals import ApprovalToolset
@@ -93,7 +93,7 @@ from subagents.tools.mcp_tools import MCPToolset
 from subagents.tools.python import custom_tool
 from subagents.tools.result_budget import ResultBudgetToolset
 from subagents.tools.state_mapping import StateMappingToolset
-from subagents.types import ChatMessage, JsonObject, OutputChannel, TrackerEvent
+from subagents.types import CallScope, ChatMessage, JsonObject, OutputChannel, TrackerEvent
 
 if TYPE_CHECKING:
     from subagents.config.endpoints import EndpointsConfig
@@ -143,7 +143,7 @@ class MCPBaseAgent:
     def __init__(self, name: str, description: str, *,
                  configuration: AgentConfiguration | None = None,
                  server_refs: list[McpServerRef] | None = None,
-                 llm: LLMClient | None = None, pool: MCPPool | None = None,
+                 llm: Model | None = None, pool: MCPPool | None = None,
                  project_root: Path | None = None) -> None:
         self.name = name
         self.description = description
@@ -156,7 +156,7 @@ class MCPBaseAgent:
         """The model text cap in effect (``configuration.max_response_chars``)."""
         self.max_tool_result_chars = conf.max_tool_result_chars or self.MAX_TOOL_RESULT_CHARS
         """The tool result cap in effect (``configuration.max_tool_result_chars``)."""
-        self.llm = llm or make_llm_client(resolve_model_settings(self.configuration.llm, None),
+        self.llm = llm or build_model(resolve_model_settings(self.configuration.llm, None),
                                           name=name)
         self.server_refs = list(server_refs or [])
         self.mcp_toolset = MCPToolset(pool, self.server_refs, agent_name=name,
@@ -171,12 +171,12 @@ class MCPBaseAgent:
     @classmethod
     def from_config(cls, config: SubAgentConfig, *, endpoints: EndpointsConfig | None = None,
                     pool: MCPPool | None = None, project_root: Path | None = None,
-                    llm: LLMClient | None = None) -> MCPBaseAgent:
+                    llm: Model | None = None) -> MCPBaseAgent:
         """Build the agent from its ``sub_agents/<name>/config.yml``."""
         conf = config.configuration
         if llm is None:
             settings = resolve_model_settings(conf.llm, endpoints, where=config.agent.name)
-            llm = make_llm_client(settings, name=config.agent.name)
+            llm = build_model(settings, name=config.agent.name)
         return cls(config.agent.name, config.agent.description, configuration=conf,
                    server_refs=list(config.connections.mcp_servers or []), llm=llm, pool=pool,
                    project_root=project_root)
@@ -311,19 +311,24 @@ class MCPBaseAgent:
     # ------------------------------------------------------------------ the run
     @traced_agent_run
     async def run(self, input: AgentInput, output_channel: OutputChannel | None = None,
-                  cancellation_token: Any = None) -> AgentOutput:
-        """``process_input`` -> the loop -> ``process_output``."""
+                  cancellation_token: Any = None, *, scope: CallScope | None = None
+                  ) -> AgentOutput:
+        """``process_input`` -> the loop -> ``process_output``. ``scope`` is what the turn
+        gives the run's model and tool calls (deadline, usage tally, recording)."""
         try:
             processed = await self.process_input(input)
         except Exception as exc:  # noqa: BLE001 - a failing hook ends the run, not the process
             return self._output(AgentRun(input, output_channel),
                                 Outcome.fatal(f"process_input failed: {exc}"))
+        if scope is not None:
+            processed.attach_scope(scope)
         return await self.process_output(await self.send_message(processed, output_channel))
 
     async def send_message(self, agent_input: AgentInput,
                            output_channel: OutputChannel | None = None) -> AgentOutput:
         """The ReAct loop under the whole-run deadline (``configuration.timeout``)."""
-        run = AgentRun(agent_input, output_channel)
+        run = AgentRun(agent_input, output_channel,
+                       scope=agent_input.call_scope or CallScope())
         timeout = self.configuration.timeout
         outcome: Outcome | None = None
         if timeout:
@@ -647,7 +652,7 @@ class MCPBaseAgent:
         if shared is None or shared.metadata != run.input.metadata:
             shared = run.tool_context = AgentToolContext(metadata=dict(run.input.metadata))
         return CallContext(run.input, shared, timeout=self.configuration.tool_timeout,
-                           on_progress=run.progress)
+                           on_progress=run.progress, scope=run.scope)
 
     async def _execute(self, run: AgentRun, plan: Plan) -> Executed:
         """Run the plan's calls through the toolset, answer every call, record events."""

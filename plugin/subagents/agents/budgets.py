@@ -20,6 +20,7 @@ import structlog
 from subagents.agents._plan import AgentRun
 from subagents.config.budgets import BudgetCaps, Budgets
 from subagents.llm import usage as usage_tally
+from subagents.llm.usage import UsageTally
 from subagents.types import AgentInput
 
 log = structlog.get_logger("subagents.agent.budget")
@@ -108,7 +109,8 @@ class BudgetGuard:
 
     def _conversation_usage(self, run: AgentRun) -> _Used:
         this_run = self._run_usage(run)
-        turn = usage_tally.current_turn()
+        tally = run.scope.usage
+        turn = tally.models if isinstance(tally, UsageTally) else None
         used = _Used(tokens=self._earlier.tokens, calls=self._earlier.calls,
                      tools=self._earlier.tools + this_run.tools, cost=self._earlier.cost)
         if turn is None:  # outside a turn (an agent run on its own): this run is the turn

@@ -22,7 +22,7 @@ from subagents.rasa_compat import is_rasa_class
 
 if TYPE_CHECKING:
     from subagents.config.endpoints import EndpointsConfig
-    from subagents.llm.client import LLMClient
+    from subagents.llm import Model
     from subagents.mcp.pool import MCPPool
 
 ENTRY_POINT_GROUP = "subagents.agents"
@@ -87,7 +87,7 @@ def agent_class(spec: AgentSpec, protocol_type: str, root: Path) -> type[MCPBase
 
 def create_agent(spec: AgentSpec, protocol_type: str, *, root: Path,
                  endpoints: EndpointsConfig | None = None, pool: MCPPool | None = None,
-                 llm: LLMClient | None = None) -> MCPBaseAgent:
+                 llm: Model | None = None) -> MCPBaseAgent:
     """Build the agent of ``spec`` for the protocol type its call step needs."""
     cls = agent_class(spec, protocol_type, root)
     return cls.from_config(spec.config, endpoints=endpoints, pool=pool, project_root=root,

@@ -37,8 +37,14 @@ ROUTING_MODEL_KEYS = frozenset({"weight", "rpm", "tpm", "input_cost_per_token",
 CLIENT_MODEL_KEYS = frozenset({"extra_headers", "extra_body", "organization", "drop_params",
                                "cache", "use_chat_completions_endpoint"})
 """Keys that shape the request (headers, body) or are accepted and ignored; never sent as is."""
+STRUCTURED_OUTPUT_MODES = ("auto", "json_schema", "off")
+"""The values of a model's ``structured_output``."""
+CONSTRAINED_BY_DEFAULT = frozenset({"self-hosted", "ollama", "rasa"})
+"""Providers whose models use ``structured_output: auto`` unless they say otherwise (small
+self-hosted models need their output constrained; hosted ones follow the text formats)."""
 MODEL_KEYS = frozenset({"provider", "model", "api_base", "api_key", "timeout", "max_retries",
-                        "api_type", "api_version", "deployment", "model_group"}
+                        "api_type", "api_version", "deployment", "model_group",
+                        "structured_output"}
                        | set(MODEL_KEY_ALIASES) | REQUEST_OPTIONS | ROUTING_MODEL_KEYS)
 ROUTING_STRATEGIES = ("simple-shuffle", "least-busy", "latency-based-routing",
                       "usage-based-routing", "usage-based-routing-v2", "cost-based-routing")
@@ -108,6 +114,11 @@ def model_key_problems(data: dict[str, Any]) -> list[tuple[str, str, str, str | 
         problems.append((key, "llm.api_type.mismatch", f"api_type {api_type!r} does not match "
                          f"provider {provider!r}", "for Azure OpenAI write provider: azure; "
                          "otherwise remove api_type"))
+    mode = data.get("structured_output")
+    if mode is not None and mode not in STRUCTURED_OUTPUT_MODES:
+        problems.append(("structured_output", "llm.structured_output.invalid",
+                         f"structured_output {mode!r} is not a mode",
+                         f"use one of: {', '.join(STRUCTURED_OUTPUT_MODES)}"))
     if data.get("use_chat_completions_endpoint") is False:
         problems.append(("use_chat_completions_endpoint", "llm.completions_endpoint.unsupported",
                          "only the chat completions endpoint is supported",
@@ -181,6 +192,10 @@ class ModelConfig(StrictModel):
     """Azure API version."""
     deployment: str | None = Field(default=None, exclude=True)
     """Azure deployment name (what is called instead of ``model``)."""
+    structured_output: Literal["auto", "json_schema", "off"] | None = None
+    """Constrained output: the command generator's reply as JSON under a schema, agents' tool
+    calls under a schema where the server has no native tool calling (``auto``: what the server
+    supports; default ``auto`` for self-hosted, ollama and rasa models, ``off`` for others)."""
 
     @model_validator(mode="before")
     @classmethod

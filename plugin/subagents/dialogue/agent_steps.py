@@ -20,7 +20,6 @@ clears the slots its exit conditions read.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -41,6 +40,7 @@ from subagents.dialogue.results import StepResult
 from subagents.dialogue.stack import AgentFrame, FlowFrame
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import transcript
+from subagents.retry import RetryPolicy, retry_call
 from subagents.types import FrameState
 
 log = structlog.get_logger("subagents.dialogue")
@@ -78,13 +78,12 @@ class AgentSteps:
         assistant_id: Sent to agents as ``agent_id`` metadata.
         model_id: Sent to agents as ``model_id`` metadata.
         retry_delays: Pauses (seconds) between attempts after a recoverable error.
-        sleep: The pause function (tests pass one that does not wait).
     """
 
     def __init__(self, project: Project, agents: dict[AgentKey, MCPBaseAgent], *,
                  responder: Responder, navigator: Navigator, patterns: Patterns,
-                 assistant_id: str, model_id: str, retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 assistant_id: str, model_id: str,
+                 retry_delays: tuple[float, ...] = (1.0, 2.0)) -> None:
         self.project = project
         self.flows = project.flows
         self.agents = agents
@@ -94,7 +93,6 @@ class AgentSteps:
         self.assistant_id = assistant_id
         self.model_id = model_id
         self.retry_delays = retry_delays
-        self.sleep = sleep
         self.unavailable: Callable[[str], str | None] = lambda name: None
         """Why an agent cannot run now (its remote dependency did not answer), or None."""
 
@@ -234,23 +232,31 @@ class AgentSteps:
 
     async def _call_with_retries(self, agent: MCPBaseAgent, agent_input: AgentInput,
                                  turn: Turn) -> AgentOutput:
-        output: AgentOutput | None = None
-        for attempt in range(MAX_AGENT_ATTEMPTS):
-            try:
-                output = await agent.run(copy_input(agent_input), turn.channel)
-            except Exception as exc:
-                log.exception("dialogue.agent.crashed", agent=agent.name)
-                return AgentOutput(id=agent.name, status=AgentStatus.FATAL_ERROR,
-                                   error_message=f"{type(exc).__name__}: {exc}")
-            if output.status != AgentStatus.RECOVERABLE_ERROR:
-                return output
-            if attempt < MAX_AGENT_ATTEMPTS - 1:
-                delay = self.retry_delays[min(attempt, len(self.retry_delays) - 1)]
-                await self.sleep(delay)
-        return AgentOutput(id=agent.name, status=AgentStatus.FATAL_ERROR,
-                           error_message=f"agent {agent.name!r} failed with a recoverable error "
-                           f"{MAX_AGENT_ATTEMPTS} times: "
-                           f"{output.error_message if output else ''}".strip())
+        """Run the agent; a recoverable error is tried again (``MAX_AGENT_ATTEMPTS`` in all,
+        pausing ``retry_delays``, never past the turn's deadline), a crash is fatal."""
+
+        async def attempt() -> AgentOutput:
+            output = await agent.run(copy_input(agent_input), turn.channel, scope=turn.scope)
+            if output.status == AgentStatus.RECOVERABLE_ERROR:
+                raise _RecoverableError(output)
+            return output
+
+        delays = self.retry_delays
+        policy = RetryPolicy(attempts=MAX_AGENT_ATTEMPTS,
+                             retry_on=lambda error: isinstance(error, _RecoverableError),
+                             delay=lambda n, _error: delays[min(n - 1, len(delays) - 1)],
+                             deadline=turn.scope.deadline)
+        try:
+            return await retry_call(attempt, policy)
+        except _RecoverableError as exc:
+            return AgentOutput(id=agent.name, status=AgentStatus.FATAL_ERROR,
+                               error_message=f"agent {agent.name!r} failed with a recoverable "
+                               f"error {MAX_AGENT_ATTEMPTS} times: "
+                               f"{exc.output.error_message or ''}".strip())
+        except Exception as exc:
+            log.exception("dialogue.agent.crashed", agent=agent.name)
+            return AgentOutput(id=agent.name, status=AgentStatus.FATAL_ERROR,
+                               error_message=f"{type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ agent output
     async def _dispatch(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
@@ -322,3 +328,11 @@ class AgentSteps:
                 metadata["_restart_done"] = True
             frame.state = FrameState.WAITING
         frame.metadata = metadata
+
+
+class _RecoverableError(Exception):
+    """An agent run ended with a recoverable error (worth another attempt)."""
+
+    def __init__(self, output: AgentOutput) -> None:
+        super().__init__(output.error_message or "recoverable error")
+        self.output = output

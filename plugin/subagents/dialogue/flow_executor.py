@@ -10,9 +10,7 @@ to :class:`~subagents.dialogue.action_steps.ActionSteps`, ``call`` of a sub agen
 
 from __future__ import annotations
 
-import asyncio
 import random
-from collections.abc import Callable
 from typing import Any, assert_never
 
 import structlog
@@ -60,7 +58,6 @@ class FlowExecutor:
         assistant_id: Sent to agents as ``agent_id`` metadata.
         model_id: Sent to agents as ``model_id`` metadata.
         retry_delays: Pauses (seconds) between agent attempts after a recoverable error.
-        sleep: The pause function (tests pass one that does not wait).
         rng: The random source for choosing among response variations (see
             :class:`~subagents.dialogue.responses.Responder`).
         llm_factory: Builds model clients (the response rephraser's, when configured).
@@ -69,7 +66,6 @@ class FlowExecutor:
     def __init__(self, project: Project, agents: dict[AgentKey, MCPBaseAgent],
                  actions: ActionRunner, *, assistant_id: str, model_id: str,
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 sleep: Callable[[float], Any] = asyncio.sleep,
                  rng: random.Random | None = None,
                  llm_factory: LLMFactory | None = None,
                  mcp_pool: MCPPool | None = None) -> None:
@@ -88,7 +84,7 @@ class FlowExecutor:
         self.agent_steps = AgentSteps(project, agents, responder=self.responder,
                                       navigator=self.navigator, patterns=self.patterns,
                                       assistant_id=assistant_id, model_id=model_id,
-                                      retry_delays=retry_delays, sleep=sleep)
+                                      retry_delays=retry_delays)
 
     def clean_commands(self, turn: Turn, commands: list[Command]) -> list[Command]:
         """Drop commands that cannot apply now (see :meth:`CommandEffects.clean`).

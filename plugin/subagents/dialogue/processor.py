@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -35,7 +36,12 @@ from subagents.dialogue.client_input import (
 from subagents.dialogue.commands import CannotHandle, Command, ContinueAgent
 from subagents.dialogue.dependencies import Dependencies
 from subagents.dialogue.flow_executor import FlowExecutor
-from subagents.dialogue.proactive import ReachableChannels, resume_turn, split_owner_key
+from subagents.dialogue.proactive import (
+    ReachableChannels,
+    latest_metadata,
+    parked_on,
+    split_owner_key,
+)
 from subagents.dialogue.stack import Stack
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import CommandGenerator
@@ -45,19 +51,13 @@ from subagents.exceptions import (
     MCPConnectionError,
     SubagentsError,
 )
-from subagents.llm.client import (
-    LLMClient,
-    ModelSettings,
-    call_deadline,
-    make_llm_client,
-    resolve_model_settings,
-)
-from subagents.llm.usage import conversation_usage, turn_metadata
+from subagents.llm import Model, ModelSettings, build_model, resolve_model_settings
+from subagents.llm.usage import UsageTally, conversation_usage
 from subagents.mcp.pool import MCPPool
 from subagents.observability import traced_command_generation, traced_turn
 from subagents.recording import turn as recording
 from subagents.stores import LockStore, TrackerStore, create_lock_store, create_tracker_store
-from subagents.types import OutputChannel
+from subagents.types import CallScope, OutputChannel
 
 log = structlog.get_logger("subagents.dialogue")
 
@@ -65,13 +65,13 @@ DEFAULT_TURN_TIMEOUT = 60.0
 """Seconds; well under the Redis lock's expiry, which is extended while a turn runs anyway."""
 MODEL_UNAVAILABLE_PATTERN = "pattern_model_unavailable"
 
-LLMFactory = Callable[[str, ModelSettings], LLMClient]
+LLMFactory = Callable[[str, ModelSettings], Model]
 COMMAND_GENERATOR = "command_generator"
 
 
-def default_llm_factory(caller: str, settings: ModelSettings) -> LLMClient:
-    """Create the model client for ``caller`` with ``settings`` (the default factory)."""
-    return make_llm_client(settings, name=caller)
+def default_llm_factory(caller: str, settings: ModelSettings) -> Model:
+    """Build the model ``caller`` calls, with ``settings`` (the default factory)."""
+    return build_model(settings, name=caller)
 
 
 class Assistant:
@@ -204,19 +204,28 @@ class Assistant:
         self.reachable.remember(sender_id, output_channel)
         try:
             async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
-                with call_deadline(model_deadline(self.turn_timeout)):
-                    return await self._run_turn(sender_id, text, client, output_channel,
-                                                message_id)
+                return await self._run_turn(sender_id, text, client, output_channel,
+                                            message_id, self.model_deadline())
         except ClientInputError:
             raise
         except Exception as exc:
             raise await self._turn_failed(sender_id, exc, output_channel) from exc
 
+    def model_deadline(self) -> float:
+        """When a turn starting now must have finished its model calls: a little before the
+        turn's deadline, so a slow model still gets its defined reply and the turn is
+        recorded."""
+        return time.monotonic() + _model_deadline(self.turn_timeout)
+
+    def turn_scope(self, events: list[dict[str, Any]], deadline: float) -> CallScope:
+        """What the model and tool calls of a turn get: its deadline, a fresh usage tally and,
+        when the conversation (with these stored events) is recorded, its recording."""
+        return CallScope(deadline, UsageTally(), recording.recorder_for(events))
+
     async def _run_turn(self, sender_id: str, text: str, client: ClientMetadata,
                         output_channel: OutputChannel | None,
-                        message_id: str | None = None) -> list[dict[str, Any]]:
+                        message_id: str | None, deadline: float) -> list[dict[str, Any]]:
         record = await self.tracker_store.load(sender_id)
-        recording.begin_turn(record.events)  # the conversation's switch, from the loaded events
         if message_id is not None and await replay_answer(record.events, message_id, sender_id,
                                                           output_channel):
             log.info("dialogue.turn.replayed", sender=sender_id)
@@ -224,7 +233,7 @@ class Assistant:
         stack = Stack.from_list(record.stack)
         results = accept_client_results(client.tool_results, stack)
         turn = Turn(sender_id, record.events, stack, self.project.domain, output_channel,
-                    dict(client.for_agents))
+                    dict(client.for_agents), scope=self.turn_scope(record.events, deadline))
         turn.user_text = text
         for call_id, result in results.items():
             turn.add(ev.client_tool_result(call_id, result))
@@ -266,8 +275,7 @@ class Assistant:
             turn.stack = stack
 
     async def _save(self, turn: Turn) -> list[dict[str, Any]]:
-        turn.add(ev.action_executed("action_listen",
-                                    metadata=recording.turn_metadata(turn_metadata())))
+        turn.add(ev.action_executed("action_listen", metadata=_closing_metadata(turn.scope)))
         await self.tracker_store.save_turn(turn.sender_id, turn.new_events,
                                            turn.stack.to_list(), turn.previous_count)
         return turn.new_events
@@ -320,10 +328,29 @@ class Assistant:
             return None
         try:
             async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
-                with call_deadline(model_deadline(self.turn_timeout)):
-                    return await resume_turn(self, sender_id, call_id, channel)
+                return await self._resume_turn(sender_id, call_id, channel,
+                                               self.model_deadline())
         except Exception as exc:
             raise await self._turn_failed(sender_id, exc, channel) from exc
+
+    async def _resume_turn(self, sender_id: str, call_id: str, channel: OutputChannel,
+                           deadline: float) -> list[dict[str, Any]]:
+        """The turn that resumes the agent parked on ``call_id`` (the caller holds the lock);
+        no events when the agent no longer waits for that call (the user's own message resumed
+        it first, or the conversation moved on). The agent gets the metadata of the
+        conversation's latest user message, so it acts for the same user."""
+        record = await self.tracker_store.load(sender_id)
+        stack = Stack.from_list(record.stack)
+        if not parked_on(stack, call_id):
+            log.info("dialogue.resume.nothing_parked", sender=sender_id)
+            return []
+        metadata = latest_metadata(record.events, self.client_metadata_keys)
+        turn = Turn(sender_id, record.events, stack, self.project.domain, channel, metadata,
+                    scope=self.turn_scope(record.events, deadline))
+        self.executor.apply_commands(turn, self.executor.clean_commands(turn, [ContinueAgent()]))
+        await self.executor.advance(turn)
+        log.info("dialogue.resume.ran", sender=sender_id)
+        return await self._save(turn)
 
     @traced_command_generation
     async def understand(self, turn: Turn, text: str) -> list[Command]:
@@ -363,7 +390,17 @@ def _env_turn_timeout() -> float:
     return value
 
 
-def model_deadline(turn_timeout: float) -> float:
+def _closing_metadata(scope: CallScope) -> dict[str, Any] | None:
+    """The turn's usage and, when it was recorded, its recording: the metadata of the turn's
+    closing event."""
+    usage = scope.usage.metadata() if isinstance(scope.usage, UsageTally) else None
+    recorder = scope.recorder
+    if isinstance(recorder, recording.TurnRecording):
+        return recorder.metadata(usage)
+    return usage
+
+
+def _model_deadline(turn_timeout: float) -> float:
     """Model calls stop a little before the turn's deadline, so a slow model still gets its
     defined reply and the turn is recorded."""
     return turn_timeout - min(5.0, turn_timeout * 0.2)

@@ -30,13 +30,13 @@ from subagents.config.domain import ResponseVariation
 from subagents.config.project import Project
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import transcript
-from subagents.llm.client import LLMClient, ModelSettings, resolve_model_settings
+from subagents.llm import Model, ModelSettings, resolve_model_settings
 from subagents.templating import sandbox
 
 log = structlog.get_logger("subagents.dialogue")
 
 CALLER = "rephraser"
-LLMFactory = Callable[[str, ModelSettings], LLMClient]
+LLMFactory = Callable[[str, ModelSettings], Model]
 LANGUAGES = {"en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian",
              "pt": "Portuguese", "nl": "Dutch"}
 DEFAULT_PROMPT = """\
@@ -108,7 +108,8 @@ class Rephraser:
         client = self.factory(CALLER, copy.deepcopy(self.settings))
         try:
             prompt = self.prompt(turn, text, variation)
-            response = await client.complete([{"role": "user", "content": prompt}], None)
+            response = await client.complete([{"role": "user", "content": prompt}], None,
+                                             scope=turn.scope)
         except Exception as exc:  # noqa: BLE001 - on any failure the response goes out as written
             log.warning("dialogue.rephraser.failed", error=str(exc)[:200])
             return None

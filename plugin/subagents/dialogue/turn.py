@@ -6,7 +6,7 @@ from typing import Any
 
 from subagents.config.domain import Domain
 from subagents.dialogue.stack import Stack
-from subagents.types import OutputChannel
+from subagents.types import CallScope, OutputChannel
 
 
 def slots_from_events(domain: Domain, events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -30,12 +30,16 @@ class Turn:
         domain: The project's domain (initial slot values).
         channel: Where messages go while the turn runs (None: recorded only).
         metadata: The message's metadata.
+        scope: What the turn's model and tool calls get: its deadline, where usage is counted
+            and, for a recorded conversation, where the calls are recorded.
     """
 
     def __init__(self, sender_id: str, events: list[dict[str, Any]], stack: Stack,
                  domain: Domain, channel: OutputChannel | None,
-                 metadata: dict[str, Any] | None = None) -> None:
+                 metadata: dict[str, Any] | None = None, *,
+                 scope: CallScope | None = None) -> None:
         self.sender_id = sender_id
+        self.scope = scope or CallScope()
         self.previous_count = len(events)
         self.events = list(events)
         self.new_events: list[dict[str, Any]] = []

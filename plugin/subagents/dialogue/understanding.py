@@ -28,7 +28,8 @@ from subagents.dialogue.commands import (
     parse_deterministic,
 )
 from subagents.dialogue.stack import Stack
-from subagents.llm.client import LLMClient
+from subagents.llm import Model
+from subagents.types import CallScope
 
 if TYPE_CHECKING:
     from subagents.dialogue.turn import Turn
@@ -80,7 +81,7 @@ BUILTIN_INTENTS = frozenset({"session_start", "session_end", "restart"})
 class CommandGenerator:
     """Asks a model for commands; its caller name (fake server path) is ``command_generator``."""
 
-    def __init__(self, project: Project, llm: LLMClient) -> None:
+    def __init__(self, project: Project, llm: Model) -> None:
         self.project = project
         self.llm = llm
         found = project.pipeline.command_generator()
@@ -103,7 +104,8 @@ class CommandGenerator:
         intent = self.metadata_intent(user.get("metadata"))
         if intent is not None:
             return [intent]
-        return await self.predict(text, turn.stack, turn.slots, turn.events[:-1])
+        return await self.predict(text, turn.stack, turn.slots, turn.events[:-1],
+                                  scope=turn.scope)
 
     def metadata_intent(self, metadata: Any) -> Intent | None:
         """The intent a client sent with the message, if it triggers a flow (or is
@@ -184,8 +186,10 @@ class CommandGenerator:
                              conversation=transcript(events, 20) or "(empty)", message=text)
 
     async def predict(self, text: str, stack: Stack, slots: dict[str, Any],
-                      events: list[dict[str, Any]]) -> list[Command]:
-        """Ask the model which commands the message ``text`` means."""
+                      events: list[dict[str, Any]], *, scope: CallScope | None = None
+                      ) -> list[Command]:
+        """Ask the model which commands the message ``text`` means (within ``scope``: the
+        turn's deadline, usage tally and recording)."""
         error = self.input_error(text)
         if error is not None:
             log.info("dialogue.user_input.refused", error_type=error.error_type,
@@ -204,7 +208,8 @@ class CommandGenerator:
                 log.error("dialogue.command_prompt.render_failed", error_type=type(exc).__name__,
                           error=str(exc)[:200])
                 return [InternalError(PROMPT_FAILED)]
-        response = await self.llm.complete([{"role": "user", "content": prompt}], None)
+        response = await self.llm.complete([{"role": "user", "content": prompt}], None,
+                                           scope=scope)
         commands = parse_commands(response.text)
         if not commands:
             # as in Rasa: a reply with no command it can read means the message was not

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -66,11 +65,11 @@ class SamplingHandler:
 
     def _client(self) -> Any:
         if self._llm is None:
-            from subagents.llm.client import make_llm_client, resolve_model_settings
+            from subagents.llm import build_model, resolve_model_settings
 
             model = resolve_model_settings({"model_group": self.settings.model_group},
                                            self.endpoints, where="endpoints.yml")
-            self._llm = make_llm_client(model, name=f"mcp-sampling:{self.server}")
+            self._llm = build_model(model, name=f"mcp-sampling:{self.server}")
         return self._llm
 
     async def __call__(self, context: Any, params: Any) -> Any:
@@ -90,10 +89,8 @@ class SamplingHandler:
         max_tokens = min(int(params.max_tokens), self.settings.max_tokens)
         try:
             llm = self._client()
-            capped = dataclasses.replace(llm.settings, options={
-                **llm.settings.options, "max_completion_tokens": max_tokens})
-            llm.settings = capped
-            response = await llm.complete(messages, None)
+            response = await llm.complete(messages, None,
+                                          options={"max_completion_tokens": max_tokens})
         except Exception as exc:  # noqa: BLE001 - the server gets an error, the run goes on
             log.warning("mcp.sampling.failed", server=self.server, error=str(exc))
             return ErrorData(code=INTERNAL_ERROR, message="sampling failed")

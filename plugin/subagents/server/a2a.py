@@ -73,10 +73,9 @@ from subagents.channels.bodies import (
 )
 from subagents.channels.collecting import CollectingOutputChannel
 from subagents.channels.input import TurnLimiter, busy_response
-from subagents.dialogue.processor import model_deadline
 from subagents.exceptions import AgentInitializationError, SubagentsError
-from subagents.llm.client import call_deadline
 from subagents.server.rest_contract import token_matches
+from subagents.types import CallScope
 
 if TYPE_CHECKING:
     from subagents.agents.base import MCPBaseAgent
@@ -469,9 +468,11 @@ class SubAgentExecutor(AgentExecutor):
         agent_input = self._input(text, conversation, sender, updater.context_id)
         conversation.events.append({"event": "user", "text": text})
         try:
+            # model calls stop a little before the deadline, as in a turn
+            scope = CallScope(time.monotonic() + self.deadline - min(5.0, self.deadline * 0.2))
             async with asyncio.timeout(self.deadline):
-                with call_deadline(model_deadline(self.deadline)):
-                    output = await self.agent.run(agent_input, CollectingOutputChannel())
+                output = await self.agent.run(agent_input, CollectingOutputChannel(),
+                                              scope=scope)
         except TimeoutError:
             log.warning("a2a.serve.deadline", agent=self.agent.name, seconds=self.deadline)
             await updater.failed(updater.new_agent_message([Part(text=FAILED_TEXT)]))

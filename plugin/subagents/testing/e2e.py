@@ -374,7 +374,7 @@ class Runner:
 
     def judge(self, case: TestCase, assistant: Any) -> Judge:
         """The judge for generative assertions of ``case`` (scripted when the case is)."""
-        from subagents.llm.client import make_llm_client, resolve_model_settings
+        from subagents.llm import build_model, resolve_model_settings
 
         config = case.judge or {}
         scripted = self._scripted_case(case)
@@ -390,13 +390,13 @@ class Runner:
                 self._judges[key] = Judge(factory(JUDGE_CALLER, llm),
                                           factory(EMBEDDINGS_CALLER, emb))
             else:
-                self._judges[key] = Judge(make_llm_client(llm, name=JUDGE_CALLER),
-                                          make_llm_client(emb, name=EMBEDDINGS_CALLER))
+                self._judges[key] = Judge(build_model(llm, name=JUDGE_CALLER),
+                                          build_model(emb, name=EMBEDDINGS_CALLER))
         return self._judges[key]
 
     def simulated_user_llm(self, case: TestCase, assistant: Any) -> Any:
         """The model that plays the simulated user of ``case`` (scripted when the case is)."""
-        from subagents.llm.client import make_llm_client, resolve_model_settings
+        from subagents.llm import build_model, resolve_model_settings
 
         spec = case.simulated_user or {}
         scripted = self._scripted_case(case)
@@ -407,7 +407,7 @@ class Runner:
             if scripted and self.fake is not None:
                 client = self.fake.llm_factory()(SIMULATED_USER_CALLER, settings)
             else:
-                client = make_llm_client(settings, name=SIMULATED_USER_CALLER)
+                client = build_model(settings, name=SIMULATED_USER_CALLER)
             self._simulators[key] = client
         return self._simulators[key]
 

@@ -85,9 +85,18 @@ def validate_arguments(tool: Tool, arguments: JsonObject) -> JsonObject:
     return filled
 
 
-@traced_tool_call
 async def invoke_tool(tool: Tool, arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
-    """Run one tool; every failure becomes an error result (never an exception)."""
+    """Run one tool; every failure becomes an error result (never an exception). A recorded
+    turn records the call and its result."""
+    result = await _invoke(tool, arguments, ctx)
+    recorder = None if ctx.scope is None else ctx.scope.recorder
+    if recorder is not None:
+        recorder.record_tool_call(tool, arguments, result)
+    return result
+
+
+@traced_tool_call
+async def _invoke(tool: Tool, arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
     timeout = tool.timeout or ctx.timeout
     try:
         args = validate_arguments(tool, arguments)
@@ -96,7 +105,7 @@ async def invoke_tool(tool: Tool, arguments: JsonObject, ctx: CallContext) -> Ag
         deadline = asyncio.get_running_loop().time() + timeout + 1.0
         if timeout != ctx.timeout:
             ctx = CallContext(ctx.agent_input, ctx.tool_context, timeout, ctx.effects,
-                              ctx.on_progress)
+                              ctx.on_progress, ctx.scope)
         outcome: Any = tool.run(args, ctx)
         if type(outcome) is AgentToolResult:  # answered at once (a plain result never awaits)
             result = outcome
