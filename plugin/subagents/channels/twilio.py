@@ -170,7 +170,7 @@ class TwilioInput(InputChannel):
     async def _webhook(self, request: Request, assistant: Assistant) -> Response:
         from twilio.request_validator import RequestValidator
 
-        if not request.headers.get("content-type", "").startswith(FORM):
+        if not request.headers.get("content-type", "").lower().startswith(FORM):
             return JSONResponse({"error": f"send the form as {FORM}"}, status_code=415)
         try:  # capped first: nothing larger is read, signed or not
             body = await read_body(request, MAX_BODY, BODY_TIMEOUT)
