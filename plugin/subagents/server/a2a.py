@@ -292,6 +292,9 @@ def _without_internals(response: Response, done: Callable[[], None]) -> Response
                 yield event
         finally:
             done()
+            close = getattr(events, "aclose", None)
+            if close is not None:  # a client that went away: end the SDK's stream here
+                await close()
 
     response.body_iterator = plain_events()  # type: ignore[attr-defined]
     return response
