@@ -54,6 +54,9 @@ async def serve_process(project: Path, *args: str, env: dict[str, str] | None = 
                         command: str = "serve") -> AsyncIterator[ServeProcess]:
     """Run ``subagents serve --project PROJECT --port <free> ARGS...`` until the block ends.
 
+    A port another process took between the pick and the bind is picked again (twice at
+    most).
+
     Args:
         project: The assistant project folder.
         *args: More ``serve`` options (``--record``, ``--token T``, ...).
@@ -61,34 +64,43 @@ async def serve_process(project: Path, *args: str, env: dict[str, str] | None = 
         ready_within: Seconds the server may take to start.
         command: The command that serves (``serve``, or ``inspect`` for the inspector).
     """
-    port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "subagents.cli.main", command, "--project", str(project),
-        "--port", str(port), "--no-model-check", *args,
-        env={**os.environ, **(env or {})}, stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE)
-    assert proc.stderr is not None
-    server = ServeProcess(port)
-    ready = asyncio.Event()
-    reader = asyncio.ensure_future(_drain(proc.stderr, server, ready))
-    try:
-        with anyio.fail_after(ready_within):
-            await ready.wait()
-        assert READY.decode() in server.log(), \
-            f"the server exited before it was ready:\n{server.log()}"
-        yield server
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
+    for attempt in range(3):
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "subagents.cli.main", command, "--project", str(project),
+            "--port", str(port), "--no-model-check", *args,
+            env={**os.environ, **(env or {})}, stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE)
+        assert proc.stderr is not None
+        server = ServeProcess(port)
+        ready = asyncio.Event()
+        reader = asyncio.ensure_future(_drain(proc.stderr, server, ready))
         try:
-            with anyio.fail_after(30):
-                await proc.wait()
-        except TimeoutError:
-            proc.kill()
+            with anyio.fail_after(ready_within):
+                await ready.wait()
+            if READY.decode() not in server.log() and "address already in use" in \
+                    server.log() and attempt < 2:
+                continue  # the finally below reaps it; try another port
+            assert READY.decode() in server.log(), \
+                f"the server exited before it was ready:\n{server.log()}"
+            yield server
+            return
+        finally:
+            await _stop(proc, reader)
+
+
+async def _stop(proc: asyncio.subprocess.Process, reader: asyncio.Future[None]) -> None:
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        with anyio.fail_after(30):
             await proc.wait()
-        with anyio.move_on_after(5):
-            await reader
-        reader.cancel()
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+    with anyio.move_on_after(5):
+        await reader
+    reader.cancel()
 
 
 @contextlib.asynccontextmanager

@@ -204,7 +204,7 @@ def stdio_project(root: Path) -> Path:
                 type: stdio
                 command: python
                 args: ["-m", "tests.servers.elicit_server"]
-                cwd: {REPO}
+                env: {{PYTHONPATH: "{REPO}"}}
             """,
         "sub_agents/weather/config.yml": """
             agent: {name: weather_agent, description: Books tables.}

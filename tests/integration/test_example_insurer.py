@@ -1,5 +1,6 @@
 """The example assistant's A2A agent (insurance_checker) against the demo insurer, a real
-a2a-sdk server on 127.0.0.1; and what `shell` and `serve` say when the insurer is not running."""
+a2a-sdk server on 127.0.0.1; and what `shell` and `serve --strict-start` say when the insurer is
+not running (a plain `serve` starts without it: tests/security/test_degraded_start.py)."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ async def test_the_insurer_asks_for_the_number_then_answers(monkeypatch):
     assert [e["agent_id"] for e in completed] == ["insurance_checker"]
 
 
-@pytest.mark.parametrize("command", [["shell"], ["serve", "--port", "0"]])
-def test_shell_and_serve_without_the_insurer_say_what_to_start(tmp_path, command):
+@pytest.mark.parametrize("command", [["shell"], ["serve", "--port", "0", "--strict-start"]])
+def test_shell_and_strict_serve_without_the_insurer_say_what_to_start(tmp_path, command):
     env = {k: v for k, v in os.environ.items() if k != "CLINIC_INSURER_URL"}
     result = subprocess.run(
         [sys.executable, "-m", "subagents.cli.main", *command, "--no-model-check", "--project",

@@ -61,7 +61,7 @@ async def served_socket(tmp_path: Path, script: dict[str, list[Any]],
                 serve_app(create_app(assistant, channels=[channel])) as base:
             monkeypatch.setenv("CONSENT_PUBLIC_URL", base)
             widget = Widget()
-            await widget.connect(base, session_id="alice-chat")
+            await widget.connect(base)
             try:
                 yield auth, fake, assistant, browser, widget, channel
             finally:
@@ -87,10 +87,11 @@ async def test_the_answer_arrives_on_the_socket_once_the_browser_signs_in(
             page = await browser.open(link, "alice")
             answer = await widget.next()  # no message from the user in between
             await channel.turns.drain()
-            events = await assistant.tracker("alice-chat")
+            chat = f"socketio:{widget.session_id}"
+            events = await assistant.tracker(chat)
             # a late second resume (e.g. another worker's) finds nothing parked: no double run
-            again = await assistant.resume_parked_call("alice-chat:c1")
-            after = await assistant.tracker("alice-chat")
+            again = await assistant.resume_parked_call(f"{chat}:c1")
+            after = await assistant.tracker(chat)
         fake.assert_done()
     assert "the answer is on its way" in page.text
     assert answer[0] == "bot_uttered"

@@ -149,7 +149,7 @@ async def test_over_socketio_the_answer_arrives_when_the_callback_reached_anothe
             auth, _, browser, client, talker, other, names):
         widget = Widget()
         with anyio.fail_after(120):
-            await widget.connect(talker.url, session_id=names["sender"])
+            session = await widget.connect(talker.url)
             try:
                 await widget.say("what is on my calendar?",
                                  metadata={"user_id": names["user"]})
@@ -160,7 +160,7 @@ async def test_over_socketio_the_answer_arrives_when_the_callback_reached_anothe
             finally:
                 await widget.client.disconnect()
             tracker = (await client.get(
-                f"{other.url}/conversations/{names['sender']}/tracker")).json()
+                f"{other.url}/conversations/socketio:{session}/tracker")).json()
     _check_link(link, other, page)
     assert "on its way" in page.text
     assert answer["text"] == "alice, you see the dentist on Monday."

@@ -72,12 +72,15 @@ async def test_a_cross_origin_form_post_runs_no_turn(project):
     assert fake.requests == []
 
 
-async def test_a_post_body_must_be_declared_json(project):
+async def test_a_browsers_post_body_must_be_declared_json(project):
     async with running(project) as (client, _, fake):
+        own = f"http://{client.base_url.host}:{client.base_url.port}"
         plain = await client.post("/webhooks/rest/webhook", content=b'{"sender": "b-1", '
-                                  b'"message": "hours?"}', headers={"content-type": "text/plain"})
-        none = await client.post("/conversations/b-1/client_tool_results", content=b"{}")
-        fine = await client.post("/webhooks/rest/webhook", json=BODY)
+                                  b'"message": "hours?"}',
+                                  headers={"content-type": "text/plain", "origin": own})
+        none = await client.post("/conversations/b-1/client_tool_results", content=b"{}",
+                                 headers={"origin": own})
+        fine = await client.post("/webhooks/rest/webhook", json=BODY, headers={"origin": own})
     assert (plain.status_code, plain.json()["code"]) == (415, "http.unsupported_media_type")
     assert none.status_code == 415
     assert fine.status_code == 200

@@ -100,18 +100,20 @@ async def served(project) -> AsyncIterator[Any]:
         await ctx.__aexit__(None, None, None)
 
 
-async def test_session_request_is_confirmed_with_a_new_or_the_given_id(served):
+async def test_session_request_is_confirmed_with_a_new_or_an_issued_id(served):
     _, _, base = await served({})
-    first, second = Widget(), Widget()
+    first, second, third = Widget(), Widget(), Widget()
     try:
         new_id = await first.connect(base)
-        given = await second.connect(base, session_id="abc123")
+        again = await second.connect(base, session_id=new_id)
+        chosen = await third.connect(base, session_id="abc123")
     finally:
-        await first.client.disconnect()
-        await second.client.disconnect()
+        for widget in (first, second, third):
+            await widget.client.disconnect()
     assert isinstance(new_id, str)
     assert len(new_id) == 32
-    assert given == "abc123"
+    assert again == new_id  # an id the server issued is kept
+    assert len(chosen) == 32  # one it did not issue is replaced
 
 
 async def test_the_filler_reaches_the_widget_before_the_tool_runs(served):
@@ -177,7 +179,7 @@ async def test_a_persistent_session_survives_a_reconnect_and_keeps_metadata(serv
     finally:
         await again.client.disconnect()
     assert received[0][1] == {"text": "Sunny in Oslo."}
-    state = await assistant.state(session)
+    state = await assistant.state(f"socketio:{session}")
     users = [e for e in state["events"] if e["event"] == "user"]
     assert [u["text"] for u in users] == ["weather", "Oslo"]
     assert users[0]["metadata"]["language"] == "nb"
@@ -340,7 +342,7 @@ async def test_stopping_the_server_lets_a_socket_turn_finish(project, tools_url)
         widget = Widget()
         async with serve_app(create_app(assistant, channels=[SocketIOInput()])) as base:
             await widget.connect(base)
-            sender = str(widget.client.get_sid())
+            sender = f"socketio:{widget.client.get_sid()}"
             await widget.say("weather?")
             with anyio.fail_after(30):
                 await fake.wait_for_requests(1, "weather_agent")

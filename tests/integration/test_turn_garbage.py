@@ -253,7 +253,7 @@ STDIO_TOOLS = f"""
         type: stdio
         command: python
         args: ["-m", "tests.servers.tools_server"]
-        cwd: {Path(__file__).resolve().parents[2]}
+        env: {{PYTHONPATH: "{Path(__file__).resolve().parents[2]}"}}
     """
 """The tool server runs as a subprocess: only our client side of each call is in this heap."""
 WEATHER = [{"tool_calls": [{"echo": {"text": "sunny"}}]},

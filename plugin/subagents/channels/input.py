@@ -10,13 +10,17 @@ by its dotted path (``addons.my_channel.MyChannel``).
 from __future__ import annotations
 
 import asyncio
+import os
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
+from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp
+
+from subagents.exceptions import SubagentsError
 
 if TYPE_CHECKING:
     from subagents.dialogue.processor import Assistant
@@ -33,6 +37,8 @@ class InputChannel:
     """
 
     name: ClassVar[str] = "custom"
+    allowed_origins: Sequence[str] = ()
+    """The browser origins the server allows (``serve --cors``); set before :meth:`wrap`."""
 
     @classmethod
     def from_credentials(cls, credentials: dict[str, Any] | None) -> InputChannel:
@@ -58,15 +64,83 @@ class InputChannel:
         """Called when the server stops, after in-flight turns finished."""
 
 
+MAX_TURNS_ENV = "SUBAGENTS_MAX_TURNS_IN_FLIGHT"
+DEFAULT_MAX_TURNS = 100
+RETRY_AFTER = 2
+"""Seconds a client refused for being one turn too many is asked to wait (``Retry-After``)."""
+
+
+class TurnLimiter:
+    """The turns running in this worker, and how many may (``None``: no cap).
+
+    A request that would start one turn too many is refused at once (HTTP 503 with
+    ``Retry-After``) instead of slowing every turn in flight and the health check down.
+    """
+
+    def __init__(self, limit: int | None = DEFAULT_MAX_TURNS) -> None:
+        self.limit = limit
+        self.running = 0
+
+    @classmethod
+    def from_env(cls) -> TurnLimiter:
+        """The cap of ``SUBAGENTS_MAX_TURNS_IN_FLIGHT`` (``0``: no cap), else the default.
+
+        Raises:
+            SubagentsError: the value is not a whole number (``server.max_turns_invalid``).
+        """
+        raw = os.environ.get(MAX_TURNS_ENV, "").strip()
+        if not raw:
+            return cls()
+        if not raw.isdigit():
+            raise SubagentsError(f"{MAX_TURNS_ENV}={raw!r} is not a whole number (0: no cap)",
+                                 code="server.max_turns_invalid")
+        return cls(int(raw) or None)
+
+    @property
+    def full(self) -> bool:
+        """Whether a new turn would be one too many."""
+        return self.limit is not None and self.running >= self.limit
+
+    def try_acquire(self) -> bool:
+        """Count a new turn in, unless that is one too many."""
+        if self.full:
+            return False
+        self.running += 1
+        return True
+
+    def release(self) -> None:
+        """A turn ended."""
+        self.running -= 1
+
+    def hold(self, task: asyncio.Future[Any]) -> None:
+        """Count a turn already admitted in until ``task`` ends."""
+        self.running += 1
+        task.add_done_callback(lambda _: self.release())
+
+
+def busy_response() -> JSONResponse:
+    """503 with ``Retry-After``: the worker runs as many turns as it may."""
+    return JSONResponse({"error": "too many turns in flight; try again shortly",
+                         "code": "server.busy"}, status_code=503,
+                        headers={"retry-after": str(RETRY_AFTER)})
+
+
 class BackgroundTurns:
     """Runs turns after a webhook has been answered (platforms expect a reply within seconds).
 
     A failing turn is logged, never raised; :meth:`drain` waits for the turns still running.
+    With a :attr:`limiter` (the server sets it), :meth:`admit` tells whether one more turn may
+    start, and every turn started counts as in flight until it ends.
     """
 
     def __init__(self, channel: str) -> None:
         self.channel = channel
+        self.limiter: TurnLimiter | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    def admit(self) -> bool:
+        """Whether one more turn may start now (answer the platform 503 otherwise)."""
+        return self.limiter is None or not self.limiter.full
 
     def start(self, work: Awaitable[Any], sender: str) -> None:
         """Run ``work`` in the background."""
@@ -80,6 +154,8 @@ class BackgroundTurns:
         task = asyncio.ensure_future(run())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if self.limiter is not None:
+            self.limiter.hold(task)
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait (up to ``timeout`` seconds) for the turns still running."""

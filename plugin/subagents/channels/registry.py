@@ -1,4 +1,5 @@
-"""Build the input channels named in ``credentials.yml`` and mount them on the HTTP server."""
+"""Build the input channels named in ``credentials.yml``, and their routes and middleware for the
+HTTP server."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import structlog
-from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from subagents.channels.input import InputChannel
+from subagents.channels.input import BackgroundTurns, InputChannel, TurnLimiter
 from subagents.config.credentials import Credentials, load_credentials
 from subagents.config.project import import_from_project
 from subagents.exceptions import ConfigError, ConfigIssue
@@ -72,15 +74,26 @@ def load_channels(root: Path, credentials_path: Path | None = None) -> list[Inpu
     return build_channels(Path(root), load_credentials(Path(root), credentials_path))
 
 
-def mount_channels(app: Starlette, assistant: Assistant,
-                   channels: Sequence[InputChannel]) -> None:
-    """Add the channels' routes to ``app``, put their ASGI wrappers in front of it and run
-    their ``startup``/``shutdown`` with the server's lifespan."""
+def channel_routes(assistant: Assistant, channels: Sequence[InputChannel]) -> list[BaseRoute]:
+    """The HTTP routes (webhooks) of ``channels``."""
+    return [route for channel in channels for route in channel.routes(assistant)]
+
+
+def channel_middleware(assistant: Assistant, channels: Sequence[InputChannel],
+                       cors_origins: Sequence[str] = (),
+                       limiter: TurnLimiter | None = None) -> list[Middleware]:
+    """The middleware that puts the channels' ASGI wrappers (Socket.IO) in front of the app
+    and runs their ``startup``/``shutdown`` with the server's lifespan; the server places it
+    inside its ``Host`` check. ``cors_origins`` are the browser origins the server allows;
+    ``limiter`` counts the channels' turns among the worker's turns in flight."""
     if not channels:
-        return
+        return []
     for channel in channels:
-        app.router.routes.extend(channel.routes(assistant))
-    app.add_middleware(_ChannelsMiddleware, channels=list(channels), assistant=assistant)
+        channel.allowed_origins = list(cors_origins)
+        turns = getattr(channel, "turns", None)
+        if isinstance(turns, BackgroundTurns):
+            turns.limiter = limiter
+    return [Middleware(_ChannelsMiddleware, channels=list(channels), assistant=assistant)]
 
 
 class _ChannelsMiddleware:

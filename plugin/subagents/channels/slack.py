@@ -1,11 +1,15 @@
 """Slack over the Events API (``slack`` extra: ``slack-sdk``).
 
-Slack posts events to ``/webhooks/slack/webhook``. Every request must carry a valid
-``X-Slack-Signature`` made with the app's signing secret over a timestamp of the last five
-minutes (else 401: forged and replayed requests are refused); an event Slack delivers again
-(same ``event_id``) is acknowledged and not handled twice. The URL check (``url_verification``)
-is answered, messages and mentions become user messages (the bot's own messages are ignored),
-and a button press (``block_actions``, sent to the same address) sends the button's payload.
+Slack posts events to ``/webhooks/slack/webhook``. A body is read only up to 1 MB (else 413),
+then every request must carry a valid ``X-Slack-Signature`` made with the app's signing secret
+over a timestamp of the last five minutes (else 401: forged and old requests are refused), and
+only then is the body parsed (400 when it is not a JSON object nested at most 64 levels). A
+message delivered again (Slack retrying, or a captured request played again) is acknowledged
+and not handled twice: handled deliveries are remembered for an hour where every worker and a
+restarted server see them (:mod:`~subagents.channels.deliveries`). The URL check
+(``url_verification``) is answered, messages and mentions become user messages (the bot's own
+messages are ignored), and a button press (``block_actions``, sent to the same address) sends
+the button's payload.
 
 The webhook is answered at once and the turn runs afterwards; each bot message (fillers
 included) is posted with ``chat.postMessage`` as soon as it exists, long texts split at sentence
@@ -24,7 +28,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from subagents.channels.input import BackgroundTurns, InputChannel, RecentIds, split_text
+from subagents.channels.bodies import (
+    BODY_TIMEOUT,
+    MAX_BODY,
+    BadRequestError,
+    check_depth,
+    read_body,
+)
+from subagents.channels.deliveries import DeliveryLedger, delivery_ledger
+from subagents.channels.input import BackgroundTurns, InputChannel, busy_response, split_text
 from subagents.types import OutputChannel
 
 if TYPE_CHECKING:
@@ -36,6 +48,9 @@ log = structlog.get_logger("subagents.channels.slack")
 TEXT_LIMIT = 3000
 """Characters per message (the limit of a Block Kit text section)."""
 _MENTION = re.compile(r"<@[A-Z0-9]+>\s*")
+REPLAY_TTL = 3600.0
+"""Seconds a handled delivery is remembered (Slack refuses signatures older than five
+minutes, and retries within that time)."""
 
 
 class SlackOutput(OutputChannel):
@@ -106,7 +121,7 @@ class SlackInput(InputChannel):
         self.proxy = proxy
         self.api_url = api_url
         self.turns = BackgroundTurns(self.name)
-        self.events = RecentIds()
+        self.deliveries: DeliveryLedger | None = None
         self.client: AsyncWebClient | None = None
 
     @classmethod
@@ -142,11 +157,16 @@ class SlackInput(InputChannel):
         await self.turns.drain()
         if self.client is not None and self.client.session is not None:
             await self.client.session.close()
+        if self.deliveries is not None:
+            await self.deliveries.close()
 
     async def _webhook(self, request: Request, assistant: Assistant) -> Response:
         from slack_sdk.signature import SignatureVerifier
 
-        body = await request.body()
+        try:  # capped first: nothing larger is read, signed or not
+            body = await read_body(request, MAX_BODY, BODY_TIMEOUT)
+        except BadRequestError as exc:
+            return JSONResponse({"error": exc.message}, status_code=exc.status)
         timestamp = request.headers.get("x-slack-request-timestamp", "")
         verifier = SignatureVerifier(self.signing_secret)
         if not timestamp.isdigit() or not verifier.is_valid(
@@ -162,7 +182,11 @@ class SlackInput(InputChannel):
         message = self._message(payload)
         if message is not None:
             sender, text, channel, thread_ts, key = message
-            if self.events.seen(key):
+            if not self.turns.admit():  # Slack delivers it again later
+                return busy_response()
+            if self.deliveries is None:
+                self.deliveries = delivery_ledger(assistant)
+            if not await self.deliveries.first_time("slack", key, REPLAY_TTL):
                 log.info("channels.slack.duplicate", key=key)
             else:
                 output = SlackOutput(self._client(), self.slack_channel or channel, thread_ts)
@@ -206,13 +230,14 @@ class SlackInput(InputChannel):
 
 
 def _payload(body: bytes, content_type: str) -> dict[str, Any]:
+    """The JSON object of a verified body (a button press comes as a form field)."""
     try:
+        raw = body
         if content_type.startswith("application/x-www-form-urlencoded"):
-            form = parse_qs(body.decode())
-            data = json.loads(form.get("payload", ["{}"])[0])
-        else:
-            data = json.loads(body or b"{}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raw = parse_qs(body.decode()).get("payload", ["{}"])[0].encode()
+        check_depth(raw)
+        data = json.loads(raw or b"{}")
+    except (UnicodeDecodeError, ValueError, RecursionError, BadRequestError) as exc:
         raise ValueError("unreadable body") from exc
     if not isinstance(data, dict):
         raise ValueError("not an object")

@@ -3,9 +3,10 @@
 At startup the bot registers ``webhook_url`` with Telegram (``setWebhook``) together with a
 secret token: ``secret_token`` from credentials.yml, or one derived from the bot token. Telegram
 sends that token back in ``X-Telegram-Bot-Api-Secret-Token`` with every update; an update
-without it is refused (401) and an update delivered again (same ``update_id``) is acknowledged
-and not handled twice. Text messages and button presses (``callback_query``) become user
-messages; the conversation is the chat.
+without it is refused (401); a body is read up to 1 MB (413) and must be a JSON object nested at
+most 64 levels (400); an update delivered again (same ``update_id``) is acknowledged and not
+handled twice, remembered for a day where every worker and a restarted server see it. Text
+messages and button presses (``callback_query``) become user messages; the conversation is the chat.
 
 Each bot message (fillers included) is sent with ``sendMessage`` as soon as it exists; long
 texts are split at sentence boundaries within Telegram's 4096 characters. Buttons become an
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +26,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from subagents.channels.input import BackgroundTurns, InputChannel, RecentIds, split_text
+from subagents.channels.bodies import (
+    BODY_TIMEOUT,
+    MAX_BODY,
+    BadRequestError,
+    parse_json_object,
+    read_body,
+)
+from subagents.channels.deliveries import DeliveryLedger, delivery_ledger
+from subagents.channels.input import BackgroundTurns, InputChannel, busy_response, split_text
 from subagents.types import OutputChannel
 
 if TYPE_CHECKING:
@@ -37,6 +45,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("subagents.channels.telegram")
 TEXT_LIMIT = 4096
 CALLBACK_DATA_LIMIT = 64
+REPLAY_TTL = 24 * 3600.0
+"""Seconds a handled update is remembered (Telegram gives up redelivering within a day)."""
 SECRET_HEADER = "x-telegram-bot-api-secret-token"
 
 
@@ -127,7 +137,7 @@ class TelegramInput(InputChannel):
             b"subagents-telegram-webhook:" + access_token.encode()).hexdigest()
         self.api_url = api_url
         self.turns = BackgroundTurns(self.name)
-        self.updates = RecentIds()
+        self.deliveries: DeliveryLedger | None = None
         self.choices: dict[str, dict[str, str]] = {}
         self._bot: Bot | None = None
         redact = _RedactToken(access_token)
@@ -171,6 +181,8 @@ class TelegramInput(InputChannel):
         await self.turns.drain()
         if self._bot is not None:
             await self._bot.shutdown()
+        if self.deliveries is not None:
+            await self.deliveries.close()
 
     async def _webhook(self, request: Request, assistant: Assistant) -> Response:
         token = request.headers.get(SECRET_HEADER, "")
@@ -178,12 +190,15 @@ class TelegramInput(InputChannel):
             log.warning("channels.telegram.bad_secret_token")
             return JSONResponse({"error": "invalid secret token"}, status_code=401)
         try:
-            data = json.loads(await request.body())
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return JSONResponse({"error": "the body is not valid JSON"}, status_code=400)
-        if not isinstance(data, dict):
-            return JSONResponse({"error": "the body must be a JSON object"}, status_code=400)
-        if self.updates.seen(str(data.get("update_id"))):
+            data = parse_json_object(await read_body(request, MAX_BODY, BODY_TIMEOUT))
+        except BadRequestError as exc:
+            return JSONResponse({"error": exc.message}, status_code=exc.status)
+        if not self.turns.admit():  # Telegram delivers it again later
+            return busy_response()
+        if self.deliveries is None:
+            self.deliveries = delivery_ledger(assistant)
+        if not await self.deliveries.first_time("telegram", str(data.get("update_id")),
+                                                REPLAY_TTL):
             log.info("channels.telegram.duplicate", update_id=data.get("update_id"))
             return Response(status_code=200)
         message = self._message(data)

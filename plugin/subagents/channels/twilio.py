@@ -1,11 +1,14 @@
 """Twilio SMS and WhatsApp (``twilio`` extra: ``twilio``).
 
-Twilio posts incoming messages to ``/webhooks/twilio/webhook`` as a form. Each request must
-carry a valid ``X-Twilio-Signature`` (made with the account's auth token over the webhook
-address and the form fields), else 401; set ``webhook_url`` to the public address configured
-at Twilio when the server sits behind a proxy. A message delivered again (same
-``MessageSid``) is acknowledged and not handled twice. The conversation is the sender's number
-(``whatsapp:+...`` for WhatsApp).
+Twilio posts incoming messages to ``/webhooks/twilio/webhook`` as a URL-encoded form. A body is
+read only up to 1 MB (else 413; another content type is 415), and each request must carry a
+valid ``X-Twilio-Signature`` (made with the account's auth token over the webhook address and
+the form fields), else 401; set ``webhook_url`` to the public address configured at Twilio when
+the server sits behind a proxy. A message delivered again (same ``MessageSid``: Twilio retrying,
+or a captured request played again, which a Twilio signature cannot tell) is acknowledged and
+not handled twice: handled messages are remembered for 30 days where every worker and a
+restarted server see them (:mod:`~subagents.channels.deliveries`). The conversation is the
+sender's number (``whatsapp:+...`` for WhatsApp).
 
 The webhook answers with an empty TwiML document at once; each bot message (fillers included)
 is then sent through the Messages API as soon as it exists, long texts split at sentence
@@ -16,16 +19,19 @@ a reply with a number or a title sends that choice's payload.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl
 
 import structlog
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from subagents.channels.bodies import BODY_TIMEOUT, MAX_BODY, BadRequestError, read_body
+from subagents.channels.deliveries import DeliveryLedger, delivery_ledger
 from subagents.channels.input import (
     BackgroundTurns,
     InputChannel,
-    RecentIds,
+    busy_response,
     buttons_as_text,
     split_text,
 )
@@ -40,6 +46,9 @@ log = structlog.get_logger("subagents.channels.twilio")
 TEXT_LIMIT = 1600
 TWIML_EMPTY = '<?xml version="1.0" encoding="UTF-8"?><Response></Response>'
 API_BASE = "https://api.twilio.com"
+REPLAY_TTL = 30 * 24 * 3600.0
+"""Seconds a handled message is remembered (a Twilio signature carries no time)."""
+FORM = "application/x-www-form-urlencoded"
 
 
 class TwilioOutput(OutputChannel):
@@ -125,7 +134,7 @@ class TwilioInput(InputChannel):
         self.webhook_url = webhook_url
         self.api_url = api_url
         self.turns = BackgroundTurns(self.name)
-        self.messages = RecentIds()
+        self.deliveries: DeliveryLedger | None = None
         self.choices: dict[str, dict[str, str]] = {}
         self.client: Client | None = None
 
@@ -155,12 +164,21 @@ class TwilioInput(InputChannel):
         await self.turns.drain()
         if self.client is not None:
             await self.client.http_client.close()
+        if self.deliveries is not None:
+            await self.deliveries.close()
 
     async def _webhook(self, request: Request, assistant: Assistant) -> Response:
         from twilio.request_validator import RequestValidator
 
-        form = await request.form()
-        fields = {k: v for k, v in form.multi_items() if isinstance(v, str)}
+        if not request.headers.get("content-type", "").lower().startswith(FORM):
+            return JSONResponse({"error": f"send the form as {FORM}"}, status_code=415)
+        try:  # capped first: nothing larger is read, signed or not
+            body = await read_body(request, MAX_BODY, BODY_TIMEOUT)
+            fields = dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
+        except BadRequestError as exc:
+            return JSONResponse({"error": exc.message}, status_code=exc.status)
+        except (UnicodeDecodeError, ValueError):
+            return JSONResponse({"error": "unreadable form"}, status_code=400)
         url = self.webhook_url or str(request.url)
         signature = request.headers.get("x-twilio-signature", "")
         if not signature or not RequestValidator(self.auth_token).validate(url, fields,
@@ -170,7 +188,11 @@ class TwilioInput(InputChannel):
         sender, sid = fields.get("From"), fields.get("MessageSid") or fields.get("SmsSid")
         if not sender or not sid or self.client is None:
             return JSONResponse({"error": "not a message"}, status_code=400)
-        if self.messages.seen(sid):
+        if not self.turns.admit():  # Twilio may deliver it again
+            return busy_response()
+        if self.deliveries is None:
+            self.deliveries = delivery_ledger(assistant)
+        if not await self.deliveries.first_time("twilio", sid, REPLAY_TTL):
             log.info("channels.twilio.duplicate", message_sid=sid)
         else:
             text = fields.get("Body", "").strip()

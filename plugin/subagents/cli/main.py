@@ -221,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--a2a", nargs="?", const="", default=None, metavar="AGENTS",
                        help="also publish sub agents over A2A at /a2a/<name>/ (all that flows "
                             "call, or a comma-separated list; extra 'a2a')")
+    serve.add_argument("--strict-start", action="store_true",
+                       help="stop when a remote A2A agent or MCP server does not answer "
+                            "(default: start, report it on /health, reconnect in the "
+                            "background)")
     _model_check_arg(serve)
 
     inspect = _command(sub, "inspect", "serve the API with the inspector page: watch the chat, "
@@ -512,7 +516,7 @@ def _run(args: argparse.Namespace) -> int:
     # the project _ready_to_run loaded and checked: parsing it again would double start-up
     serve(Assistant(project), host=args.host, port=args.port,
           token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels,
-          cors_origins=args.cors,
+          cors_origins=args.cors, strict_start=args.strict_start,
           a2a_agents=None if args.a2a is None else [
               n.strip() for n in args.a2a.split(",") if n.strip()])
     return 0

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import difflib
-from typing import Any, Literal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from subagents.config._base import StrictModel, check_secret, is_env_ref, looks_secret
 from subagents.config.mcp_sessions import SessionMode, is_template, template_names
+
+if TYPE_CHECKING:
+    from subagents._yaml import YamlDoc
+    from subagents.exceptions import ConfigIssue
 
 SUPPORTED_PROVIDERS = ("openai", "azure", "self-hosted", "rasa", "ollama", "litellm_proxy")
 """Providers reached through an OpenAI-compatible chat-completions API."""
@@ -490,3 +495,26 @@ class EndpointsConfig(StrictModel):
     def mcp_server(self, name: str) -> McpServerConfig | None:
         """The MCP server called ``name``, or None."""
         return next((s for s in self.mcp_servers or [] if s.name == name), None)
+
+
+def check_stdio_folders(doc: YamlDoc | None, servers: list[McpServerConfig],
+                        root: Path) -> list[ConfigIssue]:
+    """An error for each stdio MCP server whose ``cwd`` lies outside the project folder (an
+    absolute path, or one that climbs out with ``..``): a server starts only inside it."""
+    if doc is None:
+        return []
+    raw = doc.data.get("mcp_servers") if isinstance(doc.data, dict) else None
+    index = {item.get("name"): i for i, item in enumerate(raw or []) if isinstance(item, dict)}
+    project = root.resolve()
+    issues = []
+    for server in servers:
+        if server.type != "stdio" or not server.cwd or server.cwd.startswith("${"):
+            continue
+        if not (project / server.cwd).resolve().is_relative_to(project):
+            issues.append(doc.issue(
+                "endpoints.mcp_servers.cwd_outside_project",
+                f"MCP server {server.name!r} would start in {server.cwd!r}, outside the "
+                f"project folder {project}",
+                ("mcp_servers", index.get(server.name, 0), "cwd"),
+                hint="use a folder inside the project (a path relative to it)"))
+    return issues

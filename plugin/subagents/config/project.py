@@ -25,7 +25,7 @@ from subagents.config._load_settings import _SettingsLoader
 from subagents.config._tool_step_check import ToolStepRef, tool_step_refs, unknown_tool_issues
 from subagents.config.credentials import check_credentials
 from subagents.config.domain import Domain, DomainFile
-from subagents.config.endpoints import EndpointsConfig
+from subagents.config.endpoints import EndpointsConfig, check_stdio_folders
 from subagents.config.flows import Flow, FlowModel, flatten, step_key_problems
 from subagents.config.mcp_oauth import check_per_user_oauth
 from subagents.config.mcp_sessions import check_template_slots
@@ -335,6 +335,7 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
         endpoints_doc, list(endpoints.mcp_servers or []),
         lambda name: name in domain.slots or name in BUILTIN_SLOTS)
     loader.issues += check_per_user_oauth(endpoints_doc, list(endpoints.mcp_servers or []))
+    loader.issues += check_stdio_folders(endpoints_doc, list(endpoints.mcp_servers or []), root)
     action = endpoints.action_endpoint
     if action is None or action.actions_module or not action.url:
         loader.issues += rasa_imports(root, (action.actions_module if action else None)

@@ -20,6 +20,7 @@ clears the slots its exit conditions read.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -93,6 +94,8 @@ class AgentSteps:
         self.assistant_id = assistant_id
         self.model_id = model_id
         self.retry_delays = retry_delays
+        self.unavailable: Callable[[str], str | None] = lambda name: None
+        """Why an agent cannot run now (its remote dependency did not answer), or None."""
 
     async def on_top(self, turn: Turn, frame: AgentFrame) -> Advance:
         """An agent frame is on top of the stack: resume, re-ask, wait or drop it."""
@@ -124,7 +127,9 @@ class AgentSteps:
             agent_input = self._resume_input(turn, agent, step, frame)
         else:
             agent_input = self._start_input(turn, agent, flow, step, frame, protocol)
-        output = await self._call_with_retries(agent, agent_input, turn)
+        why = self.unavailable(name)
+        output = AgentOutput(id=name, status=AgentStatus.FATAL_ERROR, error_message=why) \
+            if why else await self._call_with_retries(agent, agent_input, turn)
         for event in output.events:
             if ev.is_event(event):
                 turn.add(dict(event))

@@ -34,6 +34,7 @@ from subagents.dialogue.client_input import (
     split_client_metadata,
 )
 from subagents.dialogue.commands import CannotHandle, Command, ContinueAgent
+from subagents.dialogue.dependencies import Dependencies
 from subagents.dialogue.flow_executor import FlowExecutor
 from subagents.dialogue.proactive import (
     ReachableChannels,
@@ -44,7 +45,12 @@ from subagents.dialogue.proactive import (
 from subagents.dialogue.stack import Stack
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import CommandGenerator
-from subagents.exceptions import AgentInitializationError, LLMError, MCPConnectionError
+from subagents.exceptions import (
+    AgentInitializationError,
+    LLMError,
+    MCPConnectionError,
+    SubagentsError,
+)
 from subagents.llm import Model, ModelSettings, build_model, resolve_model_settings
 from subagents.llm.usage import UsageTally, conversation_usage
 from subagents.mcp.pool import MCPPool
@@ -116,6 +122,9 @@ class Assistant:
                                      llm_factory=factory, mcp_pool=self.pool)
         self.reachable = ReachableChannels()
         """Conversations whose latest message came over a channel that can send later."""
+        self.dependencies = Dependencies(self.pool)
+        """Agents whose remote dependency did not answer at start (``start(strict=False)``)."""
+        self.executor.agent_steps.unavailable = self.dependencies.reason
         self._started = False
 
     @classmethod
@@ -123,14 +132,26 @@ class Assistant:
         """Load and check a project (raises ProjectInvalidError listing every problem)."""
         return cls(load_project(project_dir), **kwargs)
 
-    async def start(self) -> None:
-        """Connect every agent's MCP servers (retries with backoff, then a clear error)."""
+    async def start(self, *, strict: bool = True) -> None:
+        """Connect every agent's MCP servers (retries with backoff, then a clear error).
+
+        Args:
+            strict: Stop at a dependency that does not answer. Otherwise (``serve``) the
+                agents needing it are marked unavailable and connected again in the
+                background (:mod:`~subagents.dialogue.dependencies`); configuration errors
+                stop the start either way.
+        """
         if self._started:
             return
+        agents = list(self.agents.values())
         # all at once: start-up waits for the slowest server, not for their sum
-        results = await asyncio.gather(*(agent.connect() for agent in self.agents.values()),
+        results = await asyncio.gather(*(agent.connect() for agent in agents),
                                        return_exceptions=True)
-        for result in results:
+        for agent, result in zip(agents, results, strict=True):
+            if not strict and isinstance(result, SubagentsError) \
+                    and self.dependencies.unreachable(result):
+                self.dependencies.mark_down(agent, result)
+                continue
             if isinstance(result, MCPConnectionError):
                 await self.close()
                 raise AgentInitializationError(str(result), code="agent.mcp_connection_failed") \
@@ -143,6 +164,7 @@ class Assistant:
 
     async def close(self) -> None:
         """Disconnect the agents and close the model clients, MCP pool and stores."""
+        await self.dependencies.close()
         for agent in self.agents.values():
             await agent.disconnect()
         await self.command_llm.close()

@@ -27,9 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import os
-import re
 import signal
 import sys
 import uuid
@@ -38,14 +36,15 @@ from typing import Any
 
 import structlog
 from starlette.applications import Starlette
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from subagents import __version__
+from subagents.channels.bodies import BODY_TIMEOUT, MAX_BODY, BadRequestError, json_body
 from subagents.channels.collecting import CollectingOutputChannel
-from subagents.channels.input import InputChannel
-from subagents.channels.registry import mount_channels
+from subagents.channels.input import InputChannel, TurnLimiter, busy_response
+from subagents.channels.registry import channel_middleware, channel_routes
 from subagents.channels.sse import QueueOutputChannel, sse_frame
 from subagents.dialogue.client_input import (
     ClientInputError,
@@ -73,94 +72,16 @@ from subagents.server.security import (
 from subagents.stores.redis_lock import RedisLockStore
 
 log = structlog.get_logger("subagents.server.app")
-MAX_BODY = 1_000_000
 ERROR_ID_HEADER = "x-subagents-error-id"
-BODY_TIMEOUT = 30.0
-"""Seconds a request body may take to arrive."""
-
-
-class BadRequestError(Exception):
-    """A request the server refuses, with its HTTP status."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
 
 
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-MAX_JSON_DEPTH = 64
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
-"""The start of a ``\\uD800``-``\\uDFFF`` escape: in an ASCII body, the only way a lone
-surrogate gets into the parsed JSON."""
-
-
-async def _json_body(request: Request, max_body: int,
-                     body_timeout: float = BODY_TIMEOUT) -> dict[str, Any]:
-    length = request.headers.get("content-length")
-    if length is not None and length.isdigit() and int(length) > max_body:
-        raise BadRequestError(413, f"request body is larger than {max_body} bytes")
-    raw = b""
-    try:
-        async with asyncio.timeout(body_timeout):  # a client that stops sending mid-body
-            async for chunk in request.stream():
-                raw += chunk
-                if len(raw) > max_body:
-                    raise BadRequestError(413, f"request body is larger than {max_body} bytes")
-    except TimeoutError:
-        raise BadRequestError(408, f"the body did not arrive in {body_timeout:g}s") from None
-    except ClientDisconnect:
-        raise BadRequestError(400, "the client went away before sending the body") from None
-    return _parse_json_object(raw)
-
-
-def _parse_json_object(raw: bytes) -> dict[str, Any]:
-    """A JSON object of plain UTF-8 text, nested at most MAX_JSON_DEPTH deep (else 400)."""
-    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and \
-            _nesting_depth(raw) > MAX_JSON_DEPTH:
-        raise BadRequestError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
-    try:
-        body = json.loads(raw or b"null")
-    except (ValueError, RecursionError):  # bad JSON or UTF-8, an integer too long to convert
-        raise BadRequestError(400, "the body is not valid JSON") from None
-    if not isinstance(body, dict):
-        raise BadRequestError(400, "the body must be a JSON object")
-    if not raw.isascii() or _SURROGATE_ESCAPE.search(raw):
-        try:  # \ud800 escapes decode to lone surrogates, which no store or response can encode
-            json.dumps(body, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise BadRequestError(400, "the body contains an unpaired surrogate") from None
-    return body
-
-
-def _nesting_depth(raw: bytes) -> int:
-    """The deepest bracket nesting outside strings (an upper bound is enough)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for byte in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:  # backslash
-                escaped = True
-            elif byte == 0x22:  # quote
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):  # [ {
-            depth += 1
-            deepest = max(deepest, depth)
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    return deepest
-
-
 async def _message_body(request: Request, max_body: int,
                         body_timeout: float = BODY_TIMEOUT) -> tuple[str, str, dict[str, Any]]:
-    body = await _json_body(request, max_body, body_timeout)
+    body = await json_body(request, max_body, body_timeout)
     sender, message = body.get("sender"), body.get("message")
     if not isinstance(sender, str) or not sender.strip():
         raise BadRequestError(400, "'sender' must be a non-empty string")
@@ -195,8 +116,11 @@ class _Api:
     """Route handlers; one instance per app."""
 
     def __init__(self, assistant: Assistant, token: str | None, max_body: int,
-                 body_timeout: float = BODY_TIMEOUT) -> None:
+                 body_timeout: float = BODY_TIMEOUT,
+                 limiter: TurnLimiter | None = None) -> None:
         self.assistant = assistant
+        self.limiter = limiter or TurnLimiter(None)
+        """The worker's turns in flight: beyond its cap a new turn is answered 503."""
         self.body_timeout = body_timeout
         self.token = token
         self.max_body = max_body
@@ -204,10 +128,11 @@ class _Api:
         self.relay: ConsentRelay | None = None
         """Hands users' sign-in callbacks between workers sharing a Redis lock store."""
 
-    def guard(self, handler: Any) -> Any:
-        """Bearer-token check and clear 4xx errors around a handler."""
+    def guard(self, handler: Any, *, check_token: bool = True) -> Any:
+        """Bearer-token check (unless the handler checks its callers itself) and clear 4xx
+        errors around a handler."""
         async def wrapped(request: Request) -> Response:
-            if not self.authorized(request):
+            if check_token and not self.authorized(request):
                 return _error(401, "missing or wrong bearer token")
             try:
                 return await handler(request)  # type: ignore[no-any-return]
@@ -235,12 +160,21 @@ class _Api:
         self.inflight.add(task)
         task.add_done_callback(self.inflight.discard)
 
+    def busy(self) -> bool:
+        """Whether a new turn would be one too many for this worker (checked right before the
+        turn's task is created, with no wait in between)."""
+        if self.limiter.full:
+            log.warning("server.busy", turns=self.limiter.running)
+            return True
+        return False
+
     async def _collect(self, sender: str, turn: Awaitable[Any],
                        channel: CollectingOutputChannel) -> Response:
         """Run a turn to its end (a client that hangs up does not cancel it) and answer with
         its messages; a failed turn answers with the internal-error reply alone."""
         task = asyncio.ensure_future(turn)
         self.track(task)
+        self.limiter.hold(task)
         try:
             await asyncio.shield(task)
         except TurnFailedError as exc:
@@ -253,9 +187,12 @@ class _Api:
             return await self.stream(request)
         sender, message, metadata = await self._message(request)
         check_sender_id(sender)
+        message_id = _message_id(request)
+        if self.busy():
+            return busy_response()
         channel = CollectingOutputChannel()
         return await self._collect(sender, self.assistant.handle_message(
-            sender, message, metadata, channel, message_id=_message_id(request)), channel)
+            sender, message, metadata, channel, message_id=message_id), channel)
 
     async def stream(self, request: Request) -> Response:
         sender, message, metadata = await self._message(request)
@@ -283,7 +220,11 @@ class _Api:
             finally:
                 await channel.queue.put(None)
 
-        self.track(asyncio.ensure_future(run()))
+        if self.busy():
+            return busy_response()
+        task = asyncio.ensure_future(run())
+        self.track(task)
+        self.limiter.hold(task)
 
         async def frames() -> AsyncIterator[bytes]:
             while (frame := await channel.queue.get()) is not None:
@@ -322,13 +263,15 @@ class _Api:
     async def client_tool_results(self, request: Request) -> Response:
         """``{"id", "result"}`` or ``{"results": [{"id", "result"}]}`` -> the bot messages."""
         sender = check_sender_id(request.path_params["sender"])
-        body = await _json_body(request, self.max_body, self.body_timeout)
+        body = await json_body(request, self.max_body, self.body_timeout)
         results = body.get("results", [body] if "id" in body else None)
         if not isinstance(results, list) or not results or not all(
                 isinstance(r, dict) and isinstance(r.get("id"), str) and "result" in r
                 for r in results):
             raise BadRequestError(400, 'send {"id": "<tool call id>", "result": ...} or '
                                        '{"results": [...]}')
+        if self.busy():
+            return busy_response()
         channel = CollectingOutputChannel()
         return await self._collect(sender, self.assistant.handle_client_tool_results(
             sender, results, channel), channel)
@@ -348,7 +291,11 @@ class _Api:
         return True
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        unavailable = self.assistant.dependencies.report()
+        if unavailable is None:
+            return JSONResponse({"status": "ok"})
+        # still 200: the assistant serves every flow that does not need what is down
+        return JSONResponse({"status": "degraded", "unavailable": unavailable})
 
     async def version(self, request: Request) -> Response:
         return JSONResponse({"version": __version__})
@@ -376,7 +323,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
                body_timeout: float = BODY_TIMEOUT,
                channels: Sequence[InputChannel] = (),
                replay: dict[str, Any] | None = None,
-               a2a_agents: list[str] | None = None) -> Starlette:
+               a2a_agents: list[str] | None = None,
+               max_turns_in_flight: int | None = None) -> Starlette:
     """The ASGI app.
 
     Args:
@@ -390,11 +338,15 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         channels: Input channels (from ``credentials.yml``) mounted beside the API.
         replay: The conversation test the inspector replays (``subagents inspect --replay``).
         a2a_agents: Publish sub agents over A2A at ``/a2a/<name>/`` (``[]``: all of them).
+        max_turns_in_flight: Turns this worker runs at once before it answers a new one 503
+            (``0``: no cap); by default ``SUBAGENTS_MAX_TURNS_IN_FLIGHT``, else 100.
     """
-    api = _Api(assistant, token, max_body, body_timeout)
+    limiter = TurnLimiter.from_env() if max_turns_in_flight is None else \
+        TurnLimiter(max_turns_in_flight or None)
+    api = _Api(assistant, token, max_body, body_timeout, limiter)
     if isinstance(assistant.lock_store, RedisLockStore):
         api.relay = consent_relay(assistant.lock_store.client, api.resume_parked_call)
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
         Route("/webhooks/stream/webhook", api.guard(api.stream), methods=["POST"]),
         Route("/conversations/{sender}/tracker", api.guard(api.tracker), methods=["GET"]),
@@ -411,14 +363,18 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]
     if a2a_agents is not None:
-        from subagents.server.a2a import sub_agent_routes
+        from subagents.server.a2a import A2ASettings, sub_agent_routes
 
-        routes += sub_agent_routes(assistant, a2a_agents, guard=api.guard)
-    app = Starlette(routes=routes, lifespan=api.lifespan,
-                    middleware=security_middleware(
-                        cors_origins, allowed_hosts, [c.url_prefix() for c in channels]))
-    mount_channels(app, assistant, channels)  # the input channels of credentials.yml
-    return app
+        settings = A2ASettings.from_env(token=token, deadline=assistant.turn_timeout,
+                                        max_body=max_body, body_timeout=body_timeout)
+        routes += sub_agent_routes(assistant, a2a_agents, settings=settings, limiter=limiter,
+                                   guard=lambda handler: api.guard(handler, check_token=False))
+    routes += channel_routes(assistant, channels)  # the input channels of credentials.yml
+    return Starlette(routes=routes, lifespan=api.lifespan,
+                     middleware=security_middleware(
+                         cors_origins, allowed_hosts, [c.url_prefix() for c in channels],
+                         channels=channel_middleware(assistant, channels, cors_origins,
+                                                     limiter)))
 
 
 def uvicorn_config(app: Starlette, *, host: str, port: int,
@@ -482,11 +438,15 @@ def settle_heap(chosen: tuple[int, ...] | None = None) -> None:
 
 def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
           token: str | None = None, cors_origins: Sequence[str] | None = None,
-          channels: Sequence[InputChannel] = (), a2a_agents: list[str] | None = None) -> None:
+          channels: Sequence[InputChannel] = (), a2a_agents: list[str] | None = None,
+          strict_start: bool = False) -> None:
     """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s).
 
     On a loopback address only loopback ``Host`` names are accepted; CORS origins default to
-    ``SUBAGENTS_CORS_ORIGINS``. A public address without a token gets a loud warning.
+    ``SUBAGENTS_CORS_ORIGINS``. A public address without a token gets a loud warning. A
+    remote A2A agent or MCP server that does not answer does not stop the start (the server
+    reports it on ``/health`` and connects it again in the background) unless
+    ``strict_start``.
     """
     import uvicorn
 
@@ -498,7 +458,7 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
             # connect the agents before uvicorn's lifespan does (its start is then a no-op), so
             # that a project that cannot start ends with its one-screen error, not a traceback
             try:
-                await assistant.start()
+                await assistant.start(strict=strict_start)
             except SubagentsError as exc:
                 failed.append(exc)
                 self.should_exit = True

@@ -3,8 +3,10 @@
 * Browsers: a request carrying an ``Origin`` header from anywhere but the configured CORS
   origins is refused (403) before anything runs, so a web page cannot make a visitor's browser
   talk to the assistant; configured origins get CORS headers (preflight included).
-* ``POST`` bodies must be declared JSON (``application/json`` or ``...+json``), else 415: the
-  content types a cross-site form can send without a preflight are never accepted.
+* A browser's ``POST`` (one with an ``Origin`` header) must declare its body JSON
+  (``application/json`` or ``...+json``), else 415: the content types a cross-site form can
+  send without a preflight are never accepted from a page. A request without an ``Origin``
+  (``curl -d '{...}'``, a server) is read as JSON whatever its content type, as Rasa does.
 * ``Host``: with an allow-list of host names (the default when listening on a loopback
   address), any other ``Host`` header is refused (400), which defeats DNS rebinding.
 * Connections: one that has not sent a complete request line and headers within
@@ -63,17 +65,20 @@ def warn_if_exposed(host: str, token: str | None) -> None:
 
 def security_middleware(cors_origins: Sequence[str] = (),
                         allowed_hosts: Sequence[str] | None = None,
-                        channel_prefixes: Sequence[str] = ()) -> list[Middleware]:
+                        channel_prefixes: Sequence[str] = (),
+                        channels: Sequence[Middleware] = ()) -> list[Middleware]:
     """The middleware stack, outermost first.
 
-    Paths under ``channel_prefixes`` belong to input channels (platform webhooks, Socket.IO):
-    they verify their own callers (signatures, tokens) and take the platform's body formats, so
-    the browser guard leaves them alone.
+    Paths under ``channel_prefixes`` belong to input channels (platform webhooks): they verify
+    their own callers (signatures, tokens) and take the platform's body formats, so the browser
+    guard leaves them alone. ``channels`` (the channels' ASGI wrappers, Socket.IO) sit right
+    inside the ``Host`` check, and check browser origins themselves.
     """
     origins = [o.rstrip("/") for o in cors_origins]
     stack: list[Middleware] = []
     if allowed_hosts:
         stack.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    stack.extend(channels)
     if origins:
         stack.append(Middleware(CORSMiddleware, allow_origins=origins,
                                 allow_methods=["GET", "POST"],
@@ -86,7 +91,8 @@ def security_middleware(cors_origins: Sequence[str] = (),
 
 
 class BrowserGuard:
-    """Refuses foreign origins and non-JSON ``POST`` bodies (pure ASGI, streams untouched)."""
+    """Refuses foreign origins, and browsers' ``POST`` bodies not declared JSON (pure ASGI,
+    streams untouched)."""
 
     def __init__(self, app: ASGIApp, cors_origins: Sequence[str] = (),
                  exempt_prefixes: Sequence[str] = ()) -> None:
@@ -106,7 +112,8 @@ class BrowserGuard:
             await _refuse(send, 403, "cross-origin requests are not allowed",
                           "http.origin_forbidden")
             return
-        if scope["method"] == "POST" and not _is_json(headers.get("content-type", "")):
+        if scope["method"] == "POST" and origin is not None \
+                and not _is_json(headers.get("content-type", "")):
             await _refuse(send, 415, "send the body as application/json",
                           "http.unsupported_media_type")
             return

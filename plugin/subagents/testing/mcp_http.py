@@ -27,18 +27,21 @@ class _RequireHeader:
 
 @contextlib.asynccontextmanager
 async def serve_mcp(server: Any, transport: Literal["http", "sse"] = "http", *,
-                    require_header: tuple[str, str] | None = None) -> AsyncIterator[str]:
-    """Yield the server's URL (``.../mcp`` or ``.../sse``) while uvicorn serves it."""
+                    require_header: tuple[str, str] | None = None,
+                    port: int = 0) -> AsyncIterator[str]:
+    """Yield the server's URL (``.../mcp`` or ``.../sse``) while uvicorn serves it (on
+    ``port``, a random one by default)."""
     app: ASGIApp = server.streamable_http_app() if transport == "http" else server.sse_app()
     if require_header is not None:
         app = _RequireHeader(app, *require_header)
-    async with serve_app(app) as base:
+    async with serve_app(app, port=port) as base:
         yield f"{base}/{'mcp' if transport == 'http' else 'sse'}"
 
 
 @contextlib.asynccontextmanager
-async def serve_app(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve any ASGI app with uvicorn on 127.0.0.1 (random port); yield its base URL."""
+async def serve_app(app: ASGIApp, *, port: int = 0) -> AsyncIterator[str]:
+    """Serve any ASGI app with uvicorn on 127.0.0.1 (on ``port``, a random one by default);
+    yield its base URL."""
     import uvicorn
 
     class _Server(uvicorn.Server):
@@ -50,7 +53,7 @@ async def serve_app(app: ASGIApp) -> AsyncIterator[str]:
         def capture_signals(self) -> Iterator[None]:
             yield
 
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error", lifespan="on")
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error", lifespan="on")
     uv = _Server(config)
     task = asyncio.create_task(uv.serve())
     try:

@@ -94,10 +94,27 @@ class PendingConsent:
 
 
 class ConsentRegistry:
-    """The consents of this process that wait for a browser, by OAuth ``state``."""
+    """The consents of this process that wait for a browser, by OAuth ``state``.
+
+    Watchers (:meth:`watch`) hear of every state opened and closed: the relay between workers
+    announces them, so that a callback with a state nobody opened costs nothing.
+    """
 
     def __init__(self) -> None:
         self._by_state: dict[str, PendingConsent] = {}
+        self._watchers: list[tuple[Callable[[str], None], Callable[[str], None]]] = []
+
+    def watch(self, opened: Callable[[str], None], closed: Callable[[str], None]) -> None:
+        """Call ``opened(state)`` for each consent opened and ``closed(state)`` when it ends."""
+        self._watchers.append((opened, closed))
+
+    def unwatch(self, opened: Callable[[str], None]) -> None:
+        """Stop the watcher registered with ``opened``."""
+        self._watchers = [w for w in self._watchers if w[0] != opened]
+
+    def _tell(self, which: int, state: str) -> None:
+        for watcher in list(self._watchers):
+            watcher[which](state)
 
     def open(self, state: str, server: str, owner_key: str,
              elicitations: ElicitationRegistry | None = None) -> PendingConsent:
@@ -106,6 +123,7 @@ class ConsentRegistry:
                                  asyncio.get_running_loop().create_future(),
                                  elicitations=elicitations)
         self._by_state[state] = consent
+        self._tell(0, state)
         return consent
 
     def pending(self, state: str) -> PendingConsent | None:
@@ -128,6 +146,7 @@ class ConsentRegistry:
         consent = self._by_state.pop(state, None) if state else None
         if consent is None or consent.result.done():
             return None
+        self._tell(1, state)
         if code and not error:
             consent.result.set_result(AuthorizationCodeResult(code=code, state=state, iss=iss))
             if consent.elicitations is not None:
@@ -144,7 +163,8 @@ class ConsentRegistry:
 
     def drop(self, consent: PendingConsent, error: Exception) -> None:
         """Fail a consent that will not be completed (declined in the chat, or expired)."""
-        self._by_state.pop(consent.state, None)
+        if self._by_state.pop(consent.state, None) is not None:
+            self._tell(1, consent.state)
         if not consent.result.done():
             consent.result.set_exception(error)
 

@@ -10,6 +10,12 @@ the call runs, the conversation resumes where its channel allows), and reports t
 the page the browser sees. A state nobody acknowledges within :data:`ACK_WAIT` seconds gets the
 "expired" page.
 
+A callback costs a worker nothing unless its state is real: every worker registers the states
+it opens in Redis (a key named by the state's SHA-256, expiring after :data:`STATE_TTL`, removed
+when the sign-in ends), and a callback whose state is not registered gets the "expired" page
+after one ``EXISTS``. The relay's Redis connections come from a pool of its own of at most
+:data:`MAX_CONNECTIONS`, so no flood of callbacks can take the Redis server's connections.
+
 What crosses Redis is what the browser brought (state, code, issuer, error): no token, and a
 code is useless without the PKCE verifier that never leaves its worker. Nothing is logged.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import uuid
 from collections.abc import Awaitable, Callable
@@ -38,6 +45,27 @@ RESULT_WAIT = 70.0
 """Seconds it then waits for the holder to finish (the authorized call runs meanwhile)."""
 PARAMS = ("state", "code", "iss", "error")
 """The callback's query parameters that are handed over."""
+STATE_TTL = 3600
+"""Seconds a registered state lives in Redis at most (it is removed when its sign-in ends)."""
+MAX_CONNECTIONS = 16
+"""Redis connections the relay of one worker uses at most (its listener's included)."""
+POOL_WAIT = 5.0
+"""Seconds a callback waits for one of them before it gets the "expired" page."""
+
+
+def _state_key(state: str) -> str:
+    return f"subagents:oauth:state:{hashlib.sha256(state.encode()).hexdigest()}"
+
+
+def bounded_client(redis: Any) -> Any:
+    """A client with the settings of ``redis`` and a pool of its own of at most
+    :data:`MAX_CONNECTIONS` connections (a caller waits up to :data:`POOL_WAIT` for one)."""
+    from redis.asyncio import BlockingConnectionPool, Redis
+
+    pool = redis.connection_pool
+    return Redis(connection_pool=BlockingConnectionPool(
+        connection_class=pool.connection_class, max_connections=MAX_CONNECTIONS,
+        timeout=POOL_WAIT, **pool.connection_kwargs))
 
 
 @dataclass(frozen=True)
@@ -59,23 +87,47 @@ class ConsentRelay:
 
     def __init__(self, redis: Any, complete: Completer) -> None:
         """Args:
-            redis: A ``redis.asyncio.Redis`` client (the lock store's).
+            redis: A ``redis.asyncio.Redis`` client (the lock store's): its settings are used
+                for a bounded pool of the relay's own.
             complete: Finishes a callback locally (:func:`~.consent_route.complete_callback`).
         """
-        self.redis = redis
+        self.redis = bounded_client(redis)
         self.complete = complete
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None
         self._serving: set[asyncio.Task[None]] = set()
+        self._registering: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        """Listen for callbacks other workers received."""
+        """Listen for callbacks other workers received, and register the states this worker
+        opens from now on."""
         self._pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         await self._pubsub.subscribe(CHANNEL)
         self._listener = asyncio.ensure_future(self._listen())
+        CONSENTS.watch(self._opened, self._closed)
+
+    def _opened(self, state: str) -> None:
+        self._in_background(self.redis.set(_state_key(state), b"1", ex=STATE_TTL))
+
+    def _closed(self, state: str) -> None:
+        self._in_background(self.redis.delete(_state_key(state)))
+
+    def _in_background(self, command: Awaitable[Any]) -> None:
+        async def run() -> None:
+            try:
+                await command
+            except Exception as exc:  # noqa: BLE001 - a lost registration: that link expires
+                log.warning("mcp.oauth.relay_register_failed", error_type=type(exc).__name__)
+
+        task = asyncio.ensure_future(run())
+        self._registering.add(task)
+        task.add_done_callback(self._registering.discard)
 
     async def close(self) -> None:
         """Stop listening; callbacks being finished here run to their end first."""
+        CONSENTS.unwatch(self._opened)
+        if self._registering:
+            await asyncio.wait(set(self._registering), timeout=POOL_WAIT)
         if self._listener is not None:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -87,6 +139,8 @@ class ConsentRelay:
             with contextlib.suppress(Exception):
                 await self._pubsub.aclose()
             self._pubsub = None
+        with contextlib.suppress(Exception):
+            await self.redis.aclose()
 
     async def _listen(self) -> None:
         while True:
@@ -131,6 +185,12 @@ class ConsentRelay:
 
         Returns the outcome, or None when no worker holds the state (or Redis failed).
         """
+        try:  # a state no worker registered costs one command, nothing more
+            if not await self.redis.exists(_state_key(params.get("state", ""))):
+                return None
+        except Exception as exc:  # noqa: BLE001 - the page says "expired"; the log says why
+            log.warning("mcp.oauth.relay_forward_failed", error_type=type(exc).__name__)
+            return None
         reply = f"{CHANNEL}:reply:{uuid.uuid4().hex}"
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         try:
