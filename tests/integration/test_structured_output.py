@@ -150,5 +150,5 @@ def test_self_hosted_models_default_to_auto_and_hosted_ones_to_off():
 def test_an_unknown_mode_is_a_configuration_problem():
     problems = model_key_problems({"provider": "openai", "model": "m",
                                    "structured_output": "always"})
-    assert [(key, code) for key, code, _, _ in problems] == [
+    assert [(key, code) for key, code, *_ in problems] == [
         ("structured_output", "llm.structured_output.invalid")]
