@@ -160,10 +160,11 @@ def provider_problems(data: dict[str, Any]) -> list[ModelProblem]:
         close = difflib.get_close_matches(provider, [*providers.OPENAI_COMPATIBLE,
                                                      *providers.HOSTED,
                                                      *providers.LITELLM_PROVIDERS], n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
         return [(key, "llm.provider.unsupported", f"provider {provider!r} is not one subagents "
-                 "can call", f"did you mean {close[0]!r}?" if close else
-                 "see the providers in docs/configuration.md; any OpenAI-compatible server "
-                 "works with provider: self-hosted and api_base", "error")]
+                 "can call", f"{guess}the providers are listed in docs/configuration.md; any "
+                 "OpenAI-compatible server works with provider: self-hosted and api_base",
+                 "error")]
     problems: list[ModelProblem] = []
     via = providers.route(provider, _expanded(data.get("api_base")))
     if via == "litellm" and not providers.litellm_installed():

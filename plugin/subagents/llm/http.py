@@ -143,7 +143,9 @@ class ModelEndpoint:
                 async for payload in _server_sent_data(response):
                     yield payload
         except TimeoutError as exc:
-            raise self._timed_out(timing) from exc
+            error = self._timed_out(timing)
+            error.retryable = False  # the reply had started: never attempted again
+            raise error from exc
         except aiohttp.ClientError as exc:
             raise ModelCallError(f"the connection to the model endpoint broke mid-reply: "
                                  f"{_describe(exc)}", code="llm.connection") from exc

@@ -62,6 +62,8 @@ _AWS_AUTH = re.compile(r"UnrecognizedClientException|InvalidSignatureException|"
                        r"ExpiredToken|security token included in the request is invalid", re.I)
 _RETRY_DELAY = re.compile(r"\"?retryDelay\"?\s*:\s*\"?(\d+(?:\.\d+)?)s")
 _MAX_DETAIL = 400
+_REPORT_MARGIN = 2.0
+"""Seconds past an attempt's time that LiteLLM gets to report its own timeout of a request."""
 
 
 class _Loaded:
@@ -80,6 +82,8 @@ def _import_litellm() -> ModuleType:
         logger = logging.getLogger(name)
         for handler in list(logger.handlers):
             logger.removeHandler(handler)
+        if not os.environ.get("LITELLM_LOG"):  # its own switch; else a line per call at INFO
+            logger.setLevel(logging.WARNING)
     return module  # type: ignore[no-any-return]
 
 
@@ -216,15 +220,22 @@ class LiteLLMModel:
     async def _attempt(self, litellm: ModuleType, request: dict[str, Any],
                        on_text: TextCallback | None, scope: CallScope | None,
                        started: float) -> LLMResponse:
-        """One attempt: the call and, streamed, its whole stream, within the attempt's time."""
+        """One attempt: the call and, streamed, its whole stream, within the attempt's time.
+
+        The request itself is bounded by LiteLLM's own ``timeout`` (ours gives it
+        :data:`_REPORT_MARGIN` more to report it: cancelling LiteLLM while it still prepares the
+        request in a worker thread would drop that request unawaited); a stream is cut exactly
+        when the attempt's time is up."""
         timing = attempt_timing(self.settings.timeout, scope, self.settings.model)
         merger = StreamMerger(on_text, started) if request.get("stream") else None
+        began = time.monotonic()
         reply: Any = None
         try:
-            async with asyncio.timeout(timing.seconds):
+            async with asyncio.timeout(timing.seconds + _REPORT_MARGIN):
                 reply = await litellm.acompletion(**request, timeout=timing.seconds)
-                if merger is None:
-                    return _plain(reply)
+            if merger is None:
+                return _plain(reply)
+            async with asyncio.timeout(max(0.01, timing.seconds - (time.monotonic() - began))):
                 async for chunk in reply:
                     await merger.add(chunk.model_dump(exclude_none=True))
         except TimeoutError as exc:
@@ -261,7 +272,7 @@ class LiteLLMModel:
         async def attempt() -> Any:
             timing = attempt_timing(self.settings.timeout, scope, self.settings.model)
             try:
-                async with asyncio.timeout(timing.seconds):
+                async with asyncio.timeout(timing.seconds + _REPORT_MARGIN):
                     return await litellm.aembedding(**request, timeout=timing.seconds)
             except TimeoutError as exc:
                 raise timed_out(timing, self.settings.timeout, self.settings.model) from exc
@@ -333,7 +344,8 @@ def model_error(exc: BaseException, model: str, timing: Timing, timeout: float
                               code="llm.bad_response")
     status = getattr(error, "status_code", None)
     status = status if isinstance(status, int) else None
-    if isinstance(error, openai.AuthenticationError) or (status == 403 and _AWS_AUTH.search(text)):
+    if isinstance(error, openai.AuthenticationError) or (status == 403 and (
+            _AWS_AUTH.search(text) or _AWS_AUTH.search(_header(error, exc, "x-amzn-errortype")))):
         return ModelCallError(f"the model provider refused the credentials: {detail}",
                               code="llm.auth", status=status)
     if isinstance(error, openai.APIStatusError) and status is not None:
@@ -358,6 +370,15 @@ def _causes(exc: BaseException) -> list[BaseException]:
         current = (getattr(current, "original_exception", None) or current.__cause__
                    or current.__context__)
     return chain
+
+
+def _header(error: BaseException, raised: BaseException, name: str) -> str:
+    """A header of the provider's error reply (LiteLLM keeps them on the exception)."""
+    for source in (error, raised):
+        headers = getattr(source, "litellm_response_headers", None)
+        if headers is not None and headers.get(name):
+            return str(headers.get(name))
+    return ""
 
 
 def _retry_after(error: BaseException, raised: BaseException, text: str) -> float | None:
