@@ -62,7 +62,7 @@ HOSTED: dict[str, Hosted] = {
                       stream_usage=False, ensure_v1=True,
                       renamed={"max_completion_tokens": "max_tokens", "seed": "random_seed"}),
     "huggingface": Hosted("https://router.huggingface.co/v1", ("HF_TOKEN", "HUGGINGFACE_API_KEY"),
-                          ("HF_API_BASE", "HUGGINGFACE_API_BASE")),
+                          ("HF_API_BASE", "HUGGINGFACE_API_BASE"), ensure_v1=True),
     "cohere": Hosted("https://api.cohere.ai/compatibility/v1", ("COHERE_API_KEY", "CO_API_KEY"),
                      stream_usage=False, renamed={"max_completion_tokens": "max_tokens"}),
     "together_ai": Hosted("https://api.together.xyz/v1",
