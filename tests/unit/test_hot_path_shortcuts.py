@@ -7,8 +7,8 @@ import json
 
 import pytest
 from subagents import events as ev
-from subagents.agents._plan import Plan, assistant_message
 from subagents.agents.budgets import caps_set
+from subagents.agents.plan import Plan, assistant_message
 from subagents.config.budgets import BudgetCaps, Budgets
 from subagents.llm import LLMResponse, ToolCall
 from subagents.llm.openai_compat import parse_completion as _parse_completion

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from subagents.agents.schemas import AgentInput
 from subagents.types import ChatMessage, TrackerEvent
@@ -32,7 +33,7 @@ def _bot_text(event: TrackerEvent) -> str:
     return text
 
 
-def previous_run_region(events: list[TrackerEvent], agent: str) -> tuple[int, int] | None:
+def previous_run_region(events: Sequence[TrackerEvent], agent: str) -> tuple[int, int] | None:
     """Indexes (start, end) of the agent's last completed run in ``events``."""
     end = next((i for i in range(len(events) - 1, -1, -1)
                 if events[i].get("event") == "agent_completed"

@@ -42,14 +42,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import structlog
 
-from subagents.agents.base import MCPBaseAgent
+from subagents.agents.protocol import agent_text_event
 from subagents.agents.schemas import AgentInput, AgentOutput, AgentStatus
 from subagents.config._base import resolve_env
 from subagents.config.sub_agent import AgentConfiguration, SubAgentConfig
 from subagents.exceptions import AgentInitializationError, ConfigError, MCPConnectionError
 from subagents.observability import traced_agent_run
 from subagents.retry import RetryPolicy, retry_call
-from subagents.types import CallScope, OutputChannel
+from subagents.types import CallScope, Event, OutputChannel
 
 if TYPE_CHECKING:
     import httpx
@@ -99,7 +99,7 @@ class _Reply:
             self.text.append(text)
 
 
-class A2AAgent(MCPBaseAgent):
+class A2AAgent:
     """A remote A2A agent used as a sub agent; subclass it and point ``configuration.module``
     at the subclass to rewrite inputs (:meth:`process_input`) or outputs
     (:meth:`process_agent_output`)."""
@@ -116,8 +116,6 @@ class A2AAgent(MCPBaseAgent):
         self.description = description
         self.configuration = configuration or AgentConfiguration()
         self.project_root = project_root or Path.cwd()
-        self.mcp_toolset = None
-        self._custom_tools = []
         if not self.configuration.agent_card:
             raise AgentInitializationError(
                 f"agent {name!r}: protocol A2A needs configuration.agent_card (a file path or "
@@ -129,7 +127,7 @@ class A2AAgent(MCPBaseAgent):
     @classmethod
     def from_config(cls, config: SubAgentConfig, *, endpoints: EndpointsConfig | None = None,
                     pool: MCPPool | None = None, project_root: Path | None = None,
-                    llm: Model | None = None) -> MCPBaseAgent:
+                    llm: Model | None = None) -> A2AAgent:
         """Build the agent from its ``config.yml`` (the model settings are not used)."""
         return cls(config.agent.name, config.agent.description,
                    configuration=config.configuration, project_root=project_root)
@@ -279,7 +277,21 @@ class A2AAgent(MCPBaseAgent):
         if http is not None:
             await http.aclose()
 
+    @property
+    def protocol_type(self) -> str:
+        """``a2a``."""
+        return self.PROTOCOL_TYPE
+
     # ------------------------------------------------------------------ hooks
+    async def process_input(self, input: AgentInput) -> AgentInput:
+        """Rewrite the input before the remote call; identity by default."""
+        return input
+
+    def create_bot_uttered(self, text: str, agent_input: AgentInput,
+                           message_type: str = "final_response") -> Event:
+        """A ``bot`` event for text the remote agent sent, with the agent's metadata."""
+        return agent_text_event(type(self).__name__, self.name, text, agent_input, message_type)
+
     async def process_agent_output(self, output: AgentOutput) -> AgentOutput:
         """Rewrite the output of a remote run (add ``slot`` events, change the text, ...)."""
         return output
@@ -376,7 +388,7 @@ class A2AAgent(MCPBaseAgent):
         request = self._request(self._outbound_text(agent_input), meta.get(TASK_ID_KEY),
                                 context_id or None, slots, _json_safe(outbound))
         reply = _Reply()
-        events: list[dict[str, Any]] = []
+        events: list[Event] = []
         try:
             with anyio.fail_after(self._timeout):
                 async for item in self._send_stream(request):
@@ -404,7 +416,7 @@ class A2AAgent(MCPBaseAgent):
         return output
 
     async def _take(self, item: Any, reply: _Reply, agent_input: AgentInput,
-                    channel: OutputChannel | None, events: list[dict[str, Any]]) -> None:
+                    channel: OutputChannel | None, events: list[Event]) -> None:
         from a2a.helpers import get_message_text
 
         reply.events += 1
@@ -465,14 +477,14 @@ class A2AAgent(MCPBaseAgent):
                                                     "mime_type": part.media_type}})
 
     async def _intermediate(self, text: str, agent_input: AgentInput,
-                            channel: OutputChannel | None, events: list[dict[str, Any]]) -> None:
+                            channel: OutputChannel | None, events: list[Event]) -> None:
         event = self.create_bot_uttered(text, agent_input, "intermediate_message")
         events.append(event)
         if channel is not None and agent_input.recipient_id is not None:
             await channel.send_text_message(agent_input.recipient_id, text)
 
     async def _poll(self, reply: _Reply, agent_input: AgentInput, channel: OutputChannel | None,
-                    events: list[dict[str, Any]]) -> None:
+                    events: list[Event]) -> None:
         from a2a.types import GetTaskRequest
 
         delay = float(self.configuration.polling_initial_delay or 0.5)
@@ -486,7 +498,7 @@ class A2AAgent(MCPBaseAgent):
             reply.state = "POLLING_TIMED_OUT"
 
     def _finish(self, agent_input: AgentInput, reply: _Reply,
-                events: list[dict[str, Any]]) -> AgentOutput:
+                events: list[Event]) -> AgentOutput:
         text = "\n".join(reply.text)
         state = reply.state
         if not reply.events:
@@ -512,7 +524,7 @@ class A2AAgent(MCPBaseAgent):
         return self._fail(agent_input, events, AgentStatus.FATAL_ERROR,
                           f"the remote agent ended in an unknown state {state or 'unset'!r}")
 
-    def _out(self, agent_input: AgentInput, status: AgentStatus, events: list[dict[str, Any]],
+    def _out(self, agent_input: AgentInput, status: AgentStatus, events: list[Event],
              reply: _Reply, *, metadata: dict[str, Any] | None = None,
              response: str | None = None, reason: str | None = None) -> AgentOutput:
         previous = agent_input.metadata.get("structured_results") or []
@@ -523,14 +535,14 @@ class A2AAgent(MCPBaseAgent):
                            task_id=reply.task_id, context_id=reply.context_id,
                            metadata=metadata or None, exit_reason=reason)
 
-    def _fail(self, agent_input: AgentInput, events: list[dict[str, Any]], status: AgentStatus,
+    def _fail(self, agent_input: AgentInput, events: list[Event], status: AgentStatus,
               message: str) -> AgentOutput:
         log.warning("agent.a2a.failed", agent=self.name, status=status.value, error=message)
         return AgentOutput(id=self.name, status=status, events=events, error_message=message,
                            exit_reason="error")
 
 
-def _script_reply(reply: _Reply, events: list[dict[str, Any]]) -> dict[str, Any]:
+def _script_reply(reply: _Reply, events: list[Event]) -> dict[str, Any]:
     """The remote agent's answer as an ``a2a_script`` reply, for recording.
 
     Artifacts keep their text and data parts when replaying them gives the same response text;

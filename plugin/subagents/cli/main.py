@@ -394,7 +394,9 @@ def cmd_test(args: argparse.Namespace) -> int:
                 print(case_line(result), flush=True)
                 if args.fail_fast and not result.passed:
                     break
+            notices = "".join(f"note: {notice}\n" for notice in runner.notices)
         progress.close()
+        print(notices, end="")
         return results
 
     results = asyncio.run(run_all())

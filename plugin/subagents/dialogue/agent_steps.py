@@ -26,16 +26,17 @@ import structlog
 
 from subagents import events as ev
 from subagents.agents._copying import copy_input
-from subagents.agents.base import MCPBaseAgent
+from subagents.agents.protocol import SubAgent
 from subagents.agents.registry import protocol_type_for
 from subagents.agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
 from subagents.conditions import referenced_slots
 from subagents.config.flows import Flow, Step
 from subagents.config.project import Project
+from subagents.config.validation import unfillable_exit_slots
 from subagents.dialogue.navigation import Navigator
 from subagents.dialogue.patterns import Patterns
 from subagents.dialogue.responses import Responder
-from subagents.dialogue.results import StepResult
+from subagents.dialogue.results import Advance
 from subagents.dialogue.stack import AgentFrame, FlowFrame
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import transcript
@@ -79,7 +80,7 @@ class AgentSteps:
         retry_delays: Pauses (seconds) between attempts after a recoverable error.
     """
 
-    def __init__(self, project: Project, agents: dict[AgentKey, MCPBaseAgent], *,
+    def __init__(self, project: Project, agents: dict[AgentKey, SubAgent], *,
                  responder: Responder, navigator: Navigator, patterns: Patterns,
                  assistant_id: str, model_id: str,
                  retry_delays: tuple[float, ...] = (1.0, 2.0)) -> None:
@@ -93,23 +94,23 @@ class AgentSteps:
         self.model_id = model_id
         self.retry_delays = retry_delays
 
-    async def on_top(self, turn: Turn, frame: AgentFrame) -> StepResult:
+    async def on_top(self, turn: Turn, frame: AgentFrame) -> Advance:
         """An agent frame is on top of the stack: resume, re-ask, wait or drop it."""
         if frame.state == FrameState.INTERRUPTED:
             self.patterns.ask_to_continue(turn)
-            return StepResult.CHANGED
+            return Advance.CHANGED
         if frame.state == FrameState.WAITING and turn.agent_ran:
-            return StepResult.WAIT
+            return Advance.WAIT
         host = turn.stack.frame_of_flow(frame.flow_id)
         flow = self.flows.get(frame.flow_id)
         step = flow.step(frame.step_id) if flow else None
         if host is None or flow is None or step is None:
             turn.stack.remove(frame)
-            return StepResult.CHANGED
+            return Advance.CHANGED
         return await self.run(turn, host, flow, step, frame)
 
     async def run(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
-                  frame: AgentFrame | None) -> StepResult:
+                  frame: AgentFrame | None) -> Advance:
         """Invoke the agent of ``step`` (first call, next message, or resumption)."""
         name = str(step.model.call)
         protocol = agent_protocol(step, self.project)
@@ -135,7 +136,7 @@ class AgentSteps:
             turn.stamp = {}
 
     # ------------------------------------------------------------------ agent input
-    def _start_input(self, turn: Turn, agent: MCPBaseAgent, flow: Flow, step: Step,
+    def _start_input(self, turn: Turn, agent: SubAgent, flow: Flow, step: Step,
                      frame: AgentFrame | None, protocol: str) -> AgentInput:
         name = agent.name
         restarted = bool(frame and frame.is_restart and not frame.metadata.get("_restart_done"))
@@ -159,7 +160,8 @@ class AgentSteps:
             metadata["exit_if"] = exit_if
         if restarted:
             metadata["restarted"] = True
-        return self._build_input(turn, name, turn.user_text, exit_slots, metadata, turn.events)
+        return self._build_input(turn, name, turn.user_text, exit_slots, metadata, turn.events,
+                                 step)
 
     def _started_metadata(self, name: str, protocol: str, exit_if: list[str]) -> dict[str, Any]:
         spec = self.project.agents[name].config
@@ -172,7 +174,7 @@ class AgentSteps:
             started["exit_conditions"] = exit_if
         return started
 
-    def _resume_input(self, turn: Turn, agent: MCPBaseAgent, step: Step,
+    def _resume_input(self, turn: Turn, agent: SubAgent, step: Step,
                       frame: AgentFrame) -> AgentInput:
         """The resumed agent is told its pending question; the digression is cut away."""
         last_request = str(frame.metadata.get("agent_response") or "")
@@ -190,7 +192,7 @@ class AgentSteps:
         if step.model.exit_if:
             metadata["exit_if"] = list(step.model.exit_if)
         return self._build_input(turn, agent.name, RESUME_INSTRUCTION.format(ask=ask),
-                                 referenced_slots(step.exit_if), metadata, events)
+                                 referenced_slots(step.exit_if), metadata, events, step)
 
     def _base_metadata(self, turn: Turn) -> dict[str, Any]:
         meta = {"sender_id": turn.sender_id, "agent_id": self.assistant_id,
@@ -204,7 +206,8 @@ class AgentSteps:
         return meta
 
     def _build_input(self, turn: Turn, name: str, user_message: str, exit_slots: list[str],
-                     metadata: dict[str, Any], events: list[dict[str, Any]]) -> AgentInput:
+                     metadata: dict[str, Any], events: list[dict[str, Any]],
+                     step: Step) -> AgentInput:
         slots = []
         for slot_name, definition in self.project.domain.slots.items():
             if slot_name in EXCLUDED_SLOTS:
@@ -221,11 +224,14 @@ class AgentSteps:
                                  conversation_history=transcript(events, 20), metadata=metadata,
                                  recipient_id=turn.sender_id)
         # not validated (a copy of every event of the conversation): each attempt gets its own
-        # deep copy of them (_call_with_retries), and until then nothing changes them
-        agent_input.events = events
+        # deep copy of them as typed events (_call_with_retries), and until then nothing
+        # changes them
+        agent_input.events = events  # type: ignore[assignment]
+        if step.exit_if:  # parsed when the project loaded: the agent does not parse them again
+            agent_input.attach_exit_conditions(list(step.exit_if))
         return agent_input
 
-    async def _call_with_retries(self, agent: MCPBaseAgent, agent_input: AgentInput,
+    async def _call_with_retries(self, agent: SubAgent, agent_input: AgentInput,
                                  turn: Turn) -> AgentOutput:
         """Run the agent; a recoverable error is tried again (``MAX_AGENT_ATTEMPTS`` in all,
         pausing ``retry_delays``, never past the turn's deadline), a crash is fatal."""
@@ -255,17 +261,17 @@ class AgentSteps:
 
     # ------------------------------------------------------------------ agent output
     async def _dispatch(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
-                        frame: AgentFrame | None, output: AgentOutput) -> StepResult:
+                        frame: AgentFrame | None, output: AgentOutput) -> Advance:
         status = output.status
         if status == AgentStatus.INPUT_REQUIRED:
             self._keep_waiting(turn, flow, step, frame, output)
             turn.add(ev.action_executed("action_agent_request_user_input"))
-            return StepResult.WAIT
+            return Advance.WAIT
         if frame is not None:
             turn.stack.remove(frame)
         if status == AgentStatus.COMPLETED:
             await self._completed(turn, host, flow, step, output)
-            return StepResult.CHANGED
+            return Advance.CHANGED
         return self._ended(turn, host, flow, step, output)
 
     async def _completed(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
@@ -285,7 +291,7 @@ class AgentSteps:
         await self.navigator.move_next(turn, host, flow, step)
 
     def _ended(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
-               output: AgentOutput) -> StepResult:
+               output: AgentOutput) -> Advance:
         """Any status but input_required and completed: cancel the agent and its flow."""
         name, status = str(step.model.call), output.status
         reason = output.error_message or f"agent {name!r} ended with status {status.value}"
@@ -298,13 +304,26 @@ class AgentSteps:
         turn.stack.remove_flow(host)
         turn.stamp = {}
         if status == AgentStatus.CANCELLED:
-            return StepResult.WAIT
+            return Advance.WAIT
         log.warning("dialogue.agent.failed", agent=name, flow=flow.id, error=reason)
+        self._explain_unfillable(name, flow, step)
         self.patterns.internal_error(turn, error_source="agent", agent_name=name,
                                      flow_id=flow.id, step_id=step.id,
                                      agent_type=agent_protocol(step, self.project),
                                      error_message=reason)
-        return StepResult.CHANGED
+        return Advance.CHANGED
+
+    def _explain_unfillable(self, name: str, flow: Flow, step: Step) -> None:
+        """When the failed agent's ``exit_if`` reads slots it can never fill, log that cause
+        (``validate`` warns about it as ``flow.exit_if.slot_not_fillable``)."""
+        if not step.model.exit_if or name not in self.project.agents:
+            return
+        slots = unfillable_exit_slots(step.exit_if, self.project.domain,
+                                      self.project.agents[name].config)
+        if slots:
+            log.warning("dialogue.agent.exit_slot_not_fillable", agent=name, flow=flow.id,
+                        slots=slots, fix="add a from_llm mapping to each of these slots: the "
+                        "agent gets a set_slot tool only for slots the model may fill")
 
     @staticmethod
     def _keep_waiting(turn: Turn, flow: Flow, step: Step, frame: AgentFrame | None,

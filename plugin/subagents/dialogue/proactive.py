@@ -72,8 +72,10 @@ def parked_on(stack: Stack, call_id: str) -> bool:
     return isinstance(call, dict) and call.get("id") == call_id
 
 
-def latest_metadata(events: list[dict[str, Any]], allowed: frozenset[str]) -> dict[str, Any]:
-    """The allow-listed metadata of the latest user message (what agents saw with it)."""
+def latest_metadata(events: list[dict[str, Any]],
+                    allowed: frozenset[str] | None) -> dict[str, Any]:
+    """The metadata of the latest user message that agents saw with it (``allowed``: the keys
+    that reach agents; None: every key)."""
     latest = next((e for e in reversed(events) if e.get("event") == "user"), None)
     recorded = (latest or {}).get("metadata")
     return split_client_metadata(recorded if isinstance(recorded, dict) else {},

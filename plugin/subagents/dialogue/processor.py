@@ -17,16 +17,16 @@ from typing import Any
 import structlog
 
 from subagents import events as ev
-from subagents.agents.base import MCPBaseAgent
+from subagents.agents.protocol import SubAgent
 from subagents.agents.registry import create_agent, protocol_type_for
 from subagents.config.project import Project, ProjectPaths, load_project
 from subagents.dialogue.actions import ActionRunner
-from subagents.dialogue.builtin_actions import start_session
 from subagents.dialogue.client_input import (
     ClientInputError,
     ClientMetadata,
     TurnFailedError,
     accept_client_results,
+    agent_metadata_keys,
     check_message_id,
     check_sender_id,
     declared_metadata_keys,
@@ -75,14 +75,16 @@ class Assistant:
                  lock_store: LockStore | None = None, llm_factory: LLMFactory | None = None,
                  action_stubs: dict[str, Any] | None = None,
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 client_metadata_keys: Iterable[str] = (),
+                 client_metadata_keys: Iterable[str] | None = None,
                  turn_timeout: float | None = None) -> None:
         self.project = project
         self.turn_timeout = turn_timeout or _env_turn_timeout()
         """Seconds a turn may take, waiting for the sender's lock excluded."""
-        self.client_metadata_keys = frozenset(declared_metadata_keys(project)) | frozenset(
-            client_metadata_keys)
-        """Message metadata keys a client may send that reach agents (an allow-list)."""
+        self.client_metadata_keys: frozenset[str] | None = agent_metadata_keys(project) \
+            if client_metadata_keys is None else frozenset(client_metadata_keys) | frozenset(
+                declared_metadata_keys(project))
+        """Message metadata keys that reach agents (an allow-list); None: every key that is
+        not reserved, as in Rasa."""
         self.root = project.root
         factory = llm_factory or default_llm_factory
         self.tracker_store = tracker_store or create_tracker_store(
@@ -90,7 +92,7 @@ class Assistant:
         self.lock_store = lock_store or create_lock_store(project.endpoints.lock_store)
         self.pool = MCPPool(project.endpoints, root=project.root,
                             tokens_url=getattr(self.tracker_store, "url", None))
-        self.agents: dict[tuple[str, str], MCPBaseAgent] = {}
+        self.agents: dict[tuple[str, str], SubAgent] = {}
         for _, step in project.agent_call_steps():
             name = str(step.model.call)
             protocol = protocol_type_for(project.agents[name], has_exit_if=bool(step.model.exit_if))
@@ -105,7 +107,8 @@ class Assistant:
         generator_settings = resolve_model_settings(project.pipeline.command_generator_llm(),
                                                     project.endpoints, where="config.yml")
         self.command_llm = factory(COMMAND_GENERATOR, generator_settings)
-        self.understanding = CommandGenerator(project, self.command_llm)
+        generator = project.command_generator_class or CommandGenerator
+        self.understanding: CommandGenerator = generator(project, self.command_llm)
         self.actions = ActionRunner(project, stubs=action_stubs)
         self.executor = FlowExecutor(project, self.agents, self.actions,
                                      assistant_id=project.assistant_id,
@@ -165,7 +168,8 @@ class Assistant:
 
         ``metadata["client_tool_results"]`` (``[{"id", "result"}]``) delivers the results of
         client-executed tools; with an empty ``text`` the turn only resumes the waiting agent.
-        Of the other metadata keys, only those in :attr:`client_metadata_keys` reach agents.
+        The other metadata keys reach agents (only those in :attr:`client_metadata_keys` when
+        the project narrows them); reserved names are dropped.
         A ``message_id`` the conversation has already recorded is not handled again: its
         recorded bot messages are sent again and no events are returned (a client's retry).
 
@@ -222,7 +226,7 @@ class Assistant:
             commands: list[Command] = [ContinueAgent()]
         else:
             if not record.events:  # a new conversation starts its first session, as in Rasa
-                start_session(turn)
+                await self.executor.start_session(turn, client.recorded)
             user = turn.add(ev.user_uttered(text, metadata=dict(client.recorded)))
             user["message_id"] = message_id
             try:

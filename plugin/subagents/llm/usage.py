@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -67,7 +68,7 @@ def _prices() -> dict[str, tuple[float, float]]:
         return {}
 
 
-def conversation_usage(events: list[dict[str, Any]]) -> dict[str, Any]:
+def conversation_usage(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Totals over a conversation's events, per model and overall (with cost where priced)."""
     models: Tally = {}
     for event in events:
