@@ -7,7 +7,7 @@ from __future__ import annotations
 import anyio
 import pytest
 from subagents.dialogue.commands import KnowledgeAnswer, parse_commands
-from subagents.dialogue.results import StepResult
+from subagents.dialogue.results import Advance
 from subagents.testing import FakeModelServer
 
 from tests.dialogue_harness import Conversation, assistant_for, names, write_project
@@ -66,7 +66,7 @@ async def test_a_search_backend_plugs_in_through_action_trigger_search(tmp_path,
         asked.append(turn.user_text)
         await executor.responder.say(turn, "We deliver every day.",
                                      {"utter_source": "EnterpriseSearchPolicy"})
-        return StepResult.NEXT
+        return Advance.NEXT
 
     async with FakeModelServer({"command_generator": ["search and reply"]}) as fake, \
             assistant_for(project, fake) as assistant:
