@@ -53,6 +53,11 @@ compat: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .subagents
 
+.PHONY: providers
+# providers reached through LiteLLM (installs the providers extra) against local stand-ins
+providers: $(STAMP)
+	bash .ci/suites/providers.sh
+
 .PHONY: interop
 # reference MCP servers through a real agent + the MCP client conformance suite (cached installs)
 interop: $(STAMP)

@@ -150,5 +150,29 @@ def test_self_hosted_models_default_to_auto_and_hosted_ones_to_off():
 def test_an_unknown_mode_is_a_configuration_problem():
     problems = model_key_problems({"provider": "openai", "model": "m",
                                    "structured_output": "always"})
-    assert [(key, code) for key, code, _, _ in problems] == [
+    assert [(key, code) for key, code, *_ in problems] == [
         ("structured_output", "llm.structured_output.invalid")]
+
+
+async def test_an_agents_answer_in_the_json_form_reaches_a_streaming_user_once():
+    from subagents.agents.open_agent import MCPOpenAgent
+    from subagents.channels.collecting import CollectingOutputChannel
+    from subagents.config.sub_agent import SubAgentConfig
+
+    config = SubAgentConfig.model_validate({
+        "agent": {"name": "helper", "description": "Answers."},
+        "configuration": {"include_date_time": False}})
+    script = [reply({"answer": "Sunny in Riga."})]
+    async with FakeModelServer({"helper": script}) as fake:
+        llm = build_model(ModelSettings(model="m", provider="self-hosted",
+                                        api_base=fake.base_url("helper"), max_retries=0,
+                                        structured_output="json_schema"), name="helper")
+        agent = MCPOpenAgent.from_config(config, llm=llm)
+        await agent.connect()
+        channel = CollectingOutputChannel(streaming=True)
+        from tests.agent_harness import agent_input
+
+        output = await agent.run(agent_input("weather?", name="helper"), channel)
+        await agent.disconnect()
+    assert channel.texts == ["Sunny in Riga."]
+    assert [e["text"] for e in output.events if e["event"] == "bot"] == ["Sunny in Riga."]

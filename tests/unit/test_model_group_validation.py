@@ -82,7 +82,7 @@ def test_unknown_router_keys_and_response_caching_are_warnings(make_project):
 
 
 @pytest.mark.parametrize(("model", "code"), [
-    ("{provider: gemini, model: g}", "llm.provider.unsupported"),
+    ("{provider: huggingface_local, model: g}", "llm.provider.unsupported"),
     ("{provider: self-hosted, model: llama}", "llm.self_hosted.api_base_missing"),
     ("{provider: azure, model: gpt-4, api_version: '2024-06-01'}", "llm.azure.deployment_missing"),
     ("{model: gpt-4.1-mini, stream: true}", "llm.option.forbidden"),

@@ -252,7 +252,7 @@ def test_a_misspelled_endpoints_key_is_an_error_with_a_suggestion(make_project):
 
 @pytest.mark.parametrize(("model", "code", "key"), [
     ("{provider: openai, model: m, temprature: 0.2}", "llm.option.unknown", "temprature"),
-    ("{provider: anthropic, model: claude}", "llm.provider.unsupported", "provider"),
+    ("{provider: anthropc, model: claude}", "llm.provider.unsupported", "provider"),
     ("{provider: openai, model: m, stream: true}", "llm.option.forbidden", "stream"),
     ("{provider: azure, model: m, api_version: '2024-02-01'}", "llm.azure.deployment_missing",
      "provider"),
@@ -315,7 +315,7 @@ def test_an_inline_agent_llm_is_checked_too(make_project):
           description: Books a table.
         configuration:
           llm:
-            provider: gemini
+            provider: palm
             model: g
         connections:
           mcp_servers:

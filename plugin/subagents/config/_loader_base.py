@@ -62,8 +62,8 @@ class _LoaderBase:
         ``group``: then reported by :meth:`report_group_models`)."""
         if not isinstance(raw, dict) or "model_group" in raw:
             return
-        for key, code, message, hint in model_key_problems(raw):
-            issue = doc.issue(code, message, (*loc, key), hint=hint)
+        for key, code, message, hint, severity in model_key_problems(raw):
+            issue = doc.issue(code, message, (*loc, key), hint=hint, severity=severity)
             if group is None:
                 self.issues.append(issue)
             else:

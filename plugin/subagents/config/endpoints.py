@@ -8,15 +8,25 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from subagents.config._base import StrictModel, check_secret, is_env_ref, looks_secret
+from subagents.config import providers
+from subagents.config._base import (
+    SECRET_CODE,
+    StrictModel,
+    check_secret,
+    is_env_ref,
+    looks_secret,
+    resolve_env,
+)
 from subagents.config.mcp_sessions import SessionMode, is_template, template_names
+from subagents.exceptions import ConfigError
 
 if TYPE_CHECKING:
     from subagents._yaml import YamlDoc
     from subagents.exceptions import ConfigIssue
 
-SUPPORTED_PROVIDERS = ("openai", "azure", "self-hosted", "rasa", "ollama", "litellm_proxy")
-"""Providers reached through an OpenAI-compatible chat-completions API."""
+SUPPORTED_PROVIDERS = providers.OPENAI_COMPATIBLE
+"""Providers reached through an OpenAI-compatible chat-completions API at ``api_base``; the
+hosted ones and those reached through LiteLLM are in :mod:`subagents.config.providers`."""
 MODEL_KEY_ALIASES = {
     "request_timeout": "timeout", "model_name": "model", "type": "provider",
     "_type": "provider", "openai_api_type": "api_type", "openai_api_base": "api_base",
@@ -85,56 +95,122 @@ def normalize_model_keys(data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def model_key_problems(data: dict[str, Any]) -> list[tuple[str, str, str, str | None]]:
-    """Problems of one model's settings: ``(key, code, message, hint)`` each.
+ModelProblem = tuple[str, str, str, str | None, str]
+"""``(key, code, message, hint, severity)``."""
 
-    An unsupported provider, ``stream``/``n`` (set by subagents itself), and an unknown key that
-    looks like a misspelling of a known one (with a "did you mean"); any other unknown key is a
-    request option passed to the provider.
+
+def model_key_problems(data: dict[str, Any]) -> list[ModelProblem]:
+    """Problems of one model's settings: ``(key, code, message, hint, severity)`` each.
+
+    An unknown provider, a provider that needs LiteLLM when it is not installed, a key or
+    variable the provider needs that is missing (a warning: the environment of ``validate`` may
+    not be the one that serves), ``stream``/``n`` (set by subagents itself), a secret written
+    as a literal, and an unknown key that looks like a misspelling of a known one (with a "did
+    you mean"); any other unknown key is a request option passed to the provider.
     """
-    problems: list[tuple[str, str, str, str | None]] = []
-    provider = data.get("provider", data.get("type", data.get("_type", "openai")))
-    if str(provider) not in SUPPORTED_PROVIDERS:
-        key = next((k for k in ("provider", "type", "_type") if k in data), "provider")
-        problems.append((key, "llm.provider.unsupported", f"provider {provider!r} is not "
-                         f"supported (supported: {', '.join(SUPPORTED_PROVIDERS)})",
-                         "any OpenAI-compatible server works with provider: self-hosted and "
-                         "api_base"))
-    for key in data:
+    problems: list[ModelProblem] = list(provider_problems(data))
+    provider = str(data.get("provider", data.get("type", data.get("_type", "openai"))))
+    error = "error"
+    for key, value in data.items():
         if key in FORBIDDEN_MODEL_KEYS:
             problems.append((key, "llm.option.forbidden", f"{key!r} cannot be set: subagents "
-                             "decides it per call", f"remove {key!r}"))
+                             "decides it per call", f"remove {key!r}", error))
+        elif _literal_secret(key, value):
+            problems.append((key, SECRET_CODE, f"{key} must be written as ${{ENV_VAR}}, not as "
+                             "a literal value", "put the secret in an environment variable",
+                             error))
         elif key not in MODEL_KEYS:
             close = difflib.get_close_matches(key, sorted(MODEL_KEYS), n=1, cutoff=0.75)
             if close:
                 problems.append((key, "llm.option.unknown", f"unknown model option {key!r}",
-                                 f"did you mean {close[0]!r}?"))
-    if str(provider) == "azure" and not (data.get("deployment") or data.get("deployment_name")
-                                         or data.get("engine")):
+                                 f"did you mean {close[0]!r}?", error))
+    if provider == "azure" and not (data.get("deployment") or data.get("deployment_name")
+                                    or data.get("engine")):
         problems.append(("provider", "llm.azure.deployment_missing",
-                         "an azure model needs 'deployment'", "add deployment: <name>"))
-    if str(provider) in ("self-hosted", "rasa") and not (data.get("api_base")
-                                                        or data.get("openai_api_base")):
+                         "an azure model needs 'deployment'", "add deployment: <name>", error))
+    if provider in ("self-hosted", "rasa") and not (data.get("api_base")
+                                                   or data.get("openai_api_base")):
         problems.append(("provider", "llm.self_hosted.api_base_missing",
                          f"a {provider} model needs 'api_base' (the server's address)",
-                         "add api_base: http://<host>:<port>/v1"))
+                         "add api_base: http://<host>:<port>/v1", error))
     api_type = data.get("api_type", data.get("openai_api_type"))
-    if api_type is not None and str(provider) in ("openai", "azure") \
-            and str(api_type) != str(provider):
+    if api_type is not None and provider in ("openai", "azure") and str(api_type) != provider:
         key = "api_type" if "api_type" in data else "openai_api_type"
         problems.append((key, "llm.api_type.mismatch", f"api_type {api_type!r} does not match "
                          f"provider {provider!r}", "for Azure OpenAI write provider: azure; "
-                         "otherwise remove api_type"))
+                         "otherwise remove api_type", error))
     mode = data.get("structured_output")
     if mode is not None and mode not in STRUCTURED_OUTPUT_MODES:
         problems.append(("structured_output", "llm.structured_output.invalid",
                          f"structured_output {mode!r} is not a mode",
-                         f"use one of: {', '.join(STRUCTURED_OUTPUT_MODES)}"))
+                         f"use one of: {', '.join(STRUCTURED_OUTPUT_MODES)}", error))
     if data.get("use_chat_completions_endpoint") is False:
         problems.append(("use_chat_completions_endpoint", "llm.completions_endpoint.unsupported",
                          "only the chat completions endpoint is supported",
-                         "remove use_chat_completions_endpoint: false"))
+                         "remove use_chat_completions_endpoint: false", error))
     return problems
+
+
+_SECRET_KEYS_WITH_PATHS = frozenset({"vertex_credentials", "vertex_ai_credentials"})
+"""Keys that may hold a file path (not a secret) instead of the secret itself."""
+
+
+def _literal_secret(key: str, value: Any) -> bool:
+    """Whether a provider key that holds a secret (``aws_secret_access_key``, ...) is written
+    as a literal; ``api_key`` is checked by its field, a credentials file path is no secret."""
+    if key == "api_key" or not isinstance(value, str) or not looks_secret(key) \
+            or is_env_ref(value) or "${" in value:
+        return False
+    return key not in _SECRET_KEYS_WITH_PATHS or value.lstrip().startswith("{")
+
+
+def provider_problems(data: dict[str, Any]) -> list[ModelProblem]:
+    """Problems of a model's provider: unknown (an error), needing LiteLLM when it is not
+    installed (an error), lacking a key or variable it needs (a warning: ``validate`` may run
+    where the serving environment's variables are not set), a ``vertex_location`` LiteLLM
+    would replace (a warning)."""
+    key = next((k for k in ("provider", "type", "_type") if k in data), "provider")
+    provider = str(data.get(key, "openai"))
+    data = normalize_model_keys(data)
+    if not providers.known(provider):
+        close = difflib.get_close_matches(provider, [*providers.OPENAI_COMPATIBLE,
+                                                     *providers.HOSTED,
+                                                     *providers.LITELLM_PROVIDERS], n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
+        return [(key, "llm.provider.unsupported", f"provider {provider!r} is not one subagents "
+                 "can call", f"{guess}the providers are listed in docs/configuration.md; any "
+                 "OpenAI-compatible server works with provider: self-hosted and api_base",
+                 "error")]
+    problems: list[ModelProblem] = []
+    via = providers.route(provider, _expanded(data.get("api_base")))
+    if via == "litellm" and not providers.litellm_installed():
+        problems.append((key, "llm.provider.extra_missing", f"the {provider} provider is "
+                         "reached through LiteLLM, which is not installed",
+                         providers.EXTRA_INSTALL, "error"))
+    needs = providers.missing(provider, {k: _expanded(v) for k, v in data.items()})
+    if needs:
+        message, fix = providers.describe_missing(provider, needs)
+        problems.append((key, "llm.provider.key_missing", message, fix, "warning"))
+    location = data.get("vertex_location") or data.get("vertex_ai_location")
+    if provider == "vertex_ai" and isinstance(location, str) and data.get("model"):
+        replaced = providers.replaced_vertex_location(str(data["model"]), location)
+        if replaced:
+            where = "vertex_location" if "vertex_location" in data else "vertex_ai_location"
+            problems.append((where, "llm.vertex.location_replaced", f"LiteLLM serves "
+                             f"{data['model']!r} only in other regions: its calls would go to "
+                             f"{replaced!r}, not {location!r}", f"set {where}: {replaced}, or "
+                             "choose a model served in your region", "warning"))
+    return problems
+
+
+def _expanded(value: Any) -> Any:
+    """A string with its ``${VAR}`` references resolved where the variables are set."""
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    try:
+        return resolve_env(value)
+    except ConfigError:
+        return value
 
 
 def router_problems(router: Any, models: int) -> list[tuple[tuple[str, ...], str, str,

@@ -38,6 +38,11 @@ def _member(settings: ModelSettings, name: str) -> Model:
 
 
 def provider_model(settings: ModelSettings, name: str) -> Model:
-    """The implementation that speaks the provider's API (every provider here speaks
-    OpenAI's)."""
+    """The implementation that speaks the provider's API: our OpenAI-compatible client for the
+    providers that speak OpenAI's (:data:`subagents.config.providers.HOSTED` included), LiteLLM
+    for the others (imported at the model's first use, not here)."""
+    if settings.route == "litellm":
+        from subagents.llm.litellm_model import LiteLLMModel
+
+        return LiteLLMModel(settings, name=name)
     return OpenAICompatibleModel(settings, name=name)

@@ -143,7 +143,9 @@ class ModelEndpoint:
                 async for payload in _server_sent_data(response):
                     yield payload
         except TimeoutError as exc:
-            raise self._timed_out(timing) from exc
+            error = self._timed_out(timing)
+            error.retryable = False  # the reply had started: never attempted again
+            raise error from exc
         except aiohttp.ClientError as exc:
             raise ModelCallError(f"the connection to the model endpoint broke mid-reply: "
                                  f"{_describe(exc)}", code="llm.connection") from exc
@@ -207,25 +209,55 @@ class ModelEndpoint:
 
     # ------------------------------------------------------------------ policy
     def _timing(self, scope: CallScope | None) -> Timing:
-        left = None if scope is None else scope.time_left()
-        if left is not None and left <= 0:
-            raise ModelCallError(f"no time was left in this turn to call the model "
-                                 f"{self.model!r}", code="llm.deadline")
-        if left is not None and left < self.timeout:
-            return Timing(left, turn_bound=True)
-        return Timing(self.timeout, turn_bound=False)
+        return attempt_timing(self.timeout, scope, self.model)
 
     def _timed_out(self, timing: Timing) -> ModelCallError:
-        if timing.turn_bound:
-            return ModelCallError(f"the model {self.model!r} did not answer before the turn's "
-                                  f"deadline", code="llm.deadline")
-        return ModelCallError(f"the model {self.model!r} did not answer within "
-                              f"{self.timeout:g}s", code="llm.timeout", retryable=True)
+        return timed_out(timing, self.timeout, self.model)
 
     def _policy(self, scope: CallScope | None) -> RetryPolicy:
-        return RetryPolicy(attempts=self.max_retries + 1, retry_on=_retryable,
-                           delay=_retry_delay,
-                           deadline=None if scope is None else scope.deadline)
+        return retry_policy(self.max_retries, scope)
+
+
+# ---------------------------------------------------------------------- the policy, shared
+def attempt_timing(timeout: float, scope: CallScope | None, model: str) -> Timing:
+    """How long one attempt at calling ``model`` may take: its ``timeout``, or what is left of
+    the turn when that is less.
+
+    Raises:
+        ModelCallError: ``llm.deadline`` when the turn has no time left.
+    """
+    left = None if scope is None else scope.time_left()
+    if left is not None and left <= 0:
+        raise ModelCallError(f"no time was left in this turn to call the model {model!r}",
+                             code="llm.deadline")
+    if left is not None and left < timeout:
+        return Timing(left, turn_bound=True)
+    return Timing(timeout, turn_bound=False)
+
+
+def timed_out(timing: Timing, timeout: float, model: str) -> ModelCallError:
+    """The error of an attempt cut at ``timing``: the turn's deadline, or the model's
+    ``timeout`` (retryable)."""
+    if timing.turn_bound:
+        return ModelCallError(f"the model {model!r} did not answer before the turn's deadline",
+                              code="llm.deadline")
+    return ModelCallError(f"the model {model!r} did not answer within {timeout:g}s",
+                          code="llm.timeout", retryable=True)
+
+
+def retry_policy(max_retries: int, scope: CallScope | None) -> RetryPolicy:
+    """Up to ``max_retries`` more attempts after retryable failures, waiting what the endpoint
+    asked (``retry_after``) or backing off, within the turn's deadline."""
+    return RetryPolicy(attempts=max_retries + 1, retry_on=_retryable, delay=_retry_delay,
+                       deadline=None if scope is None else scope.deadline)
+
+
+def retryable_status(status: int, retry_after: float | None) -> bool:
+    """Whether an error reply is worth another attempt, as the openai SDK decides (408, 409,
+    429, 5xx), unless the wait it asks for is longer than :data:`MAX_RETRY_AFTER`."""
+    if retry_after is not None and retry_after > MAX_RETRY_AFTER:
+        return False
+    return status in _RETRY_STATUSES or status >= 500
 
 
 # ---------------------------------------------------------------------- helpers
@@ -311,14 +343,12 @@ def _status_error(status: int, headers: Any, raw: bytes) -> ModelCallError:
         message = error.get("message") if isinstance(error, dict) else error
         if isinstance(message, str) and message:
             detail = message
-    retry_after = _retry_after(headers)
+    retry_after = parse_retry_after(headers)
     should = headers.get("x-should-retry")
-    if retry_after is not None and retry_after > MAX_RETRY_AFTER:
-        retryable = False
-    elif should in ("true", "false"):
+    if should in ("true", "false") and (retry_after is None or retry_after <= MAX_RETRY_AFTER):
         retryable = should == "true"
     else:
-        retryable = status in _RETRY_STATUSES or status >= 500
+        retryable = retryable_status(status, retry_after)
     code = "llm.auth" if status == 401 else f"llm.http_{status}"
     if status == 500 and _UNPARSED_OUTPUT.search(detail):
         # llama.cpp: the model's own output did not parse as the tool-call format it was
@@ -328,7 +358,7 @@ def _status_error(status: int, headers: Any, raw: bytes) -> ModelCallError:
                           retryable=retryable, retry_after=retry_after, status=status)
 
 
-def _retry_after(headers: Any) -> float | None:
+def parse_retry_after(headers: Any) -> float | None:
     """Seconds from ``retry-after-ms`` or ``retry-after`` (a number or an HTTP date)."""
     for name, divisor in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         value = headers.get(name)

@@ -1,5 +1,7 @@
 """Every OpenAI-compatible chat completions endpoint: OpenAI, Azure OpenAI, vLLM, llama.cpp,
-Ollama, LM Studio, a LiteLLM proxy, Rasa's self-hosted models.
+Ollama, LM Studio, a LiteLLM proxy, Rasa's self-hosted models, and the hosted OpenAI-compatible
+providers (groq, mistral, cohere's compatibility API, ...; see
+:data:`subagents.config.providers.HOSTED`).
 
 The request body is plain JSON built here and posted through :mod:`subagents.llm.http`; the
 reply is read straight from JSON (a plain call) or from the ``chat.completion.chunk`` events of
@@ -14,10 +16,11 @@ from typing import Any
 
 import structlog
 
+from subagents.config.providers import HOSTED
 from subagents.exceptions import SubagentsError
 from subagents.llm.http import ModelCallError, ModelEndpoint
 from subagents.llm.model import LLMResponse, TextCallback, ToolCall, Usage
-from subagents.llm.settings import ModelSettings, base_url, endpoint
+from subagents.llm.settings import ModelSettings, base_url, endpoint, model_name, resolved
 from subagents.types import CallScope, ChatMessage, JsonObject
 
 log = structlog.get_logger("subagents.llm")
@@ -39,7 +42,8 @@ class OpenAICompatibleModel:
         self._embeddings: ModelEndpoint | None = None
         self._stale: list[ModelEndpoint] = []
         self._native_tools: object = _UNKNOWN
-        """Endpoints of replaced settings, closed by :meth:`close`."""
+        self._body: JsonObject | None = None
+        """What every request body starts with: the model and its options, resolved."""
 
     @property
     def settings(self) -> ModelSettings:
@@ -51,6 +55,7 @@ class OpenAICompatibleModel:
         self._settings = value
         self._stale.extend(e for e in (self._chat, self._embeddings) if e is not None)
         self._chat = self._embeddings = None  # built again from the new settings
+        self._body = None
 
     def _endpoint(self, path: str) -> ModelEndpoint:
         current = self._chat if path == "/chat/completions" else self._embeddings
@@ -83,13 +88,23 @@ class OpenAICompatibleModel:
 
     def request_body(self, messages: list[ChatMessage], tools: list[JsonObject] | None,
                      options: JsonObject | None = None) -> JsonObject:
-        """The chat completions body: the model, the messages, its options, the tools."""
-        body: JsonObject = {"model": self.settings.called_model, "messages": messages,
-                            **self.settings.options, **self.settings.extra_body}
+        """The chat completions body: the model, the messages, its options, the tools (in the
+        spelling of a hosted provider that differs from OpenAI's)."""
+        if self._body is None:
+            settings = self.settings
+            self._body = {"model": model_name(settings),
+                          **resolved(settings, settings.options, "option"),
+                          **resolved(settings, settings.extra_body, "extra_body")}
+        body: JsonObject = {**self._body, "messages": messages}
         if options:
             body.update(options)
         if tools:
             body["tools"] = tools
+        hosted = HOSTED.get(self.settings.provider)
+        if hosted is not None:
+            for name, spelled in hosted.renamed.items():
+                if name in body:
+                    body[spelled] = body.pop(name)
         return body
 
     async def complete(self, messages: list[ChatMessage], tools: list[JsonObject] | None, *,
@@ -102,12 +117,14 @@ class OpenAICompatibleModel:
         chat = self._endpoint("/chat/completions")
         if stream:
             body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
+            hosted = HOSTED.get(self.settings.provider)
+            if hosted is None or hosted.stream_usage:
+                body["stream_options"] = {"include_usage": True}
             response = await _read_stream(chat, body, scope, on_text, started)
         else:
             response = _completion(await chat.post_json(body, scope))
         response.total_time_ms = (time.perf_counter() - started) * 1000
-        response.model = self.settings.called_model
+        response.model = body["model"]
         # log.bind().debug(...) is what log.debug(...) does through the lazy proxy, without the
         # failed attribute lookup first: a call filtered out costs a quarter
         log.bind().debug("llm.call.finished", model=self.settings.model, streamed=stream,
@@ -121,7 +138,7 @@ class OpenAICompatibleModel:
         """Whether the server calls tools natively: False when it describes itself as a
         llama.cpp server whose chat template has no tools (it would drop them silently), None
         when it does not say (hosted providers are not asked)."""
-        if self.settings.provider in ("openai", "azure"):
+        if self.settings.provider in ("openai", "azure") or self.settings.provider in HOSTED:
             return True
         if self._native_tools is _UNKNOWN:
             root = base_url(self.settings).removesuffix("/v1")
@@ -138,7 +155,7 @@ class OpenAICompatibleModel:
         if not texts:
             return []
         reply = await self._endpoint("/embeddings").post_json(
-            {"model": self.settings.called_model, "input": texts}, scope)
+            {"model": model_name(self.settings), "input": texts}, scope)
         try:
             items = sorted(reply["data"], key=lambda item: item["index"])
             vectors = [[float(x) for x in item["embedding"]] for item in items]
@@ -158,41 +175,73 @@ class OpenAICompatibleModel:
 async def _read_stream(chat: ModelEndpoint, body: JsonObject, scope: CallScope | None,
                        on_text: TextCallback | None, started: float) -> LLMResponse:
     """Merge a stream's chunks: text in order (each delta to ``on_text``), tool calls by index."""
-    text: list[str] = []
-    calls: dict[int, dict[str, Any]] = {}
-    usage = Usage()
-    finish: str | None = None
-    first: float | None = None
+    merger = StreamMerger(on_text, started)
     try:
         async for chunk in chat.stream_events(body, scope):
-            if not isinstance(chunk, dict):
-                raise TypeError("a streamed chunk is not a JSON object")
-            if isinstance(chunk.get("usage"), dict):
-                usage = _usage(chunk["usage"])
-            choices = chunk.get("choices")
-            if not choices:
-                continue
-            choice = choices[0]
-            finish = choice.get("finish_reason") or finish
-            delta = choice.get("delta") or {}
-            content = delta.get("content")
-            if content:
-                if first is None:
-                    first = time.perf_counter()
-                text.append(content)
-                if on_text is not None:
-                    await on_text(content)
-            for part in delta.get("tool_calls") or ():
-                _merge_call(calls, part)
+            await merger.add(chunk)
     except (TypeError, AttributeError, KeyError, IndexError) as exc:
         raise ModelCallError(f"the model endpoint streamed a malformed chunk "
                              f"({type(exc).__name__})", code="llm.bad_response") from exc
-    tool_calls = [tool_call(c["id"], c["name"], c["args"], index)
-                  for index, c in sorted(calls.items())]
-    return LLMResponse(text="".join(text) if text else None, tool_calls=tool_calls,
-                       usage=usage, finish_reason=finish if isinstance(finish, str) else None,
-                       streamed=True,
-                       time_to_first_token_ms=(first - started) * 1000 if first else None)
+    return merger.response()
+
+
+class StreamMerger:
+    """Builds one reply from the ``chat.completion.chunk`` objects of a stream: text in order
+    (each piece handed to ``on_text`` as it comes), tool calls merged by index, the usage of
+    the chunk that reports it.
+
+    Args:
+        on_text: Receives each piece of text.
+        started: ``time.perf_counter()`` when the call started (time to first token).
+    """
+
+    def __init__(self, on_text: TextCallback | None, started: float) -> None:
+        self.on_text = on_text
+        self.started = started
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.usage = Usage()
+        self.finish: str | None = None
+        self.first: float | None = None
+
+    @property
+    def delivered(self) -> bool:
+        """Whether text was handed on (a failure now must not be retried elsewhere)."""
+        return self.first is not None
+
+    async def add(self, chunk: Any) -> None:
+        """Take one chunk; a chunk of the wrong shape raises TypeError, KeyError, ..."""
+        if not isinstance(chunk, dict):
+            raise TypeError("a streamed chunk is not a JSON object")
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = _usage(chunk["usage"])
+        choices = chunk.get("choices")
+        if not choices:
+            return
+        choice = choices[0]
+        self.finish = choice.get("finish_reason") or self.finish
+        delta = choice.get("delta") or {}
+        content = delta.get("content")
+        if content:
+            if self.first is None:
+                self.first = time.perf_counter()
+            self.text.append(content)
+            if self.on_text is not None:
+                await self.on_text(content)
+        for part in delta.get("tool_calls") or ():
+            _merge_call(self.calls, part)
+
+    def response(self) -> LLMResponse:
+        """The reply so far."""
+        tool_calls = [tool_call(c["id"], c["name"], c["args"], index)
+                      for index, c in sorted(self.calls.items())]
+        finish = self.finish
+        return LLMResponse(text="".join(self.text) if self.text else None,
+                           tool_calls=tool_calls, usage=self.usage,
+                           finish_reason=finish if isinstance(finish, str) else None,
+                           streamed=True,
+                           time_to_first_token_ms=(self.first - self.started) * 1000
+                           if self.first else None)
 
 
 def _merge_call(calls: dict[int, dict[str, Any]], part: dict[str, Any]) -> None:

@@ -1,9 +1,11 @@
 """Checks run by ``subagents shell`` and ``serve`` before they accept a message.
 
 Every model the project uses (the command generator's and each sub agent's) must have an API
-key (or an ``api_base``, where local servers often need none) and its endpoint must answer.
-The problems are reported together on one screen, with the fixes, instead of a traceback after
-the first message.
+key (or an ``api_base``, where local servers often need none) and its endpoint must answer; a
+provider reached through LiteLLM needs LiteLLM installed and the keys or variables it reads
+(its endpoint is not probed). ``${VAR}`` references in ``api_base`` and the key are resolved
+first. The problems are reported together on one screen, with the fixes, instead of a
+traceback after the first message.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ import asyncio
 import os
 from dataclasses import dataclass
 
+from subagents.config import providers
 from subagents.config._base import resolve_env
 from subagents.config.project import Project
-from subagents.exceptions import ConfigError
-from subagents.llm.settings import ModelSettings, resolve_model_settings
+from subagents.exceptions import ConfigError, LLMError
+from subagents.llm.settings import ModelSettings, api_key, base_url, resolve_model_settings
 
 OPENAI_BASE = "https://api.openai.com/v1"
 
@@ -25,22 +28,22 @@ class ModelProblem:
     """One model that cannot be used, and for whom."""
 
     code: str
-    """``preflight.api_key_missing``, ``preflight.model_unreachable`` or
-    ``preflight.credentials_refused``."""
+    """``preflight.api_key_missing``, ``preflight.extra_missing``,
+    ``preflight.model_unreachable`` or ``preflight.credentials_refused``."""
     callers: tuple[str, ...]
     model: str
     endpoint: str
     message: str
 
 
-def project_models(project: Project) -> dict[tuple[str, str, str | None], tuple[ModelSettings,
-                                                                              list[str]]]:
+def project_models(project: Project) -> dict[tuple[str, str, str, str | None],
+                                             tuple[ModelSettings, list[str]]]:
     """The distinct models of a project -> (settings, who uses them)."""
-    found: dict[tuple[str, str, str | None], tuple[ModelSettings, list[str]]] = {}
+    found: dict[tuple[str, str, str, str | None], tuple[ModelSettings, list[str]]] = {}
 
     def add(caller: str, settings: ModelSettings) -> None:
         for model in settings.members():  # every model of a routed group
-            key = (model.called_model, model.api_base or OPENAI_BASE, model.api_key)
+            key = (model.provider, model.called_model, model.api_base or "", model.api_key)
             found.setdefault(key, (model, []))[1].append(caller)
 
     add("command generator", resolve_model_settings(project.pipeline.command_generator_llm(),
@@ -55,25 +58,49 @@ def project_models(project: Project) -> dict[tuple[str, str, str | None], tuple[
     return found
 
 
-def _key_problem(settings: ModelSettings) -> str | None:
-    if settings.api_key:
-        try:
-            resolve_env(settings.api_key, what=f"the api_key of model {settings.model!r}")
-        except ConfigError as exc:
-            return exc.issue.message
+def endpoint_label(settings: ModelSettings) -> str:
+    """Where the model's calls go, for messages."""
+    if settings.route == "litellm":
+        return f"{settings.provider} (through LiteLLM)"
+    if settings.provider == "azure":
+        return settings.api_base or os.environ.get("AZURE_API_BASE") or "azure"
+    try:
+        return base_url(settings)
+    except (ConfigError, LLMError):
+        return settings.api_base or OPENAI_BASE
+
+
+def _key_problem(settings: ModelSettings) -> tuple[str, str] | None:
+    """(code, message) when the model lacks LiteLLM, its key or a variable it names."""
+    if settings.route == "litellm" and not providers.litellm_installed():
+        return ("preflight.extra_missing", f"the {settings.provider} provider is reached "
+                f"through LiteLLM, which is not installed: {providers.EXTRA_INSTALL}")
+    try:
+        for value, what in ((settings.api_key, "api_key"), (settings.api_base, "api_base")):
+            if value:
+                resolve_env(value, what=f"the {what} of model {settings.model!r}")
+    except ConfigError as exc:
+        return ("preflight.api_key_missing", exc.issue.message)
+    data = {**settings.options, "api_key": settings.api_key, "api_base": settings.api_base}
+    needs = providers.missing(settings.provider, data)
+    if needs:
+        message, fix = providers.describe_missing(settings.provider, needs)
+        return ("preflight.api_key_missing", f"{message}: {fix}")
+    if settings.api_key or settings.provider not in ("openai", "azure"):
         return None
     if settings.provider == "azure":
         return None if os.environ.get("AZURE_API_KEY") else \
-            "no API key: AZURE_API_KEY is not set"
+            ("preflight.api_key_missing", "no API key: AZURE_API_KEY is not set")
     if os.environ.get("OPENAI_API_KEY") or settings.api_base:
         return None
-    return "no API key: OPENAI_API_KEY is not set"
+    return ("preflight.api_key_missing", "no API key: OPENAI_API_KEY is not set")
 
 
-def _api_key(settings: ModelSettings) -> str | None:
-    if settings.api_key:
-        return resolve_env(settings.api_key)
+def _probe_key(settings: ModelSettings) -> str | None:
     # the OpenAI key goes to OpenAI's models only, never to another server
+    if settings.api_key or settings.provider in providers.HOSTED:
+        key = api_key(settings)
+        return None if key == "not-needed" else key
     return os.environ.get("OPENAI_API_KEY") if settings.provider == "openai" else None
 
 
@@ -81,8 +108,10 @@ async def _probe(settings: ModelSettings, timeout: float) -> tuple[str, str] | N
     """GET <base>/models: any answer but 401/403 means the endpoint is there."""
     import httpx2
 
-    base = (settings.api_base or OPENAI_BASE).rstrip("/")
-    key = _api_key(settings)
+    try:
+        base, key = base_url(settings), _probe_key(settings)
+    except (ConfigError, LLMError) as exc:
+        return ("preflight.model_unreachable", str(exc))
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
         async with httpx2.AsyncClient(timeout=timeout) as client:
@@ -102,18 +131,18 @@ async def check_models(project: Project, *, timeout: float = 5.0) -> list[ModelP
     problems: list[ModelProblem] = []
     to_probe = []
     for settings, callers in models:
-        base = settings.api_base or OPENAI_BASE
         missing = _key_problem(settings)
         if missing:
-            problems.append(ModelProblem("preflight.api_key_missing", tuple(callers),
-                                         settings.model, base, missing))
-        elif settings.provider != "azure":  # azure answers on other paths; the key is checked
+            problems.append(ModelProblem(missing[0], tuple(callers), settings.model,
+                                         endpoint_label(settings), missing[1]))
+        elif settings.provider != "azure" and settings.route == "direct":
+            # azure answers on other paths, LiteLLM's providers on their own: keys checked
             to_probe.append((settings, callers))
     results = await asyncio.gather(*(_probe(s, timeout) for s, _ in to_probe))
     for (settings, callers), result in zip(to_probe, results, strict=True):
         if result is not None:
             problems.append(ModelProblem(result[0], tuple(callers), settings.model,
-                                         settings.api_base or OPENAI_BASE, result[1]))
+                                         endpoint_label(settings), result[1]))
     return problems
 
 
@@ -128,8 +157,8 @@ def format_problems(problems: list[ModelProblem], *, project_dir: str) -> str:
     lines += [
         "",
         "Fix it one of these ways:",
-        "  1. set the key:  export OPENAI_API_KEY=sk-...  (or the variable named by api_key "
-        "in endpoints.yml)",
+        "  1. set the key:  export OPENAI_API_KEY=sk-...  (or the variable named above or by "
+        "api_key in endpoints.yml)",
         "  2. use a local OpenAI-compatible server: set api_base on the models in "
         f"{project_dir}/endpoints.yml,",
         "     e.g. api_base: http://127.0.0.1:11434/v1 (Ollama), and start that server",

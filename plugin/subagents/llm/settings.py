@@ -2,18 +2,27 @@
 where a provider's requests go (URL, headers, key).
 
 Providers: ``openai`` (and ``litellm_proxy``, ``ollama``, ``self-hosted``, ``rasa``: any
-OpenAI-compatible server at ``api_base``) post to ``{api_base}/chat/completions`` with a bearer
-key; ``azure`` posts to ``{api_base}/openai/deployments/{deployment}/chat/completions
-?api-version={api_version}`` with an ``api-key`` header.
+OpenAI-compatible server at ``api_base``, and the hosted OpenAI-compatible providers of
+:data:`subagents.config.providers.HOSTED` at their known address) post to
+``{api_base}/chat/completions`` with a bearer key; ``azure`` posts to
+``{api_base}/openai/deployments/{deployment}/chat/completions?api-version={api_version}`` with
+an ``api-key`` header. Every other provider is called through LiteLLM
+(:mod:`subagents.llm.litellm_model`).
+
+Every string a model's settings hold may name environment variables (``${VAR}``); they are
+resolved when the model is first called, so a missing variable fails that call with
+``config.env_var_missing`` rather than the load.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import urllib.parse
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from subagents.config import providers
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import (
     CLIENT_MODEL_KEYS,
@@ -64,8 +73,25 @@ class ModelSettings:
 
     @property
     def called_model(self) -> str:
-        """What the request names: the deployment for azure, else the model."""
-        return (self.deployment or self.model) if self.provider == "azure" else self.model
+        """What the request names: the deployment for azure, the name a hosted provider's API
+        knows the model by (``groq/llama-3.3-70b`` -> ``llama-3.3-70b``), else the model."""
+        if self.provider == "azure":
+            return self.deployment or self.model
+        if self.provider in providers.HOSTED:
+            return providers.hosted_model(self.provider, self.model)
+        return self.model
+
+    @property
+    def route(self) -> providers.Route:
+        """How the model is called: ``direct`` (an OpenAI-compatible API), ``litellm`` or
+        ``unknown`` (see :func:`subagents.config.providers.route`)."""
+        base = self.api_base
+        if base and "${" in base:
+            try:
+                base = resolve_env(base)
+            except ConfigError:
+                base = None
+        return providers.route(self.provider, base)
 
     def members(self) -> list[ModelSettings]:
         """Every model a client built from these settings may call (the group's, or these)."""
@@ -156,9 +182,12 @@ def _group_settings(group: ModelGroup, where: str) -> ModelSettings:
     return models[0]
 
 
-KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "azure": "AZURE_API_KEY",
-                  "litellm_proxy": "LITELLM_PROXY_API_KEY"}
-"""The environment variable a provider's key comes from when the model sets no api_key."""
+KEY_VARIABLES: dict[str, tuple[str, ...]] = {
+    "openai": ("OPENAI_API_KEY",), "azure": ("AZURE_API_KEY",),
+    "litellm_proxy": ("LITELLM_PROXY_API_KEY",),
+    **{name: hosted.key_variables for name, hosted in providers.HOSTED.items()}}
+"""The environment variables a provider's key comes from when the model sets no api_key (the
+first that is set)."""
 
 
 def api_key(settings: ModelSettings) -> str:
@@ -171,15 +200,16 @@ def api_key(settings: ModelSettings) -> str:
     """
     if settings.api_key:
         return resolve_env(settings.api_key, what=f"the api_key of model {settings.model!r}")
-    variable = KEY_VARIABLES.get(settings.provider)
-    if variable and os.environ.get(variable):
-        return os.environ[variable]
+    variables = KEY_VARIABLES.get(settings.provider, ())
+    for variable in variables:
+        if os.environ.get(variable):
+            return os.environ[variable]
     if settings.provider == "ollama" or (settings.api_base and settings.provider != "azure"):
         return "not-needed"  # local OpenAI-compatible servers often need no key
-    variable = variable or "OPENAI_API_KEY"
+    named = " or ".join(variables or ("OPENAI_API_KEY",))
     raise ConfigError(ConfigIssue(
         "llm.api_key_missing", f"no API key for model {settings.model!r}",
-        hint=f"export {variable}, or set api_key: ${{MY_KEY}} / api_base on the model"))
+        hint=f"export {named}, or set api_key: ${{MY_KEY}} / api_base on the model"))
 
 
 def _setting(settings: ModelSettings, value: str | None, key: str) -> str | None:
@@ -192,10 +222,14 @@ def _setting(settings: ModelSettings, value: str | None, key: str) -> str | None
 def base_url(settings: ModelSettings) -> str:
     """Where ``/chat/completions`` lives (not used for azure)."""
     provider, base = settings.provider, _setting(settings, settings.api_base, "api_base")
+    hosted = providers.HOSTED.get(provider)
     if not base and provider == "openai":
         base = os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1"
     if not base and provider == "ollama":
         base = "http://localhost:11434"
+    if not base and hosted is not None:
+        base = next((os.environ[v] for v in hosted.base_variables if os.environ.get(v)),
+                    hosted.base_url)
     if not base:
         raise ConfigError(ConfigIssue(
             "llm.api_base_missing", f"the {provider} model {settings.model!r} has no "
@@ -208,7 +242,28 @@ def base_url(settings: ModelSettings) -> str:
                        code="llm.api_base_invalid")
     if provider == "ollama" and not base.endswith("/v1"):
         base += "/v1"  # Ollama's OpenAI-compatible API
+    if hosted is not None:  # written for LiteLLM, which takes a full URL for some of these
+        base = base.removesuffix("/chat/completions")
+        if hosted.ensure_v1 and not base.endswith("/v1"):
+            base += "/v1"
     return base
+
+
+def resolved(settings: ModelSettings, values: dict[str, Any], what: str) -> dict[str, Any]:
+    """``values`` (request options, ``extra_body``) with the ``${VAR}`` references of their
+    string values resolved."""
+    return {key: resolve_env(value, what=f"the {what} {key} of model {settings.model!r}")
+            if isinstance(value, str) and "${" in value else value
+            for key, value in values.items()}
+
+
+def model_name(settings: ModelSettings) -> str:
+    """The model the request names (:attr:`ModelSettings.called_model`), ``${VAR}`` resolved."""
+    if "${" not in settings.model and "${" not in (settings.deployment or ""):
+        return settings.called_model
+    return dataclasses.replace(
+        settings, model=_setting(settings, settings.model, "model") or "",
+        deployment=_setting(settings, settings.deployment, "deployment")).called_model
 
 
 def azure_endpoint(settings: ModelSettings) -> tuple[str, str, str]:
@@ -224,7 +279,7 @@ def azure_endpoint(settings: ModelSettings) -> tuple[str, str, str]:
                 f"has no {key}", hint=f"set {key} on the model or export {variable}"))
     assert base is not None
     assert version is not None
-    return base.rstrip("/"), settings.called_model, version
+    return base.rstrip("/"), model_name(settings), version
 
 
 def endpoint(settings: ModelSettings, path: str = "/chat/completions"

@@ -128,6 +128,7 @@ class StructuredOutputModel(WrapperModel):
             response.text, response.tool_calls = reply, []
             if reply and on_text is not None:
                 await on_text(reply)
+                response.streamed = True  # the caller has the text: not to be sent again
         return response
 
 

@@ -63,16 +63,19 @@ class ScriptedReply:
     """A 200 whose body is not the provider's JSON (cut short); streamed: a broken event."""
     stall: bool = False
     """Answer nothing until the server stops (the client's timeout ends the call)."""
+    stall_after_text: bool = False
+    """Streamed: send the start of the reply (the text ``Hel``), then nothing more until the
+    server stops."""
 
 
 def parse_reply(raw: Any, number: int) -> ScriptedReply:
     """A reply from a string (text) or a mapping with ``text``, ``tool_calls`` (each
     ``{name: {args}}`` or ``{name, arguments, id}``), ``error`` (``{status, message,
-    retry_after}``), ``malformed: true`` or ``stall: true``. ``number`` makes tool-call ids
-    unique."""
+    retry_after}``), ``malformed: true``, ``stall: true`` or ``stall_after_text: true``.
+    ``number`` makes tool-call ids unique."""
     if isinstance(raw, str):
         return ScriptedReply(text=raw)
-    keys = {"text", "tool_calls", "error", "malformed", "stall"}
+    keys = {"text", "tool_calls", "error", "malformed", "stall", "stall_after_text"}
     if not isinstance(raw, dict) or set(raw) - keys:
         raise ValueError(f"a scripted reply is a string or a mapping of {', '.join(sorted(keys))};"
                          f" not {raw!r}")
@@ -86,7 +89,7 @@ def parse_reply(raw: Any, number: int) -> ScriptedReply:
     error = raw.get("error")
     return ScriptedReply(
         text=str(raw.get("text") or ""), calls=tuple(calls), malformed=bool(raw.get("malformed")),
-        stall=bool(raw.get("stall")),
+        stall=bool(raw.get("stall")), stall_after_text=bool(raw.get("stall_after_text")),
         error=None if error is None else ScriptedError(
             int(error["status"]), str(error.get("message") or f"scripted error {error['status']}"),
             None if error.get("retry_after") is None else int(error["retry_after"])))
@@ -229,6 +232,10 @@ class WireServer:
         if reply.malformed and not kind:
             return Response(b'{"id": "cut-short", "content": [', 200,
                             media_type="application/json")
+        if kind and reply.stall_after_text:  # the broken stream's start, then silence
+            started = list(self.malformed_stream(request))[:-1]
+            return StreamingResponse(_aiter(started, until=self._closing),
+                                     media_type=self.stream_media_type)
         if kind:
             pieces = self.malformed_stream(request) if reply.malformed else \
                 self.reply_stream(reply, request)
@@ -249,9 +256,12 @@ class WireServer:
             await serving.__aexit__(kind, exc, tb)
 
 
-async def _aiter(pieces: Iterable[bytes]) -> AsyncIterator[bytes]:
+async def _aiter(pieces: Iterable[bytes], until: asyncio.Event | None = None
+                 ) -> AsyncIterator[bytes]:
     for piece in pieces:
         yield piece
+    if until is not None:
+        await until.wait()
 
 
 def sse(data: Any, event: str | None = None) -> bytes:
