@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from subagents.config import load_project
 from subagents.config.endpoints import EndpointsConfig
-from subagents.exceptions import ConfigError
+from subagents.exceptions import ConfigError, ProjectInvalidError
 from subagents.llm import build_model, resolve_model_settings
 from subagents.llm.preflight import check_models
 from subagents.testing import FakeModelServer
@@ -74,14 +76,25 @@ async def test_the_preflight_checks_a_hosted_provider_s_key_and_address(make_pro
 
 async def test_the_preflight_does_not_probe_providers_reached_through_litellm(make_project,
                                                                               monkeypatch):
+    pytest.importorskip("litellm", reason="the providers extra is installed by make providers")
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     project = project_with(make_project, "{provider: anthropic, model: claude-sonnet-4-5}")
     (problem,) = await check_models(project, timeout=2)
-    assert problem.code in ("preflight.api_key_missing", "preflight.extra_missing")
+    assert problem.code == "preflight.api_key_missing"
     assert problem.endpoint == "anthropic (through LiteLLM)"
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
-    remaining = await check_models(project, timeout=2)
-    assert [p.code for p in remaining] in ([], ["preflight.extra_missing"])
+    assert await check_models(project, timeout=2) == []
+
+
+def test_a_provider_reached_through_litellm_without_the_extra_fails_at_load(make_project):
+    if importlib.util.find_spec("litellm") is not None:
+        pytest.skip("the providers extra is installed here")
+    with pytest.raises(ProjectInvalidError) as caught:
+        project_with(make_project, "{provider: anthropic, model: claude-sonnet-4-5}")
+    text = str(caught.value)
+    assert "endpoints.yml:4" in text
+    assert "[llm.provider.extra_missing]" in text
+    assert "pip install 'subagents[providers]'" in text
 
 
 @pytest.mark.parametrize("stream", [False, True])
