@@ -8,7 +8,6 @@ before they accept a message.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import textwrap
@@ -397,7 +396,9 @@ def cmd_test(args: argparse.Namespace) -> int:
         progress.close()
         return results
 
-    results = asyncio.run(run_all())
+    from subagents.cli import interrupt
+
+    results = interrupt.run(run_all())
     failed = [r for r in results if not r.passed]
     for result in failed:
         print("\n" + failure_text(result))
@@ -411,8 +412,8 @@ def cmd_test(args: argparse.Namespace) -> int:
 def _ready_to_run(args: argparse.Namespace) -> Project | None:
     """For shell and serve: the loaded project if it loads and, unless skipped, every model
     answers; None otherwise (the problems are printed)."""
-    from subagents.llm.preflight import check_models, format_problems
     from subagents.config.project import collect_issues
+    from subagents.llm.preflight import check_models, format_problems
 
     project, issues = collect_issues(_paths(args))
     errors = _print_issues(issues)
@@ -421,7 +422,9 @@ def _ready_to_run(args: argparse.Namespace) -> Project | None:
               "too).", file=sys.stderr)
         return None
     if args.model_check:
-        problems = asyncio.run(check_models(project))
+        from subagents.cli import interrupt
+
+        problems = interrupt.run(check_models(project))
         if problems:
             print(format_problems(problems, project_dir=str(args.project)), file=sys.stderr)
             return None
@@ -460,9 +463,10 @@ def _run_demo(args: argparse.Namespace) -> int:
     """``demo``: play a recorded conversation, or list the project's structure."""
     if args.structure:
         return cmd_structure(_paths(args))
+    from subagents.cli import interrupt
     from subagents.demo.player import play
 
-    return play(_paths(args), args.script)
+    return play(_paths(args), args.script, runner=interrupt.run)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -494,34 +498,43 @@ def _run(args: argparse.Namespace) -> int:
         from subagents.cli.shell import run_shell
 
         return run_shell(_paths(args), debug=args.debug)
+    return _serve(args, project)
+
+
+def _serve(args: argparse.Namespace, project: Project) -> int:
+    """``serve`` and ``inspect``: the HTTP API until SIGTERM or Ctrl-C."""
     from subagents.channels.registry import load_channels
+    from subagents.cli import interrupt
     from subagents.dialogue.processor import Assistant
     from subagents.server.app import serve
 
+    token = args.token or os.environ.get("SUBAGENTS_TOKEN")
     if args.command == "inspect":
         print(f"subagents inspect: the inspector is at http://{args.host}:{args.port}/inspect",
               file=sys.stderr, flush=True)
-        serve(Assistant.load(_paths(args)), host=args.host, port=args.port,
-              token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
+        with interrupt.serving():
+            serve(Assistant.load(_paths(args)), host=args.host, port=args.port, token=token)
         return 0
     if not _enable_observability(args):
         return 1
     channels = load_channels(args.project, args.credentials)
     # the project _ready_to_run loaded and checked: parsing it again would double start-up
-    serve(Assistant(project), host=args.host, port=args.port,
-          token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels,
-          cors_origins=args.cors,
-          a2a_agents=None if args.a2a is None else [
-              n.strip() for n in args.a2a.split(",") if n.strip()])
+    with interrupt.serving():
+        serve(Assistant(project), host=args.host, port=args.port, token=token,
+              channels=channels, cors_origins=args.cors,
+              a2a_agents=None if args.a2a is None else [
+                  n.strip() for n in args.a2a.split(",") if n.strip()])
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subagents`` command; returns the exit status."""
+    from subagents.cli import interrupt
     from subagents.exceptions import ProjectInvalidError, SubagentsError
     from subagents.logs import configure_logging
 
     args = build_parser().parse_args(argv)
+    interrupt.install()
     configure_logging(_log_level(args))
     try:
         return _run(args)
@@ -534,7 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = _paths(args) if isinstance(getattr(args, "project", None), Path) else None
         print(startup_error_text(args.command, exc, paths), file=sys.stderr)
     except KeyboardInterrupt:
-        return 130
+        return interrupt.EXIT_INTERRUPTED
     return 1
 
 

@@ -69,11 +69,13 @@ async def _shell(project: Path | ProjectPaths, debug: bool) -> None:
 
 
 def run_shell(project: Path | ProjectPaths, *, debug: bool = False) -> int:
-    """Run the shell until Ctrl-D or Ctrl-C; returns the exit status."""
+    """Run the shell until Ctrl-D (exit status 0) or Ctrl-C (130)."""
+    from subagents.cli import interrupt
+
     try:
-        asyncio.run(_shell(project, debug))
+        interrupt.run(_shell(project, debug))
     except KeyboardInterrupt:
-        pass
+        print("\nbye", flush=True)
+        return interrupt.EXIT_INTERRUPTED
     print("\nbye", flush=True)
-    sys.stdout.flush()
     return 0

@@ -61,4 +61,6 @@ def connected_issues(project: Project) -> list[ConfigIssue]:
     """
     if not project.tool_steps:
         return []
-    return asyncio.run(_check(project))
+    from subagents.cli import interrupt
+
+    return interrupt.run(_check(project))

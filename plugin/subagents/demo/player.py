@@ -15,7 +15,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -92,10 +92,12 @@ async def _play(project: ProjectPaths, script: Path) -> int:
     return 1 if problems else 0
 
 
-def play(project: Path | ProjectPaths, script: Path | None = None) -> int:
+def play(project: Path | ProjectPaths, script: Path | None = None, *,
+         runner: Callable[[Coroutine[Any, Any, int]], int] = asyncio.run) -> int:
     """Play the first conversation of a demo script against the project.
 
     The model is the scripted fake server; the bot's messages and tool calls are printed.
+    ``runner`` runs the coroutine (the CLI's stops it on Ctrl-C).
 
     Returns:
         The process exit code: 0, or 1 when the script is missing or unplayable or the
@@ -107,4 +109,4 @@ def play(project: Path | ProjectPaths, script: Path | None = None) -> int:
     if not script.exists():
         print(f"no demo script at {script}; pass --script FILE", file=sys.stderr)
         return 1
-    return asyncio.run(_play(project, script))
+    return runner(_play(project, script))

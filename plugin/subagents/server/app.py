@@ -484,7 +484,9 @@ def settle_heap(chosen: tuple[int, ...] | None = None) -> None:
 def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
           token: str | None = None, cors_origins: Sequence[str] | None = None,
           channels: Sequence[InputChannel] = (), a2a_agents: list[str] | None = None) -> None:
-    """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s).
+    """Serve until SIGTERM, when in-flight turns finish first (up to 30 s), or Ctrl-C (SIGINT),
+    which stops at once, start-up included, and raises KeyboardInterrupt. A SIGINT handler
+    installed before (the CLI's) is called too.
 
     On a loopback address only loopback ``Host`` names are accepted; CORS origins default to
     ``SUBAGENTS_CORS_ORIGINS``. A public address without a token gets a loud warning.
@@ -494,13 +496,31 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
     thresholds = gc_thresholds_from_env()  # a wrong value stops serve before anything starts
     model_http_client()  # so does a wrong SUBAGENTS_MODEL_HTTP_CLIENT
     failed: list[SubagentsError] = []
+    outer_sigint = signal.getsignal(signal.SIGINT)
+    stopped = asyncio.Event()
 
     class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGINT:  # Ctrl-C: a short drain, and start-up is abandoned
+                self.config.timeout_graceful_shutdown = 1
+                stopped.set()
+                if callable(outer_sigint) and outer_sigint is not signal.default_int_handler:
+                    outer_sigint(sig, frame)
+
         async def startup(self, sockets: Any = None) -> None:
             # connect the agents before uvicorn's lifespan does (its start is then a no-op), so
             # that a project that cannot start ends with its one-screen error, not a traceback
+            starting = asyncio.ensure_future(assistant.start())
+            halt = asyncio.ensure_future(stopped.wait())
+            await asyncio.wait([starting, halt], return_when=asyncio.FIRST_COMPLETED)
+            halt.cancel()
+            if not starting.done():
+                starting.cancel()  # Ctrl-C while connecting
+                self.should_exit = True
+                return
             try:
-                await assistant.start()
+                starting.result()
             except SubagentsError as exc:
                 failed.append(exc)
                 self.should_exit = True
@@ -524,3 +544,5 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
     _Server(config).run()
     if failed:
         raise failed[0]
+    if stopped.is_set():
+        raise KeyboardInterrupt
