@@ -294,6 +294,9 @@ def cmd_validate(project_dir: Any, *, connect: bool = False) -> int:
     from subagents.config.project import collect_issues
 
     project, issues = collect_issues(project_dir)
+    issues = _as_errors(issues, "validate")
+    if any(i.severity == "error" for i in issues):
+        project = None
     if project is not None and connect:
         from subagents.cli.validate_connect import connected_issues
 
@@ -311,6 +314,23 @@ def cmd_validate(project_dir: Any, *, connect: bool = False) -> int:
           f"{len(set(project.domain.slots) - project.domain.default_slots)} slot(s), "
           f"{warnings} warning(s).")
     return 0
+
+
+def _as_errors(issues: list[Any], command: str) -> list[Any]:
+    """The warnings that stop ``command`` as errors: a stdio MCP server's missing program for
+    the commands that start the servers; for ``serve`` and ``validate`` also a channel, metrics
+    or tracing whose extra is missing (the other commands do not need them)."""
+    import dataclasses
+
+    from subagents.config.credentials import EXTRA_MISSING
+    from subagents.config.runtime_checks import STARTING_CODES, observability_issues
+
+    codes = set(STARTING_CODES)
+    serving = command in ("serve", "validate")
+    if serving:
+        codes.add(EXTRA_MISSING)
+    return [dataclasses.replace(i, severity="error") if i.code in codes else i
+            for i in issues] + (observability_issues() if serving else [])
 
 
 def cmd_structure(project_dir: Any) -> int:
@@ -416,6 +436,8 @@ def _ready_to_run(args: argparse.Namespace) -> Project | None:
     from subagents.llm.preflight import check_models, format_problems
 
     project, issues = collect_issues(_paths(args))
+    issues = _as_errors(issues, args.command)
+    project = None if any(i.severity == "error" for i in issues) else project
     errors = _print_issues(issues)
     if project is None:
         print(f"{errors} error(s): the project does not load (subagents validate lists them "

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from subagents.exceptions import SubagentsError
+from subagents.exceptions import ConfigIssue, SubagentsError
 
 _MAX_NOTE_LINES = 12
 UNREACHABLE_CODES = frozenset({"agent.a2a.card_unreachable", "agent.a2a.card_not_found",
@@ -21,6 +21,9 @@ UNREACHABLE_CODES = frozenset({"agent.a2a.card_unreachable", "agent.a2a.card_not
 def startup_error_text(command: str, exc: SubagentsError, paths: Any) -> str:
     """The text to print for ``exc``, an error that ended ``command``."""
     agent = getattr(exc, "agent_name", None)
+    issue = getattr(exc, "issue", None)
+    if isinstance(issue, ConfigIssue):  # already "file:line: error [code] key: ..."
+        return f"subagents {command}: {issue.format()}"
     if exc.code not in UNREACHABLE_CODES or agent is None:
         return f"subagents {command}: error [{exc.code}]: {exc}"
     lines = [f"subagents {command}: the assistant cannot start: its A2A agent {agent!r} "
