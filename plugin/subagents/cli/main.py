@@ -54,8 +54,11 @@ def _add_global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
     group.add_argument("-v", "--verbose", action="count", default=default(0),
                        help="more log output: -v for INFO, -vv for DEBUG")
     group.add_argument("--debug", action="store_true", default=default(False),
-                       help="debug output: log level DEBUG; shell and demo also show tool "
-                            "calls and slot changes")
+                       help="debug output: our log events at DEBUG (the libraries' stay at "
+                            "WARNING); shell and demo also show slot changes")
+    group.add_argument("--debug-libraries", action="store_true", default=default(False),
+                       help="also the libraries' debug output (HTTP clients, SQL, MCP, "
+                            "uvicorn)")
     group.add_argument("--log-level", default=default(None),
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
                        help="log level (overrides -v and --debug); logs go to stderr "
@@ -185,9 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     shell = _command(sub, "shell", "talk to the assistant in the terminal", """
         export OPENAI_API_KEY=sk-... && subagents shell
+        subagents shell --script demo.yml   # the model answers from the script's llm_script
         subagents shell --project path/to/assistant --debug""")
     _project_arg(shell)
     _model_check_arg(shell)
+    shell.add_argument("--script", metavar="FILE[::CASE]", default=None,
+                       help="the model answers from the llm_script of a conversation test "
+                            "(the file's first test case, or CASE), e.g. demo.yml: no API key "
+                            "needed; you type the user's messages")
+    shell.add_argument("--hide-tools", dest="show_tools", action="store_false",
+                       help="do not show the tool calls (shown as '⚙ tool(args) → result')")
 
     serve = _command(sub, "serve", "serve the HTTP API (Rasa's REST channel and SSE streaming)",
                      """
@@ -402,6 +412,8 @@ def cmd_test(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 1
 
+    logs = _CaseLogs(args)
+
     async def run_all() -> list[Any]:
         results = []
         progress = Progress(len(cases) * max(1, args.repeat))
@@ -409,6 +421,7 @@ def cmd_test(args: argparse.Namespace) -> int:
             for case in [c for c in cases for _ in range(max(1, args.repeat))]:
                 result = await runner.run_case(case)
                 results.append(result)
+                logs.take(result)
                 progress.tick()
                 print(case_line(result), flush=True)
                 if args.fail_fast and not result.passed:
@@ -421,12 +434,42 @@ def cmd_test(args: argparse.Namespace) -> int:
     results = interrupt.run(run_all())
     failed = [r for r in results if not r.passed]
     for result in failed:
-        print("\n" + failure_text(result))
+        print("\n" + failure_text(result) + logs.text(result))
     if args.junit:
         write_junit(results, args.junit)
     print(pass_rates(results), end="")
     print(summary(results))
     return 1 if failed else 0
+
+
+class _CaseLogs:
+    """``subagents test`` keeps the log lines of each test case and shows them with its failure
+    only, so passing cases print nothing but their PASSED line (unless -v, --debug or
+    --log-level ask for the log as it happens)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import io
+
+        from subagents.logs import configure_logging
+
+        self.by_case: dict[int, str] = {}
+        self.buffer: io.StringIO | None = None
+        if not (args.verbose or args.debug or args.log_level or args.debug_libraries):
+            self.buffer = io.StringIO()
+            configure_logging(_log_level(args), json_logs=False, stream=self.buffer)
+
+    def take(self, result: Any) -> None:
+        """Keep what was logged while ``result``'s case ran."""
+        if self.buffer is not None:
+            self.by_case[id(result)] = self.buffer.getvalue()
+            self.buffer.seek(0)
+            self.buffer.truncate()
+
+    def text(self, result: Any) -> str:
+        """The case's log lines, indented under a heading; empty when there were none."""
+        lines = self.by_case.get(id(result), "").rstrip().splitlines()
+        return "".join(["\n  log while it ran:", *(f"\n    {line}" for line in lines)]) \
+            if lines else ""
 
 
 def _ready_to_run(args: argparse.Namespace) -> Project | None:
@@ -443,7 +486,7 @@ def _ready_to_run(args: argparse.Namespace) -> Project | None:
         print(f"{errors} error(s): the project does not load (subagents validate lists them "
               "too).", file=sys.stderr)
         return None
-    if args.model_check:
+    if args.model_check and not getattr(args, "script", None):  # a script needs no model
         from subagents.cli import interrupt
 
         problems = interrupt.run(check_models(project))
@@ -519,7 +562,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "shell":
         from subagents.cli.shell import run_shell
 
-        return run_shell(_paths(args), debug=args.debug)
+        return run_shell(_paths(args), debug=args.debug, show_tools=args.show_tools,
+                         script=args.script)
     return _serve(args, project)
 
 
@@ -557,7 +601,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     interrupt.install()
-    configure_logging(_log_level(args))
+    configure_logging(_log_level(args),
+                      library_level="DEBUG" if args.debug_libraries else None)
     try:
         return _run(args)
     except ProjectInvalidError as exc:

@@ -33,7 +33,7 @@ def _show_call(agent: str, text: str, reply: dict[str, Any] | None) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _remote_agents(project: Any, case: TestCase,
+async def remote_agents(project: Any, case: TestCase,
                          problems: list[str]) -> AsyncIterator[list[str]]:
     """Serve the case's ``a2a_script`` stand-ins and point the agents at them; what did not go
     as scripted is added to ``problems`` at the end."""
@@ -74,7 +74,7 @@ async def _play(project: ProjectPaths, script: Path) -> int:
               "model)...", flush=True)
         loaded_project = load_project(project)
         remote_problems: list[str] = []
-        async with _remote_agents(loaded_project, case, remote_problems) as remotes, Assistant(
+        async with remote_agents(loaded_project, case, remote_problems) as remotes, Assistant(
                 loaded_project, llm_factory=fake.llm_factory(max_retries=2)) as assistant:
             for remote in remotes:
                 print(f"(A2A agent {remote}: a local stand-in answering from the script)",
