@@ -475,8 +475,9 @@ class _CaseLogs:
 def _ready_to_run(args: argparse.Namespace) -> Project | None:
     """For shell and serve: the loaded project if it loads and, unless skipped, every model
     answers; None otherwise (the problems are printed)."""
+    from subagents.cli.startup_help import format_model_problems
     from subagents.config.project import collect_issues
-    from subagents.llm.preflight import check_models, format_problems
+    from subagents.llm.preflight import check_models
 
     project, issues = collect_issues(_paths(args))
     issues = _as_errors(issues, args.command)
@@ -491,7 +492,8 @@ def _ready_to_run(args: argparse.Namespace) -> Project | None:
 
         problems = interrupt.run(check_models(project))
         if problems:
-            print(format_problems(problems, project_dir=str(args.project)), file=sys.stderr)
+            print(format_model_problems(problems, project_dir=str(args.project)),
+                  file=sys.stderr)
             return None
     return project
 
