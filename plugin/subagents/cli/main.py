@@ -203,7 +203,8 @@ def build_parser() -> argparse.ArgumentParser:
                      """
         subagents serve                     # http://127.0.0.1:5005
         subagents serve --host 0.0.0.0 --port 8080 --token "$SUBAGENTS_TOKEN"
-        curl -XPOST localhost:5005/webhooks/rest/webhook -d '{"sender":"u1","message":"hi"}'""")
+        curl localhost:5005/webhooks/rest/webhook -H 'Content-Type: application/json' \\
+             -d '{"sender": "u1", "message": "hi"}'""")
     _project_arg(serve)
     serve.add_argument("--host", default="127.0.0.1",
                        help="interface to listen on; 0.0.0.0 listens on every interface")

@@ -81,16 +81,26 @@ BODY_TIMEOUT = 30.0
 
 
 class BadRequestError(Exception):
-    """A request the server refuses, with its HTTP status."""
+    """A request the server refuses, with its HTTP status and stable code."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, code: str) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse({"error": message, "code": code}, status_code=status)
+
+
+async def _route_error(request: Request, exc: Exception) -> Response:
+    """Unknown routes and methods answer like every other error: JSON with a code."""
+    status = getattr(exc, "status_code", 404)
+    code = "http.method_not_allowed" if status == 405 else "http.not_found"
+    text = "this route does not take that method" if status == 405 else "no such route"
+    return JSONResponse({"error": text, "code": code}, status_code=status,
+                        headers=getattr(exc, "headers", None))
 
 
 MAX_JSON_DEPTH = 64
@@ -103,18 +113,22 @@ async def _json_body(request: Request, max_body: int,
                      body_timeout: float = BODY_TIMEOUT) -> dict[str, Any]:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_body:
-        raise BadRequestError(413, f"request body is larger than {max_body} bytes")
+        raise BadRequestError(413, f"request body is larger than {max_body} bytes",
+                              "http.body_too_large")
     raw = b""
     try:
         async with asyncio.timeout(body_timeout):  # a client that stops sending mid-body
             async for chunk in request.stream():
                 raw += chunk
                 if len(raw) > max_body:
-                    raise BadRequestError(413, f"request body is larger than {max_body} bytes")
+                    raise BadRequestError(413, f"request body is larger than {max_body} bytes",
+                              "http.body_too_large")
     except TimeoutError:
-        raise BadRequestError(408, f"the body did not arrive in {body_timeout:g}s") from None
+        raise BadRequestError(408, f"the body did not arrive in {body_timeout:g}s",
+                              "http.body_timeout") from None
     except ClientDisconnect:
-        raise BadRequestError(400, "the client went away before sending the body") from None
+        raise BadRequestError(400, "the client went away before sending the body",
+                              "http.body_incomplete") from None
     return _parse_json_object(raw)
 
 
@@ -122,18 +136,20 @@ def _parse_json_object(raw: bytes) -> dict[str, Any]:
     """A JSON object of plain UTF-8 text, nested at most MAX_JSON_DEPTH deep (else 400)."""
     if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and \
             _nesting_depth(raw) > MAX_JSON_DEPTH:
-        raise BadRequestError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
+        raise BadRequestError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels",
+                              "http.body_too_deep")
     try:
         body = json.loads(raw or b"null")
     except (ValueError, RecursionError):  # bad JSON or UTF-8, an integer too long to convert
-        raise BadRequestError(400, "the body is not valid JSON") from None
+        raise BadRequestError(400, "the body is not valid JSON", "http.body_invalid_json") from None
     if not isinstance(body, dict):
-        raise BadRequestError(400, "the body must be a JSON object")
+        raise BadRequestError(400, "the body must be a JSON object", "http.body_not_object")
     if not raw.isascii() or _SURROGATE_ESCAPE.search(raw):
         try:  # \ud800 escapes decode to lone surrogates, which no store or response can encode
             json.dumps(body, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
-            raise BadRequestError(400, "the body contains an unpaired surrogate") from None
+            raise BadRequestError(400, "the body contains an unpaired surrogate",
+                                  "http.body_invalid_text") from None
     return body
 
 
@@ -164,13 +180,14 @@ async def _message_body(request: Request, max_body: int,
     body = await _json_body(request, max_body, body_timeout)
     sender, message = body.get("sender"), body.get("message")
     if not isinstance(sender, str) or not sender.strip():
-        raise BadRequestError(400, "'sender' must be a non-empty string")
+        raise BadRequestError(400, "'sender' must be a non-empty string",
+                              "client.sender_id.invalid")
     if not isinstance(message, str):
-        raise BadRequestError(400, "'message' must be a string")
+        raise BadRequestError(400, "'message' must be a string", "client.message.invalid")
     metadata = body.get("metadata")
     metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict):
-        raise BadRequestError(400, "'metadata' must be an object")
+        raise BadRequestError(400, "'metadata' must be an object", "client.metadata.invalid")
     check_message_id(body.get("message_id"))
     request.state.message_id = body.get("message_id")
     return sender, message, metadata
@@ -209,11 +226,11 @@ class _Api:
         """Bearer-token check and clear 4xx errors around a handler."""
         async def wrapped(request: Request) -> Response:
             if not self.authorized(request):
-                return _error(401, "missing or wrong bearer token")
+                return _error(401, "missing or wrong bearer token", "http.unauthorized")
             try:
                 return await handler(request)  # type: ignore[no-any-return]
             except BadRequestError as exc:
-                return _error(exc.status, exc.message)
+                return _error(exc.status, exc.message, exc.code)
             except ClientInputError as exc:
                 return JSONResponse({"error": str(exc), "code": exc.code},
                                     status_code=exc.status)
@@ -329,7 +346,7 @@ class _Api:
                 isinstance(r, dict) and isinstance(r.get("id"), str) and "result" in r
                 for r in results):
             raise BadRequestError(400, 'send {"id": "<tool call id>", "result": ...} or '
-                                       '{"results": [...]}')
+                                       '{"results": [...]}', "client.tool_results.invalid")
         channel = CollectingOutputChannel()
         return await self._collect(sender, self.assistant.handle_client_tool_results(
             sender, results, channel), channel)
@@ -416,6 +433,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
 
         routes += sub_agent_routes(assistant, a2a_agents, guard=api.guard)
     app = Starlette(routes=routes, lifespan=api.lifespan,
+                    exception_handlers={404: _route_error, 405: _route_error},
                     middleware=security_middleware(
                         cors_origins, allowed_hosts, [c.url_prefix() for c in channels]))
     mount_channels(app, assistant, channels)  # the input channels of credentials.yml
