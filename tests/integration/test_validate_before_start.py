@@ -148,3 +148,14 @@ def test_a_missing_endpoints_file_is_one_error_saying_so(project):
     assert len(errors) == 1, result.stderr
     assert errors[0].startswith("endpoints.yml: error [endpoints.not_found]")
     assert "does not exist" in errors[0]
+
+
+def test_custom_actions_without_the_actions_extra_are_an_error(project):
+    (project / "actions").mkdir()
+    (project / "actions" / "__init__.py").write_text("from rasa_sdk import Action\n")
+    result = cli("validate", cwd=project, env=without("rasa_sdk"))
+    assert result.returncode == 1
+    line = next(x for x in result.stderr.splitlines() if "[project.extra_missing]" in x)
+    assert line.startswith("actions:")
+    assert "pip install 'subagents[actions]'" in line
+    assert cli("validate", cwd=project, env=without()).returncode == 0

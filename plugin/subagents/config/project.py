@@ -333,8 +333,9 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
     loader.issues += check_per_user_oauth(endpoints_doc, list(endpoints.mcp_servers or []))
     action = endpoints.action_endpoint
     if action is None or action.actions_module or not action.url:
-        loader.issues += rasa_imports(root, (action.actions_module if action else None)
-                                      or "actions")
+        module = (action.actions_module if action else None) or "actions"
+        loader.issues += rasa_imports(root, module)
+        loader.issues += runtime_checks.actions_issue(root, module)
     issues = [*loader.issues, *check_credentials(root)[1],
               *runtime_checks.a2a_issues(agents, loader.agent_docs),
               *runtime_checks.store_issues(endpoints, endpoints_doc),

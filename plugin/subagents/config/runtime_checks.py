@@ -4,6 +4,7 @@
   tracker store ``postgres``, a Redis lock store ``redis``, metrics and tracing switched on by
   their environment variables ``metrics`` and ``tracing`` (input channels are checked with
   ``credentials.yml``). A missing one is an error naming the ``pip install`` line.
+* Custom actions run in process need the ``actions`` extra (rasa-sdk, which runs them).
 * A stdio MCP server's program must exist: the script that ``python`` runs (relative to the
   server's working folder), or the command itself on ``PATH``. This is a warning when the
   project loads (a conversation test that replays recorded tool results needs no server) and an
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from subagents.config.endpoints import EndpointsConfig
 
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
+    "actions": ("rasa_sdk",),
     "a2a": ("a2a.client", "a2a.server"),
     "postgres": ("asyncpg",),
     "redis": ("redis",),
@@ -189,6 +191,16 @@ def endpoints_missing(path: Path, shown: str, issues: list[ConfigIssue]) -> list
         file=shown, hint="create endpoints.yml with the model_groups and mcp_servers the "
         "project names (subagents init writes one), or pass --endpoints FILE")
     return [missing, *(i for i in issues if i.code not in ENDPOINTS_REFERENCE_CODES)]
+
+
+def actions_issue(root: Path, module: str) -> list[ConfigIssue]:
+    """Custom actions that run in this process (the ``actions`` package) need rasa-sdk."""
+    base = root / Path(*module.split("."))
+    if not (base.is_dir() or base.with_suffix(".py").is_file()):
+        return []
+    shown = f"{module.replace('.', '/')}{'' if base.is_dir() else '.py'}"
+    issue = extra_issue("actions", f"the custom actions in {shown}", file=shown)
+    return [] if issue is None else [issue]
 
 
 def a2a_issues(agents: dict[str, Any], docs: dict[str, YamlDoc]) -> list[ConfigIssue]:
