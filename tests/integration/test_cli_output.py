@@ -138,3 +138,44 @@ def test_shell_script_without_a_key_needs_no_model_check(project):
     assert result.returncode == 0, result.stderr
     assert "preflight" not in result.stderr
     assert "bot> Let me find your orders." in result.stdout
+
+
+def test_a_filter_that_matches_nothing_blames_the_filter(project):
+    result = cli("test", "-k", "nothing", cwd=project)
+    assert result.returncode == 1
+    assert "no test case name contains 'nothing' (-k)" in result.stderr
+    assert "order_status" in result.stderr
+    assert "top-level test_cases" not in result.stderr
+
+
+def test_demo_structure_calls_an_agent_without_exit_if_general_purpose(project):
+    result = cli("demo", "--structure", cwd=project)
+    assert "call: order_assistant  <- general-purpose agent" in result.stdout
+    assert "open agent" not in result.stdout
+
+
+def test_help_shows_test_export_and_an_inspect_example_that_init_projects_have(project):
+    usage = cli("test", "--help", cwd=project).stdout
+    assert "subagents test export SENDER_ID [--out FILE]" in usage.split("\n\n", 1)[0]
+    examples = cli("inspect", "--help", cwd=project).stdout
+    replay = next(line for line in examples.splitlines()
+                  if line.strip().startswith("subagents inspect --replay"))
+    file, case = replay.split("--replay", 1)[1].split()[0].split("::")
+    assert (project / file).is_file()
+    assert f"test_case: {case}" in (project / file).read_text()
+
+
+def test_a_misspelled_key_gets_a_did_you_mean(project):
+    config = project / "sub_agents" / "order_assistant" / "config.yml"
+    config.write_text(config.read_text().replace("  timeout: 60", "  timout: 60"))
+    result = cli("validate", cwd=project)
+    assert "unknown key 'timout' (fix: did you mean 'timeout'?)" in result.stderr
+
+
+@pytest.mark.parametrize("script", ["run.py", "bench_import.py", "bench_loop.py"])
+def test_the_benchmarks_answer_help_without_running(script):
+    result = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), "--help"],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage:")
+    assert "median" not in result.stdout

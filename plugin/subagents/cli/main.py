@@ -155,9 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
         subagents test --junit report.xml
         subagents test export SENDER_ID --out tests/e2e/recorded.yml
         subagents test --repeat 10""")
+    test.usage = ("subagents test [PATH ...] [options]\n"
+                  "       subagents test export SENDER_ID [--out FILE] [--project DIR]")
+    test.description = (
+        "Run conversation tests (default: <project>/tests/e2e/).\n\n"
+        "subagents test export SENDER_ID writes a conversation recorded in the project's\n"
+        "tracker store as a test (to --out FILE, else to stdout); conversations are recorded\n"
+        "with serve --record or the inspector.")
     test.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                       help="test files or folders (default: <project>/tests/e2e/, else Rasa's "
-                           "<project>/tests/e2e_test_cases.yml)")
+                           "<project>/tests/e2e_test_cases.yml); 'export SENDER_ID' exports "
+                           "a recorded conversation instead")
     _project_arg(test)
     test.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML to this file")
     test.add_argument("-k", dest="pattern", metavar="PATTERN",
@@ -237,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "stack, slots and every agent step live", """
         subagents inspect                   # then open http://127.0.0.1:5005/inspect
         subagents inspect --record          # every conversation can be saved as a test
-        subagents inspect --replay tests/e2e/appointments.yml::book_an_appointment""")
+        subagents inspect --replay tests/e2e/conversations.yml::order_status""")
     _project_arg(inspect)
     inspect.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     inspect.add_argument("--port", type=int, default=5005, help="TCP port to listen on")
@@ -360,7 +368,7 @@ def cmd_structure(project_dir: Any) -> int:
         for step in flow.steps:
             extra = ""
             if step.kind == "call" and step.model.call in project.agents:
-                kind = "task agent" if step.model.exit_if else "open agent"
+                kind = "task agent" if step.model.exit_if else "general-purpose agent"
                 extra = f"  <- {kind}"
                 if step.model.exit_if:
                     extra += f" until {' and '.join(step.model.exit_if)}"
@@ -406,8 +414,14 @@ def cmd_test(args: argparse.Namespace) -> int:
             print(issue.format(), file=sys.stderr)
         print(f"{len(issues)} error(s) in the test files.", file=sys.stderr)
         return 1
-    if args.pattern:
-        cases = [c for c in cases if args.pattern in c.name]
+    if args.pattern and cases:
+        matching = [c for c in cases if args.pattern in c.name]
+        if not matching:
+            print(f"no test case name contains {args.pattern!r} (-k); the {len(cases)} test "
+                  f"case(s) found: {', '.join(c.name for c in cases[:10])}"
+                  f"{', ...' if len(cases) > 10 else ''}", file=sys.stderr)
+            return 1
+        cases = matching
     if not cases:
         print("no test cases found (a test file has a top-level test_cases list)",
               file=sys.stderr)
