@@ -386,6 +386,20 @@ def _default_tests(project: Path) -> Path:
     return rasa_default if not folder.exists() and rasa_default.is_file() else folder
 
 
+def _filtered(cases: list[Any], pattern: str | None) -> list[Any] | None:
+    """The cases whose name contains ``pattern`` (-k); None, after saying so, when there are
+    cases but none matches."""
+    if not pattern or not cases:
+        return cases
+    matching = [c for c in cases if pattern in c.name]
+    if not matching:
+        print(f"no test case name contains {pattern!r} (-k); the {len(cases)} test case(s) "
+              f"found: {', '.join(c.name for c in cases[:10])}"
+              f"{', ...' if len(cases) > 10 else ''}", file=sys.stderr)
+        return None
+    return matching
+
+
 def cmd_test(args: argparse.Namespace) -> int:
     """``subagents test``: run conversation test files; exit 1 if one fails."""
     from subagents.testing.e2e import Runner
@@ -414,14 +428,9 @@ def cmd_test(args: argparse.Namespace) -> int:
             print(issue.format(), file=sys.stderr)
         print(f"{len(issues)} error(s) in the test files.", file=sys.stderr)
         return 1
-    if args.pattern and cases:
-        matching = [c for c in cases if args.pattern in c.name]
-        if not matching:
-            print(f"no test case name contains {args.pattern!r} (-k); the {len(cases)} test "
-                  f"case(s) found: {', '.join(c.name for c in cases[:10])}"
-                  f"{', ...' if len(cases) > 10 else ''}", file=sys.stderr)
-            return 1
-        cases = matching
+    cases = _filtered(cases, args.pattern)
+    if cases is None:
+        return 1
     if not cases:
         print("no test cases found (a test file has a top-level test_cases list)",
               file=sys.stderr)
