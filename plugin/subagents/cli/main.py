@@ -428,9 +428,10 @@ def cmd_test(args: argparse.Namespace) -> int:
             print(issue.format(), file=sys.stderr)
         print(f"{len(issues)} error(s) in the test files.", file=sys.stderr)
         return 1
-    cases = _filtered(cases, args.pattern)
-    if cases is None:
+    selected = _filtered(list(cases), args.pattern)
+    if selected is None:
         return 1
+    cases = selected
     if not cases:
         print("no test cases found (a test file has a top-level test_cases list)",
               file=sys.stderr)
