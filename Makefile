@@ -51,7 +51,7 @@ compat: $(STAMP)
 	$(BIN)/python scripts/compat.py --e2e
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .subagents
+	rm -rf $(VENV) .venv-newest .pytest_cache .mypy_cache .ruff_cache .subagents
 
 .PHONY: interop
 # reference MCP servers through a real agent + the MCP client conformance suite (cached installs)
