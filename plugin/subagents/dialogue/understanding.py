@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -103,7 +104,13 @@ class CommandGenerator:
         intent = self.metadata_intent(user.get("metadata"))
         if intent is not None:
             return [intent]
-        return await self.predict(text, turn.stack, turn.slots, turn.events[:-1])
+        started = time.perf_counter()
+        commands = await self.predict(text, turn.stack, turn.slots, turn.events[:-1])
+        if getattr(turn.channel, "wants_trace", False) is True:  # the inspector's timeline
+            await turn.channel.send_trace(turn.sender_id, "command_generation", {  # type: ignore[union-attr]
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                "commands": [_shown_command(c) for c in commands]})
+        return commands
 
     def metadata_intent(self, metadata: Any) -> Intent | None:
         """The intent a client sent with the message, if it triggers a flow (or is
@@ -213,6 +220,13 @@ class CommandGenerator:
             return [CannotHandle()]
         log.info("dialogue.commands.predicted", commands=[type(c).__name__ for c in commands])
         return commands
+
+
+def _shown_command(command: Any) -> str:
+    """``StartFlow(flow='x')`` as the inspector shows it."""
+    fields = ", ".join(f"{k}={v!r}" for k, v in vars(command).items()) \
+        if hasattr(command, "__dict__") else ""
+    return f"{type(command).__name__}({fields})"
 
 
 def transcript(events: list[dict[str, Any]], lines: int) -> str:
