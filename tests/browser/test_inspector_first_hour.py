@@ -50,7 +50,8 @@ async def test_slots_timeline_and_recording_state(tmp_path, tools_url):
             assert await internal.first.is_hidden()
             assert await page.locator("#slots-note").is_hidden()
             await page.locator("#show-internal").check()
-            long_name = page.locator('#slots tr[data-slot="continue_interrupted_flow_confirmation"]')
+            long_name = page.locator(
+                '#slots tr[data-slot="continue_interrupted_flow_confirmation"]')
             await long_name.wait_for(state="visible")
             await page.screenshot(path=str(ARTIFACTS / "inspector-slots-360px.png"),
                                   full_page=True)
