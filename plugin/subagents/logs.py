@@ -60,5 +60,6 @@ def configure_logging(level: str = "WARNING", *, json_logs: bool | None = None,
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(library_level.upper())
-    for name in OWN_LOGGERS:
-        logging.getLogger(name).setLevel(level.upper())
+    for name in OWN_LOGGERS:  # their own level only when it differs from the libraries'
+        own = level.upper()
+        logging.getLogger(name).setLevel(logging.NOTSET if own == library_level.upper() else own)
