@@ -112,5 +112,6 @@ async def test_a_replay_keeps_what_the_test_expects_after_the_sent_message(tmp_p
             assert sent.startswith('After "A table please" the test expects:')
             assert "Let me look at the free tables. / Which city?" in sent
             assert "Booked in Lyon." in await page.locator("#replay-expect").inner_text()
+            assert await page.locator('#timeline [data-kind="command_generation"]').count() == 1
             await page.screenshot(path=str(ARTIFACTS / "inspector-replay-expects.png"),
                                   full_page=True)
