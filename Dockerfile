@@ -6,7 +6,7 @@ FROM python:3.12-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md LICENSE ./
 COPY plugin ./plugin
-RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[postgres,redis,metrics,tracing,a2a,fast]"
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[postgres,redis,metrics,tracing,a2a,actions,socketio,fast]"
 
 FROM python:3.12-slim
 ARG PROJECT=.
@@ -15,7 +15,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir --no-index --find-links /wheels \
-        "subagents[postgres,redis,metrics,tracing,a2a,fast]" \
+        "subagents[postgres,redis,metrics,tracing,a2a,actions,socketio,fast]" \
     && rm -rf /wheels \
     && groupadd --gid 10001 assistant \
     && useradd --uid 10001 --gid assistant --no-create-home --shell /usr/sbin/nologin assistant

@@ -51,7 +51,7 @@ compat: $(STAMP)
 	$(BIN)/python scripts/compat.py --e2e
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .subagents
+	rm -rf $(VENV) .venv-newest .pytest_cache .mypy_cache .ruff_cache .subagents
 
 .PHONY: providers
 # providers reached through LiteLLM (installs the providers extra) against local stand-ins

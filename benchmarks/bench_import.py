@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import subprocess
 import sys
@@ -37,4 +38,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    # --help describes the benchmark instead of running it
+    argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0]).parse_args()
     main()

@@ -17,6 +17,7 @@ the loop's own work (prompt, plan, tool call, events) and what it costs the call
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -209,4 +210,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    # --help describes the benchmark instead of running it
+    argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0]).parse_args()
     asyncio.run(main())

@@ -56,6 +56,16 @@ print("installed at", subagents.__file__)
 PY
 "$BIN/subagents" --version
 
+step "install weight: no action-server stack in a bare install"
+"$BIN/python" - <<'PY'
+import importlib.util
+heavy = [m for m in ("rasa_sdk", "sanic", "grpc", "grpc_tools") if importlib.util.find_spec(m)]
+if heavy:
+    raise SystemExit(f"a bare install brings {heavy}: they belong behind the 'actions' extra")
+PY
+"$BIN/python" "$SRC/scripts/install_weight.py"
+du -sh "$("$BIN/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+
 for template in support minimal; do
   step "init --template $template -> validate -> test -> demo"
   run 60 "$BIN/subagents" init "$template-assistant" --template "$template"
@@ -66,6 +76,17 @@ for template in support minimal; do
     run 300 "$BIN/subagents" demo --script demo.yml
   )
 done
+
+step "custom actions without the actions extra: validate names it"
+mkdir -p support-assistant/actions
+printf 'from rasa_sdk import Action\n' > support-assistant/actions/__init__.py
+set +e
+out=$(cd support-assistant && timeout 60 "$BIN/subagents" validate 2>&1)
+code=$?
+set -e
+echo "$out" | grep -q "pip install 'subagents\[actions\]'" || { echo "$out"; exit 1; }
+[ "$code" = 1 ] || { echo "validate exited $code"; exit 1; }
+rm -r support-assistant/actions
 
 step "shell without a key stops before the prompt with the fix"
 set +e

@@ -451,6 +451,14 @@ class Condition:
             elif node[0] in ("not", "and", "or"):
                 nodes += list(node[1:])
         return found
+    @property
+    def bare_words(self) -> list[str]:
+        """Undotted names other than ``slots``/``context`` (``Berlin`` in ``slots.city =
+        Berlin``): a value meant as a string but left unquoted, which reads as an empty name."""
+        if self._ast is None:
+            return []
+        return [ref for ref in dict.fromkeys(_refs(self._ast))
+                if "." not in ref and ref not in ("slots", "context")]
 
     def evaluate(self, context: Mapping[str, Any]) -> bool:
         """Evaluate against ``context`` (e.g. ``{"slots": {...}, "context": {...}}``).

@@ -53,7 +53,7 @@ def test_init_writes_a_project_whose_tests_and_demo_pass(tmp_path, template):
 def test_init_support_has_an_open_and_a_task_agent(tmp_path):
     assert cli("init", str(tmp_path / "p"), cwd=tmp_path).returncode == 0
     structure = cli("demo", "--structure", "--project", str(tmp_path / "p"), cwd=tmp_path)
-    assert "call: order_assistant  <- open agent" in structure.stdout
+    assert "call: order_assistant  <- general-purpose agent" in structure.stdout
     assert "call: returns_agent  <- task agent" in structure.stdout
 
 

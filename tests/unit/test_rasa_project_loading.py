@@ -486,8 +486,8 @@ def test_file_locations_default_to_rasas_and_can_be_given(tmp_path):
     assert "f" in project.flows
     _, issues = collect_issues(tmp_path, data=["flows"], config="config/config.yml",
                                domain="domain")
-    assert _codes(issues, "error") == ["config.model_group.unknown",
-                                       "flow.collect.unknown_slot"]
+    # no endpoints.yml: the model group reference is reported as the missing file
+    assert _codes(issues, "error") == ["endpoints.not_found", "flow.collect.unknown_slot"]
 
 
 def test_an_explicit_path_that_does_not_exist_is_an_error(make_project):

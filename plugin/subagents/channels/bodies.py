@@ -26,12 +26,13 @@ surrogate gets into the parsed JSON."""
 
 
 class BadRequestError(Exception):
-    """A request the server refuses, with its HTTP status."""
+    """A request the server refuses, with its HTTP status and stable code."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, code: str) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code
 
 
 async def read_body(request: Request, max_body: int = MAX_BODY,
@@ -44,18 +45,22 @@ async def read_body(request: Request, max_body: int = MAX_BODY,
     """
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > max_body:
-        raise BadRequestError(413, f"request body is larger than {max_body} bytes")
+        raise BadRequestError(413, f"request body is larger than {max_body} bytes",
+                              "http.body_too_large")
     raw = bytearray()
     try:
         async with asyncio.timeout(body_timeout):  # a client that stops sending mid-body
             async for chunk in request.stream():
                 raw += chunk
                 if len(raw) > max_body:
-                    raise BadRequestError(413, f"request body is larger than {max_body} bytes")
+                    raise BadRequestError(413, f"request body is larger than {max_body} bytes",
+                                          "http.body_too_large")
     except TimeoutError:
-        raise BadRequestError(408, f"the body did not arrive in {body_timeout:g}s") from None
+        raise BadRequestError(408, f"the body did not arrive in {body_timeout:g}s",
+                              "http.body_timeout") from None
     except ClientDisconnect:
-        raise BadRequestError(400, "the client went away before sending the body") from None
+        raise BadRequestError(400, "the client went away before sending the body",
+                              "http.body_incomplete") from None
     return bytes(raw)
 
 
@@ -63,7 +68,8 @@ def check_depth(raw: bytes) -> None:
     """Refuse (400) JSON text nested deeper than :data:`MAX_JSON_DEPTH` levels."""
     if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and \
             _nesting_depth(raw) > MAX_JSON_DEPTH:
-        raise BadRequestError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels")
+        raise BadRequestError(400, f"the body is nested deeper than {MAX_JSON_DEPTH} levels",
+                              "http.body_too_deep")
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -72,14 +78,16 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         body = json.loads(raw or b"null")
     except (ValueError, RecursionError):  # bad JSON or UTF-8, an integer too long to convert
-        raise BadRequestError(400, "the body is not valid JSON") from None
+        raise BadRequestError(400, "the body is not valid JSON",
+                              "http.body_invalid_json") from None
     if not isinstance(body, dict):
-        raise BadRequestError(400, "the body must be a JSON object")
+        raise BadRequestError(400, "the body must be a JSON object", "http.body_not_object")
     if not raw.isascii() or _SURROGATE_ESCAPE.search(raw):
         try:  # \ud800 escapes decode to lone surrogates, which no store or response can encode
             json.dumps(body, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
-            raise BadRequestError(400, "the body contains an unpaired surrogate") from None
+            raise BadRequestError(400, "the body contains an unpaired surrogate",
+                                  "http.body_invalid_text") from None
     return body
 
 

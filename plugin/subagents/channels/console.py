@@ -12,14 +12,17 @@ DIM, RESET, BOLD = "\033[2m", "\033[0m", "\033[1m"
 
 
 class ConsoleOutputChannel(OutputChannel):
-    """Prints the bot's messages to a terminal stream; with ``debug``, tool calls and slots too."""
+    """Prints the bot's messages to a terminal stream; tool calls with ``show_tools`` (default:
+    ``debug``), slot changes with ``debug``."""
 
     supports_streaming = True
 
     def __init__(self, stream: TextIO | None = None, *, debug: bool = False,
-                 color: bool | None = None, prefix: str = "bot> ") -> None:
+                 color: bool | None = None, prefix: str = "bot> ",
+                 show_tools: bool | None = None) -> None:
         self.stream = stream or sys.stdout
         self.debug = debug
+        self.show_tools = debug if show_tools is None else show_tools
         self.color = self.stream.isatty() if color is None else color
         self.prefix = prefix
         self._streaming = False
@@ -53,11 +56,9 @@ class ConsoleOutputChannel(OutputChannel):
         self._write(" …[interrupted]\n" if interrupted else "\n")
 
     async def send_event(self, recipient_id: str, event: dict[str, Any]) -> None:
-        """In debug mode print executed tool calls and slot values; nothing otherwise."""
-        if not self.debug:
-            return
+        """Print executed tool calls (``show_tools``) and slot values (``debug``)."""
         kind = event.get("event")
-        if kind == "mcp_tool_executed":
+        if kind == "mcp_tool_executed" and self.show_tools:
             args = ", ".join(f"{k}={json.dumps(v)}" for k, v in
                              (event.get("arguments") or {}).items())
             outcome = f"error: {event.get('error_message')}" if event.get("is_error") else \
@@ -66,6 +67,6 @@ class ConsoleOutputChannel(OutputChannel):
             if len(outcome) > 120:
                 outcome = outcome[:117] + "..."
             self._write(self._dim(f"      ⚙ {event.get('tool_name')}({args}) → {outcome}") + "\n")
-        elif kind == "slot":
+        elif kind == "slot" and self.debug:
             self._write(self._dim(f"      ◆ slot {event.get('name')} = "
                                   f"{json.dumps(event.get('value'))}") + "\n")

@@ -9,7 +9,6 @@ stream route, like any message typed in it: the same code path as a live convers
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator
@@ -136,8 +135,18 @@ async def serve_replay(case: Any, project: Path, *, host: str, port: int,
 
     warn_if_exposed(host, token)
     hosts = list(LOOPBACK_HOSTS) if is_loopback(host) else None
+    outer_sigint = signal.getsignal(signal.SIGINT)
+
+    class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGINT:  # Ctrl-C: a short drain; the CLI's handler ends the replay
+                self.config.timeout_graceful_shutdown = 1
+                if callable(outer_sigint):
+                    outer_sigint(sig, frame)
+
     async with replay_app(case, project, token=token, allowed_hosts=hosts) as app:
-        await uvicorn.Server(uvicorn_config(app, host=host, port=port)).serve()
+        await _Server(uvicorn_config(app, host=host, port=port)).serve()
 
 
 def run_replay(spec: str, project: Path, *, host: str, port: int, token: str | None) -> int:
@@ -145,9 +154,10 @@ def run_replay(spec: str, project: Path, *, host: str, port: int, token: str | N
     case = load_case(spec, project)
     print(f"subagents inspect: replaying {case.file}::{case.name} at "
           f"http://{host}:{port}/inspect", flush=True)
-    # uvicorn re-raises the signal that stopped it once it has drained; these handlers take it
-    # so that a graceful stop ends with exit status 0
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: None)
-    asyncio.run(serve_replay(case, project, host=host, port=port, token=token))
+    from subagents.cli import interrupt
+
+    # uvicorn re-raises the signal that stopped it once it has drained: SIGTERM ends with exit
+    # status 0; Ctrl-C cancels the replay (its stand-ins close) and ends with 130
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    interrupt.run(serve_replay(case, project, host=host, port=port, token=token))
     return 0

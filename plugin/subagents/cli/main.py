@@ -8,7 +8,6 @@ before they accept a message.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import textwrap
@@ -55,8 +54,11 @@ def _add_global_flags(parser: argparse.ArgumentParser, *, top: bool) -> None:
     group.add_argument("-v", "--verbose", action="count", default=default(0),
                        help="more log output: -v for INFO, -vv for DEBUG")
     group.add_argument("--debug", action="store_true", default=default(False),
-                       help="debug output: log level DEBUG; shell and demo also show tool "
-                            "calls and slot changes")
+                       help="debug output: our log events at DEBUG (the libraries' stay at "
+                            "WARNING); shell and demo also show slot changes")
+    group.add_argument("--debug-libraries", action="store_true", default=default(False),
+                       help="also the libraries' debug output (HTTP clients, SQL, MCP, "
+                            "uvicorn)")
     group.add_argument("--log-level", default=default(None),
                        choices=["DEBUG", "INFO", "WARNING", "ERROR"], type=str.upper,
                        help="log level (overrides -v and --debug); logs go to stderr "
@@ -153,9 +155,17 @@ def build_parser() -> argparse.ArgumentParser:
         subagents test --junit report.xml
         subagents test export SENDER_ID --out tests/e2e/recorded.yml
         subagents test --repeat 10""")
+    test.usage = ("subagents test [PATH ...] [options]\n"
+                  "       subagents test export SENDER_ID [--out FILE] [--project DIR]")
+    test.description = (
+        "Run conversation tests (default: <project>/tests/e2e/).\n\n"
+        "subagents test export SENDER_ID writes a conversation recorded in the project's\n"
+        "tracker store as a test (to --out FILE, else to stdout); conversations are recorded\n"
+        "with serve --record or the inspector.")
     test.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                       help="test files or folders (default: <project>/tests/e2e/, else Rasa's "
-                           "<project>/tests/e2e_test_cases.yml)")
+                           "<project>/tests/e2e_test_cases.yml); 'export SENDER_ID' exports "
+                           "a recorded conversation instead")
     _project_arg(test)
     test.add_argument("--junit", type=Path, metavar="FILE", help="write JUnit XML to this file")
     test.add_argument("-k", dest="pattern", metavar="PATTERN",
@@ -186,15 +196,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     shell = _command(sub, "shell", "talk to the assistant in the terminal", """
         export OPENAI_API_KEY=sk-... && subagents shell
+        subagents shell --script demo.yml   # the model answers from the script's llm_script
         subagents shell --project path/to/assistant --debug""")
     _project_arg(shell)
     _model_check_arg(shell)
+    shell.add_argument("--script", metavar="FILE[::CASE]", default=None,
+                       help="the model answers from the llm_script of a conversation test "
+                            "(the file's first test case, or CASE), e.g. demo.yml: no API key "
+                            "needed; you type the user's messages")
+    shell.add_argument("--hide-tools", dest="show_tools", action="store_false",
+                       help="do not show the tool calls (shown as '⚙ tool(args) → result')")
 
     serve = _command(sub, "serve", "serve the HTTP API (Rasa's REST channel and SSE streaming)",
                      """
         subagents serve                     # http://127.0.0.1:5005
         subagents serve --host 0.0.0.0 --port 8080 --token "$SUBAGENTS_TOKEN"
-        curl -XPOST localhost:5005/webhooks/rest/webhook -d '{"sender":"u1","message":"hi"}'""")
+        curl localhost:5005/webhooks/rest/webhook -H 'Content-Type: application/json' \\
+             -d '{"sender": "u1", "message": "hi"}'""")
     _project_arg(serve)
     serve.add_argument("--host", default="127.0.0.1",
                        help="interface to listen on; 0.0.0.0 listens on every interface")
@@ -231,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "stack, slots and every agent step live", """
         subagents inspect                   # then open http://127.0.0.1:5005/inspect
         subagents inspect --record          # every conversation can be saved as a test
-        subagents inspect --replay tests/e2e/appointments.yml::book_an_appointment""")
+        subagents inspect --replay tests/e2e/conversations.yml::order_status""")
     _project_arg(inspect)
     inspect.add_argument("--host", default="127.0.0.1", help="interface to listen on")
     inspect.add_argument("--port", type=int, default=5005, help="TCP port to listen on")
@@ -299,6 +317,9 @@ def cmd_validate(project_dir: Any, *, connect: bool = False) -> int:
     from subagents.config.project import collect_issues
 
     project, issues = collect_issues(project_dir)
+    issues = _as_errors(issues, "validate")
+    if any(i.severity == "error" for i in issues):
+        project = None
     if project is not None and connect:
         from subagents.cli.validate_connect import connected_issues
 
@@ -318,6 +339,23 @@ def cmd_validate(project_dir: Any, *, connect: bool = False) -> int:
     return 0
 
 
+def _as_errors(issues: list[Any], command: str) -> list[Any]:
+    """The warnings that stop ``command`` as errors: a stdio MCP server's missing program for
+    the commands that start the servers; for ``serve`` and ``validate`` also a channel, metrics
+    or tracing whose extra is missing (the other commands do not need them)."""
+    import dataclasses
+
+    from subagents.config.credentials import EXTRA_MISSING
+    from subagents.config.runtime_checks import STARTING_CODES, observability_issues
+
+    codes = set(STARTING_CODES)
+    serving = command in ("serve", "validate")
+    if serving:
+        codes.add(EXTRA_MISSING)
+    return [dataclasses.replace(i, severity="error") if i.code in codes else i
+            for i in issues] + (observability_issues() if serving else [])
+
+
 def cmd_structure(project_dir: Any) -> int:
     """``subagents demo --structure``: the flows, their steps and the sub agents."""
     from subagents.config.project import collect_issues
@@ -334,7 +372,7 @@ def cmd_structure(project_dir: Any) -> int:
         for step in flow.steps:
             extra = ""
             if step.kind == "call" and step.model.call in project.agents:
-                kind = "task agent" if step.model.exit_if else "open agent"
+                kind = "task agent" if step.model.exit_if else "general-purpose agent"
                 extra = f"  <- {kind}"
                 if step.model.exit_if:
                     extra += f" until {' and '.join(step.model.exit_if)}"
@@ -350,6 +388,20 @@ def _default_tests(project: Path) -> Path:
     folder = project / "tests" / "e2e"
     rasa_default = project / "tests" / "e2e_test_cases.yml"
     return rasa_default if not folder.exists() and rasa_default.is_file() else folder
+
+
+def _filtered(cases: list[Any], pattern: str | None) -> list[Any] | None:
+    """The cases whose name contains ``pattern`` (-k); None, after saying so, when there are
+    cases but none matches."""
+    if not pattern or not cases:
+        return cases
+    matching = [c for c in cases if pattern in c.name]
+    if not matching:
+        print(f"no test case name contains {pattern!r} (-k); the {len(cases)} test case(s) "
+              f"found: {', '.join(c.name for c in cases[:10])}"
+              f"{', ...' if len(cases) > 10 else ''}", file=sys.stderr)
+        return None
+    return matching
 
 
 def cmd_test(args: argparse.Namespace) -> int:
@@ -380,12 +432,16 @@ def cmd_test(args: argparse.Namespace) -> int:
             print(issue.format(), file=sys.stderr)
         print(f"{len(issues)} error(s) in the test files.", file=sys.stderr)
         return 1
-    if args.pattern:
-        cases = [c for c in cases if args.pattern in c.name]
+    selected = _filtered(list(cases), args.pattern)
+    if selected is None:
+        return 1
+    cases = selected
     if not cases:
         print("no test cases found (a test file has a top-level test_cases list)",
               file=sys.stderr)
         return 1
+
+    logs = _CaseLogs(args)
 
     async def run_all() -> list[Any]:
         results = []
@@ -394,6 +450,7 @@ def cmd_test(args: argparse.Namespace) -> int:
             for case in [c for c in cases for _ in range(max(1, args.repeat))]:
                 result = await runner.run_case(case)
                 results.append(result)
+                logs.take(result)
                 progress.tick()
                 print(case_line(result), flush=True)
                 if args.fail_fast and not result.passed:
@@ -403,10 +460,12 @@ def cmd_test(args: argparse.Namespace) -> int:
         print(notices, end="")
         return results
 
-    results = asyncio.run(run_all())
+    from subagents.cli import interrupt
+
+    results = interrupt.run(run_all())
     failed = [r for r in results if not r.passed]
     for result in failed:
-        print("\n" + failure_text(result))
+        print("\n" + failure_text(result) + logs.text(result))
     if args.junit:
         write_junit(results, args.junit)
     print(pass_rates(results), end="")
@@ -414,22 +473,58 @@ def cmd_test(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+class _CaseLogs:
+    """``subagents test`` keeps the log lines of each test case and shows them with its failure
+    only, so passing cases print nothing but their PASSED line (unless -v, --debug or
+    --log-level ask for the log as it happens)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        import io
+
+        from subagents.logs import configure_logging
+
+        self.by_case: dict[int, str] = {}
+        self.buffer: io.StringIO | None = None
+        if not (args.verbose or args.debug or args.log_level or args.debug_libraries):
+            self.buffer = io.StringIO()
+            configure_logging(_log_level(args), json_logs=False, stream=self.buffer)
+
+    def take(self, result: Any) -> None:
+        """Keep what was logged while ``result``'s case ran."""
+        if self.buffer is not None:
+            self.by_case[id(result)] = self.buffer.getvalue()
+            self.buffer.seek(0)
+            self.buffer.truncate()
+
+    def text(self, result: Any) -> str:
+        """The case's log lines, indented under a heading; empty when there were none."""
+        lines = self.by_case.get(id(result), "").rstrip().splitlines()
+        return "".join(["\n  log while it ran:", *(f"\n    {line}" for line in lines)]) \
+            if lines else ""
+
+
 def _ready_to_run(args: argparse.Namespace) -> Project | None:
     """For shell and serve: the loaded project if it loads and, unless skipped, every model
     answers; None otherwise (the problems are printed)."""
+    from subagents.cli.startup_help import format_model_problems
     from subagents.config.project import collect_issues
-    from subagents.llm.preflight import check_models, format_problems
+    from subagents.llm.preflight import check_models
 
     project, issues = collect_issues(_paths(args))
+    issues = _as_errors(issues, args.command)
+    project = None if any(i.severity == "error" for i in issues) else project
     errors = _print_issues(issues)
     if project is None:
         print(f"{errors} error(s): the project does not load (subagents validate lists them "
               "too).", file=sys.stderr)
         return None
-    if args.model_check:
-        problems = asyncio.run(check_models(project))
+    if args.model_check and not getattr(args, "script", None):  # a script needs no model
+        from subagents.cli import interrupt
+
+        problems = interrupt.run(check_models(project))
         if problems:
-            print(format_problems(problems, project_dir=str(args.project)), file=sys.stderr)
+            print(format_model_problems(problems, project_dir=str(args.project)),
+                  file=sys.stderr)
             return None
     return project
 
@@ -466,9 +561,10 @@ def _run_demo(args: argparse.Namespace) -> int:
     """``demo``: play a recorded conversation, or list the project's structure."""
     if args.structure:
         return cmd_structure(_paths(args))
+    from subagents.cli import interrupt
     from subagents.demo.player import play
 
-    return play(_paths(args), args.script)
+    return play(_paths(args), args.script, runner=interrupt.run)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -499,36 +595,47 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "shell":
         from subagents.cli.shell import run_shell
 
-        return run_shell(_paths(args), debug=args.debug)
+        return run_shell(_paths(args), debug=args.debug, show_tools=args.show_tools,
+                         script=args.script)
+    return _serve(args, project)
+
+
+def _serve(args: argparse.Namespace, project: Project) -> int:
+    """``serve`` and ``inspect``: the HTTP API until SIGTERM or Ctrl-C."""
     from subagents.channels.registry import load_channels
+    from subagents.cli import interrupt
     from subagents.dialogue.processor import Assistant
     from subagents.server.app import serve
 
+    token = args.token or os.environ.get("SUBAGENTS_TOKEN")
     if args.command == "inspect":
         print(f"subagents inspect: the inspector is at http://{args.host}:{args.port}/inspect",
               file=sys.stderr, flush=True)
-        serve(Assistant.load(_paths(args)), host=args.host, port=args.port,
-              token=args.token or os.environ.get("SUBAGENTS_TOKEN"))
+        with interrupt.serving():
+            serve(Assistant.load(_paths(args)), host=args.host, port=args.port, token=token)
         return 0
     if not _enable_observability(args):
         return 1
     channels = load_channels(args.project, args.credentials)
     # the project _ready_to_run loaded and checked: parsing it again would double start-up
-    serve(Assistant(project), host=args.host, port=args.port,
-          token=args.token or os.environ.get("SUBAGENTS_TOKEN"), channels=channels,
-          cors_origins=args.cors, strict_start=args.strict_start,
-          a2a_agents=None if args.a2a is None else [
-              n.strip() for n in args.a2a.split(",") if n.strip()])
+    with interrupt.serving():
+        serve(Assistant(project), host=args.host, port=args.port, token=token,
+              channels=channels, cors_origins=args.cors, strict_start=args.strict_start,
+              a2a_agents=None if args.a2a is None else [
+                  n.strip() for n in args.a2a.split(",") if n.strip()])
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``subagents`` command; returns the exit status."""
+    from subagents.cli import interrupt
     from subagents.exceptions import ProjectInvalidError, SubagentsError
     from subagents.logs import configure_logging
 
     args = build_parser().parse_args(argv)
-    configure_logging(_log_level(args))
+    interrupt.install()
+    configure_logging(_log_level(args),
+                      library_level="DEBUG" if args.debug_libraries else None)
     try:
         return _run(args)
     except ProjectInvalidError as exc:
@@ -540,7 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = _paths(args) if isinstance(getattr(args, "project", None), Path) else None
         print(startup_error_text(args.command, exc, paths), file=sys.stderr)
     except KeyboardInterrupt:
-        return 130
+        return interrupt.EXIT_INTERRUPTED
     return 1
 
 

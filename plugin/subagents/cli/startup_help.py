@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from subagents.exceptions import SubagentsError
+from subagents.exceptions import ConfigIssue, SubagentsError
 
 _MAX_NOTE_LINES = 12
 UNREACHABLE_CODES = frozenset({"agent.a2a.card_unreachable", "agent.a2a.card_not_found",
@@ -21,6 +21,9 @@ UNREACHABLE_CODES = frozenset({"agent.a2a.card_unreachable", "agent.a2a.card_not
 def startup_error_text(command: str, exc: SubagentsError, paths: Any) -> str:
     """The text to print for ``exc``, an error that ended ``command``."""
     agent = getattr(exc, "agent_name", None)
+    issue = getattr(exc, "issue", None)
+    if isinstance(issue, ConfigIssue):  # already "file:line: error [code] key: ..."
+        return f"subagents {command}: {issue.format()}"
     if exc.code not in UNREACHABLE_CODES or agent is None:
         return f"subagents {command}: error [{exc.code}]: {exc}"
     lines = [f"subagents {command}: the assistant cannot start: its A2A agent {agent!r} "
@@ -66,3 +69,62 @@ def _leading_comment(text: str) -> list[str]:
             break
         lines.append(line[1:].strip())
     return lines[:_MAX_NOTE_LINES]
+
+
+def format_model_problems(problems: list[Any], *, project_dir: str) -> str:
+    """One screen: what is wrong with which model, then the fixes for those causes only."""
+    lines = ["subagents: the assistant cannot reach its model(s), so it would fail on the "
+             "first message.", ""]
+    for problem in problems:
+        lines.append(f"  [{problem.code}] model {problem.model!r} at {problem.endpoint} "
+                     f"(used by {', '.join(problem.callers)}):")
+        lines.append(f"      {problem.message}")
+    fixes: list[str] = []
+    for problem in problems:
+        for fix in _fixes(problem, project_dir):
+            if fix not in fixes:
+                fixes.append(fix)
+    fixes.append("or play a scripted conversation, no model needed:  subagents demo  (or "
+                 "subagents shell --script demo.yml to type the messages yourself)")
+    lines += ["", "Fix it:" if len(fixes) == 1 else "Fix it one of these ways:"]
+    lines += [f"  {number}. {fix}" for number, fix in enumerate(fixes, 1)]
+    lines.append("(--no-model-check skips this check.)")
+    return "\n".join(lines)
+
+
+def _fixes(problem: Any, project_dir: str) -> list[str]:
+    """What fixes ``problem``, by its cause."""
+    from urllib.parse import urlsplit
+
+    from subagents.server.security import is_loopback
+
+    endpoints = f"{project_dir.rstrip('/')}/endpoints.yml"
+    address = urlsplit(problem.endpoint)
+    host, port = address.hostname or "", address.port or (
+        443 if address.scheme == "https" else 80)
+    cause = problem.cause
+    if cause == "key_missing":
+        return ["set the key:  export OPENAI_API_KEY=sk-...  (or the variable named by api_key "
+                f"in {endpoints})",
+                f"use a local OpenAI-compatible server: set api_base on the models in "
+                f"{endpoints}, e.g. api_base: http://127.0.0.1:11434/v1 (Ollama), and start it"]
+    if cause == "extra_missing":
+        return ["install the providers extra, which reaches this provider through LiteLLM:  "
+                "pip install 'subagents[providers]'"]
+    if cause == "key_refused":
+        return [f"the key was refused by {problem.endpoint}: check the key in OPENAI_API_KEY "
+                f"(or in the variable named by api_key in {endpoints})"]
+    if cause == "dns":
+        return [f"the host name {host!r} could not be resolved: check the network connection "
+                f"and DNS, or the host in api_base in {endpoints}"]
+    if cause == "refused" and is_loopback(host):
+        hint = " (for example `ollama serve` listens on 11434)" if port == 11434 else ""
+        return [f"start the model server that should listen on {host}:{port}{hint}, or "
+                f"correct the port in api_base in {endpoints}"]
+    if cause == "refused":
+        return [f"nothing accepts connections at {host}:{port}: check that the server runs "
+                f"and that api_base in {endpoints} is right"]
+    if cause == "timeout":
+        return [f"{problem.endpoint} did not answer in time: check the network, or api_base "
+                f"in {endpoints}"]
+    return [f"check api_base of the model in {endpoints}"]

@@ -73,12 +73,32 @@ def pydantic_issues(doc: YamlDoc, exc: ValidationError, code_for: CodeFor,
         hint = None
         if err["type"] == "extra_forbidden":
             msg = f"unknown key {loc[-1]!r}"
-            hint = "remove it or check its spelling"
+            hint = _spelling_hint(str(loc[-1]))
         elif err["type"] == "missing":
             msg = f"required key {loc[-1]!r} is missing"
             hint = f"add {loc[-1]!r}"
         issues.append(doc.issue(code, msg, loc, hint=hint))
     return issues
+
+
+def _known_keys() -> set[str]:
+    """Every key some config section takes (the fields of every StrictModel)."""
+    keys: set[str] = set()
+    todo: list[type[BaseModel]] = [StrictModel]
+    while todo:
+        model = todo.pop()
+        todo += model.__subclasses__()
+        for name, info in model.model_fields.items():
+            keys.add(info.alias or name)
+    return keys
+
+
+def _spelling_hint(key: str) -> str:
+    """``did you mean 'timeout'?`` for a misspelled key, else the general advice."""
+    import difflib
+
+    close = difflib.get_close_matches(key, sorted(_known_keys()), n=1, cutoff=0.8)
+    return f"did you mean {close[0]!r}?" if close else "remove it or check its spelling"
 
 
 def _is_union_tag(part: Any) -> bool:

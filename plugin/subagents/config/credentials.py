@@ -10,7 +10,7 @@ and skipped, so a Rasa project's file still loads.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,13 @@ BUILTIN_CHANNELS: dict[str, ChannelKeys] = {
 }
 """Built-in channels. ``api_url`` points a connector at another API address (a proxy, or a
 stand-in in tests); ``webhook_url`` on Twilio is the public address its signature is made for."""
+
+CHANNEL_EXTRAS = {"socketio": "socketio", "slack": "slack", "telegram": "telegram",
+                  "twilio": "twilio"}
+"""Built-in channels whose library is an optional extra (of the same name)."""
+EXTRA_MISSING = "credentials.channel.extra_missing"
+"""A channel whose extra is not installed: a warning when loading (only ``serve`` opens
+channels), an error in ``validate``."""
 
 RASA_ONLY_CHANNELS = frozenset({
     "callback", "facebook", "mattermost", "rocketchat", "botframework", "webexteams",
@@ -174,6 +181,14 @@ def _check_channel(doc: YamlDoc, root: Path, name: str, settings: Any,
     _check_keys(doc, name, settings, keys, issues)
     if any(i.severity == "error" for i in issues[before:]):
         return None
+    if name in CHANNEL_EXTRAS:
+        from subagents.config.runtime_checks import extra_issue
+
+        missing = extra_issue(CHANNEL_EXTRAS[name], f"channel {name!r}", file=doc.display,
+                              line=doc.line_of(loc), key=name, code=EXTRA_MISSING)
+        if missing is not None:  # only serve opens channels: the other commands still run
+            issues.append(replace(missing, severity="warning",
+                                  message=f"subagents serve cannot open it: {missing.message}"))
     return ChannelSettings(name=name, settings=settings, line=doc.line_of(loc))
 
 

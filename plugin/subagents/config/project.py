@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from subagents._yaml import Loc, YamlDoc, load_yaml
 from subagents.conditions import ConditionSyntaxError, parse_condition
+from subagents.config import runtime_checks
 from subagents.config._base import pydantic_issues
 from subagents.config._imports import import_from_project, project_on_path
 from subagents.config._load_agents import AgentSpec, _AgentsLoader
@@ -338,11 +339,18 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
     loader.issues += check_stdio_folders(endpoints_doc, list(endpoints.mcp_servers or []), root)
     action = endpoints.action_endpoint
     if action is None or action.actions_module or not action.url:
-        loader.issues += rasa_imports(root, (action.actions_module if action else None)
-                                      or "actions")
+        module = (action.actions_module if action else None) or "actions"
+        loader.issues += rasa_imports(root, module)
+        loader.issues += runtime_checks.actions_issue(root, module)
     # one problem, one report: the same issue found more than once (a slot missing from every
     # branch of one next:, say) is reported once
-    issues = list(dict.fromkeys(loader.issues + check_credentials(root)[1]))
+    issues = [*dict.fromkeys(loader.issues + check_credentials(root)[1]),
+              *runtime_checks.a2a_issues(agents, loader.agent_docs),
+              *runtime_checks.store_issues(endpoints, endpoints_doc),
+              *runtime_checks.stdio_issues(endpoints, endpoints_doc, root)]
+    if "endpoints" not in paths.explicit:  # a given path that does not exist is reported
+        issues = runtime_checks.endpoints_missing(paths.endpoints,
+                                                  _shown(paths.endpoints, root), issues)
     if any(i.severity == "error" for i in issues):
         return None, issues
     project = Project(root=root, endpoints=endpoints, domain=domain, flows=flows, agents=agents,
@@ -350,6 +358,13 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
                       paths=paths, tool_steps=loader.tool_steps,
                       command_generator_class=loader.command_generator_class)
     return project, issues
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
 
 
 def load_project(root: Path | str | ProjectPaths, **locations: Any) -> Project:

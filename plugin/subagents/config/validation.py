@@ -181,6 +181,17 @@ def unknown_reference(issues: list[ConfigIssue], doc: YamlDoc, text: str, loc: L
             return
 
 
+def unquoted_words(issues: list[ConfigIssue], doc: YamlDoc, cond: Condition, loc: Loc,
+                   code: str = "flow.condition.unquoted_word") -> None:
+    """``slots.city = Berlin`` compares with a name ``Berlin``, which is always empty: warn, with
+    the quoted form as the fix."""
+    for word in cond.bare_words:
+        issues.append(doc.issue(
+            code, f"{word} is not in quotes, so it reads as a name, and a name other than "
+            "slots.<name> or context.<field> is always empty", loc,
+            hint=f"write '{word}' (in quotes) to compare with the text", severity="warning"))
+
+
 def did_you_mean(name: str, candidates: Iterable[str], fallback: str | None = None) -> str | None:
     """``did you mean 'x'?`` for the closest candidate, else ``fallback``."""
     close = difflib.get_close_matches(name, sorted(candidates), n=1, cutoff=0.75)
@@ -556,6 +567,7 @@ class FlowChecker:
                 self.issues.append(doc.issue(code, f"slot {name!r} is not in the domain", loc,
                                              hint=self.slot_hint(name)))
         unknown_reference(self.issues, doc, cond.text, loc)
+        unquoted_words(self.issues, doc, cond, loc)
 
 
 class ResponseChecker:
@@ -604,6 +616,8 @@ class ResponseChecker:
                 self.issues.append(doc.issue(
                     "domain.response.condition_previous_flow_name_is_id", message,
                     (*loc, "condition"), hint=hint, severity="warning"))
+            unquoted_words(self.issues, doc, parsed, (*loc, "condition"),
+                           "domain.response.condition_unquoted_word")
         elif isinstance(cond, list) and all(isinstance(i, dict) and "name" in i for i in cond):
             names = [str(i["name"]) for i in cond]
         else:

@@ -15,7 +15,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ def _show_call(agent: str, text: str, reply: dict[str, Any] | None) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _remote_agents(project: Any, case: TestCase,
+async def remote_agents(project: Any, case: TestCase,
                          problems: list[str]) -> AsyncIterator[list[str]]:
     """Serve the case's ``a2a_script`` stand-ins and point the agents at them; what did not go
     as scripted is added to ``problems`` at the end."""
@@ -74,7 +74,7 @@ async def _play(project: ProjectPaths, script: Path) -> int:
               "model)...", flush=True)
         loaded_project = load_project(project)
         remote_problems: list[str] = []
-        async with _remote_agents(loaded_project, case, remote_problems) as remotes, Assistant(
+        async with remote_agents(loaded_project, case, remote_problems) as remotes, Assistant(
                 loaded_project, llm_factory=fake.llm_factory(max_retries=2)) as assistant:
             for remote in remotes:
                 print(f"(A2A agent {remote}: a local stand-in answering from the script)",
@@ -92,10 +92,12 @@ async def _play(project: ProjectPaths, script: Path) -> int:
     return 1 if problems else 0
 
 
-def play(project: Path | ProjectPaths, script: Path | None = None) -> int:
+def play(project: Path | ProjectPaths, script: Path | None = None, *,
+         runner: Callable[[Coroutine[Any, Any, int]], int] = asyncio.run) -> int:
     """Play the first conversation of a demo script against the project.
 
     The model is the scripted fake server; the bot's messages and tool calls are printed.
+    ``runner`` runs the coroutine (the CLI's stops it on Ctrl-C).
 
     Returns:
         The process exit code: 0, or 1 when the script is missing or unplayable or the
@@ -107,4 +109,4 @@ def play(project: Path | ProjectPaths, script: Path | None = None) -> int:
     if not script.exists():
         print(f"no demo script at {script}; pass --script FILE", file=sys.stderr)
         return 1
-    return asyncio.run(_play(project, script))
+    return runner(_play(project, script))

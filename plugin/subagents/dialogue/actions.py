@@ -88,7 +88,12 @@ class ActionRunner:
 
     async def _in_process(self, call: dict[str, Any]) -> dict[str, Any]:
         if self._executor is None:
-            from rasa_sdk.executor import ActionExecutor
+            try:
+                from rasa_sdk.executor import ActionExecutor
+            except ImportError as exc:
+                raise ActionFailedError(
+                    f"custom action {call['next_action']!r}: running custom actions needs the "
+                    "'actions' extra (rasa-sdk): pip install 'subagents[actions]'") from exc
 
             executor = ActionExecutor()
             try:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -136,8 +137,14 @@ class CommandGenerator:
         intent = self.metadata_intent(user.get("metadata"))
         if intent is not None:
             return [intent]
-        return await self.predict(text, turn.stack, turn.slots, turn.events[:-1],
-                                  scope=turn.scope)
+        started = time.perf_counter()
+        commands = await self.predict(text, turn.stack, turn.slots, turn.events[:-1],
+                                      scope=turn.scope)
+        if getattr(turn.channel, "wants_trace", False) is True:  # the inspector's timeline
+            await turn.channel.send_trace(turn.sender_id, "command_generation", {  # type: ignore[union-attr]
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                "commands": [_shown_command(c) for c in commands]})
+        return commands
 
     def forced_slot(self, stack: Stack) -> str | None:
         """The slot a ``collect`` step with ``force_slot_filling: true`` is asking for now."""
@@ -304,6 +311,11 @@ SingleStepLLMCommandGenerator = LLMCommandGenerator = LLMBasedCommandGenerator =
 MultiStepLLMCommandGenerator = CommandGenerator
 """Rasa's command generator names, for classes written against them (see
 :mod:`subagents.rasa_compat`)."""
+def _shown_command(command: Any) -> str:
+    """``StartFlow(flow='x')`` as the inspector shows it."""
+    fields = ", ".join(f"{k}={v!r}" for k, v in vars(command).items()) \
+        if hasattr(command, "__dict__") else ""
+    return f"{type(command).__name__}({fields})"
 
 
 def transcript(events: list[dict[str, Any]], lines: int) -> str:

@@ -34,6 +34,9 @@ class ModelProblem:
     model: str
     endpoint: str
     message: str
+    cause: str = ""
+    """Why: ``key_missing``, ``key_refused``, ``dns`` (the host name does not resolve),
+    ``refused`` (nothing listens at the address), ``timeout`` or ``other``."""
 
 
 def project_models(project: Project) -> dict[tuple[str, str, str, str | None],
@@ -104,24 +107,52 @@ def _probe_key(settings: ModelSettings) -> str | None:
     return os.environ.get("OPENAI_API_KEY") if settings.provider == "openai" else None
 
 
-async def _probe(settings: ModelSettings, timeout: float) -> tuple[str, str] | None:
-    """GET <base>/models: any answer but 401/403 means the endpoint is there."""
+def _cause(exc: BaseException) -> str:
+    """``dns``, ``refused``, ``timeout`` or ``other``, from the exception and what caused it."""
+    import socket
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, socket.gaierror):
+            return "dns"
+        if isinstance(seen, ConnectionRefusedError):
+            return "refused"
+        if isinstance(seen, TimeoutError) or "Timeout" in type(seen).__name__:
+            return "timeout"
+        seen = seen.__cause__ or seen.__context__
+    return "other"
+
+
+_CAUSE_TEXT = {"dns": "its host name could not be resolved (DNS lookup failed)",
+               "refused": "nothing accepts connections there (connection refused)",
+               "timeout": "no answer in time"}
+
+
+async def _probe(settings: ModelSettings, timeout: float) -> tuple[str, str, str] | None:
+    """GET <base>/models: any answer but 401/403 means the endpoint is there.
+
+    Returns:
+        None, or ``(code, message, cause)``.
+    """
     import httpx2
 
     try:
         base, key = base_url(settings), _probe_key(settings)
     except (ConfigError, LLMError) as exc:
-        return ("preflight.model_unreachable", str(exc))
+        return ("preflight.model_unreachable", str(exc), "other")
     headers = {"authorization": f"Bearer {key}"} if key else {}
     try:
         async with httpx2.AsyncClient(timeout=timeout) as client:
             response = await client.get(f"{base}/models", headers=headers)
     except httpx2.HTTPError as exc:
-        return ("preflight.model_unreachable",
-                f"the endpoint {base} did not answer ({type(exc).__name__}: {exc})")
+        cause = _cause(exc)
+        why = _CAUSE_TEXT.get(cause, f"{type(exc).__name__}: {exc}")
+        return ("preflight.model_unreachable", f"the endpoint {base} did not answer: {why}",
+                cause)
     if response.status_code in (401, 403):
         return ("preflight.credentials_refused",
-                f"the endpoint {base} refused the API key (HTTP {response.status_code})")
+                f"the endpoint {base} refused the API key (HTTP {response.status_code})",
+                "key_refused")
     return None
 
 
@@ -133,8 +164,9 @@ async def check_models(project: Project, *, timeout: float = 5.0) -> list[ModelP
     for settings, callers in models:
         missing = _key_problem(settings)
         if missing:
+            cause = "extra_missing" if missing[0] == "preflight.extra_missing" else "key_missing"
             problems.append(ModelProblem(missing[0], tuple(callers), settings.model,
-                                         endpoint_label(settings), missing[1]))
+                                         endpoint_label(settings), missing[1], cause))
         elif settings.provider != "azure" and settings.route == "direct":
             # azure answers on other paths, LiteLLM's providers on their own: keys checked
             to_probe.append((settings, callers))
@@ -142,27 +174,5 @@ async def check_models(project: Project, *, timeout: float = 5.0) -> list[ModelP
     for (settings, callers), result in zip(to_probe, results, strict=True):
         if result is not None:
             problems.append(ModelProblem(result[0], tuple(callers), settings.model,
-                                         endpoint_label(settings), result[1]))
+                                         endpoint_label(settings), result[1], result[2]))
     return problems
-
-
-def format_problems(problems: list[ModelProblem], *, project_dir: str) -> str:
-    """One screen: what is wrong with which model, then the three ways to fix it."""
-    lines = ["subagents: the assistant cannot reach its model(s), so it would fail on the "
-             "first message.", ""]
-    for problem in problems:
-        lines.append(f"  [{problem.code}] model {problem.model!r} at {problem.endpoint} "
-                     f"(used by {', '.join(problem.callers)}):")
-        lines.append(f"      {problem.message}")
-    lines += [
-        "",
-        "Fix it one of these ways:",
-        "  1. set the key:  export OPENAI_API_KEY=sk-...  (or the variable named above or by "
-        "api_key in endpoints.yml)",
-        "  2. use a local OpenAI-compatible server: set api_base on the models in "
-        f"{project_dir}/endpoints.yml,",
-        "     e.g. api_base: http://127.0.0.1:11434/v1 (Ollama), and start that server",
-        "  3. play the scripted conversation instead, no model needed:  subagents demo",
-        "(--no-model-check skips this check.)",
-    ]
-    return "\n".join(lines)

@@ -75,8 +75,17 @@ log = structlog.get_logger("subagents.server.app")
 ERROR_ID_HEADER = "x-subagents-error-id"
 
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _error(status: int, message: str, code: str) -> JSONResponse:
+    return JSONResponse({"error": message, "code": code}, status_code=status)
+
+
+async def _route_error(request: Request, exc: Exception) -> Response:
+    """Unknown routes and methods answer like every other error: JSON with a code."""
+    status = getattr(exc, "status_code", 404)
+    code = "http.method_not_allowed" if status == 405 else "http.not_found"
+    text = "this route does not take that method" if status == 405 else "no such route"
+    return JSONResponse({"error": text, "code": code}, status_code=status,
+                        headers=getattr(exc, "headers", None))
 
 
 async def _message_body(request: Request, max_body: int,
@@ -84,13 +93,14 @@ async def _message_body(request: Request, max_body: int,
     body = await json_body(request, max_body, body_timeout)
     sender, message = body.get("sender"), body.get("message")
     if not isinstance(sender, str) or not sender.strip():
-        raise BadRequestError(400, "'sender' must be a non-empty string")
+        raise BadRequestError(400, "'sender' must be a non-empty string",
+                              "client.sender_id.invalid")
     if not isinstance(message, str):
-        raise BadRequestError(400, "'message' must be a string")
+        raise BadRequestError(400, "'message' must be a string", "client.message.invalid")
     metadata = body.get("metadata")
     metadata = {} if metadata is None else metadata
     if not isinstance(metadata, dict):
-        raise BadRequestError(400, "'metadata' must be an object")
+        raise BadRequestError(400, "'metadata' must be an object", "client.metadata.invalid")
     check_message_id(body.get("message_id"))
     request.state.message_id = body.get("message_id")
     return sender, message, metadata
@@ -133,11 +143,11 @@ class _Api:
         errors around a handler."""
         async def wrapped(request: Request) -> Response:
             if check_token and not self.authorized(request):
-                return _error(401, "missing or wrong bearer token")
+                return _error(401, "missing or wrong bearer token", "http.unauthorized")
             try:
                 return await handler(request)  # type: ignore[no-any-return]
             except BadRequestError as exc:
-                return _error(exc.status, exc.message)
+                return _error(exc.status, exc.message, exc.code)
             except ClientInputError as exc:
                 return JSONResponse({"error": str(exc), "code": exc.code},
                                     status_code=exc.status)
@@ -269,7 +279,7 @@ class _Api:
                 isinstance(r, dict) and isinstance(r.get("id"), str) and "result" in r
                 for r in results):
             raise BadRequestError(400, 'send {"id": "<tool call id>", "result": ...} or '
-                                       '{"results": [...]}')
+                                       '{"results": [...]}', "client.tool_results.invalid")
         if self.busy():
             return busy_response()
         channel = CollectingOutputChannel()
@@ -371,6 +381,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
                                    guard=lambda handler: api.guard(handler, check_token=False))
     routes += channel_routes(assistant, channels)  # the input channels of credentials.yml
     return Starlette(routes=routes, lifespan=api.lifespan,
+                     exception_handlers={404: _route_error, 405: _route_error},
                      middleware=security_middleware(
                          cors_origins, allowed_hosts, [c.url_prefix() for c in channels],
                          channels=channel_middleware(assistant, channels, cors_origins,
@@ -387,7 +398,9 @@ def uvicorn_config(app: Starlette, *, host: str, port: int,
                           http=http_protocol(header_timeout))
 
 
-_PYTHON_GC_THRESHOLDS = (700, 10, 10)
+_PYTHON_GC_THRESHOLDS = frozenset({(700, 10, 10), (2000, 10, 10)})
+"""Python's own thresholds (3.11 and 3.12: 700; 3.13 and later: 2000): any other value was
+set by the process, which keeps it."""
 SERVING_GC_THRESHOLDS = (50_000, 10, 10)
 """The youngest generation is collected after 50,000 net allocations instead of 700: a turn
 leaves no reference cycles behind (tests/integration/test_turn_garbage.py), so frequent
@@ -432,7 +445,7 @@ def settle_heap(chosen: tuple[int, ...] | None = None) -> None:
     gc.freeze()
     if chosen is not None:
         gc.set_threshold(*chosen)
-    elif gc.get_threshold() == _PYTHON_GC_THRESHOLDS:
+    elif gc.get_threshold() in _PYTHON_GC_THRESHOLDS:
         gc.set_threshold(*SERVING_GC_THRESHOLDS)
 
 
@@ -440,7 +453,9 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
           token: str | None = None, cors_origins: Sequence[str] | None = None,
           channels: Sequence[InputChannel] = (), a2a_agents: list[str] | None = None,
           strict_start: bool = False) -> None:
-    """Serve until SIGINT/SIGTERM; in-flight turns finish first (up to 30 s).
+    """Serve until SIGTERM, when in-flight turns finish first (up to 30 s), or Ctrl-C (SIGINT),
+    which stops at once, start-up included, and raises KeyboardInterrupt. A SIGINT handler
+    installed before (the CLI's) is called too.
 
     On a loopback address only loopback ``Host`` names are accepted; CORS origins default to
     ``SUBAGENTS_CORS_ORIGINS``. A public address without a token gets a loud warning. A
@@ -452,13 +467,31 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
 
     thresholds = gc_thresholds_from_env()  # a wrong value stops serve before anything starts
     failed: list[SubagentsError] = []
+    outer_sigint = signal.getsignal(signal.SIGINT)
+    stopped = asyncio.Event()
 
     class _Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            super().handle_exit(sig, frame)
+            if sig == signal.SIGINT:  # Ctrl-C: a short drain, and start-up is abandoned
+                self.config.timeout_graceful_shutdown = 1
+                stopped.set()
+                if callable(outer_sigint) and outer_sigint is not signal.default_int_handler:
+                    outer_sigint(sig, frame)
+
         async def startup(self, sockets: Any = None) -> None:
             # connect the agents before uvicorn's lifespan does (its start is then a no-op), so
             # that a project that cannot start ends with its one-screen error, not a traceback
+            starting = asyncio.ensure_future(assistant.start(strict=strict_start))
+            halt = asyncio.ensure_future(stopped.wait())
+            await asyncio.wait([starting, halt], return_when=asyncio.FIRST_COMPLETED)
+            halt.cancel()
+            if not starting.done():
+                starting.cancel()  # Ctrl-C while connecting
+                self.should_exit = True
+                return
             try:
-                await assistant.start(strict=strict_start)
+                starting.result()
             except SubagentsError as exc:
                 failed.append(exc)
                 self.should_exit = True
@@ -482,3 +515,5 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
     _Server(config).run()
     if failed:
         raise failed[0]
+    if stopped.is_set():
+        raise KeyboardInterrupt

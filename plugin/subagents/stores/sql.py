@@ -230,7 +230,7 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_exception(error)
 
 
-_Call = tuple[Callable[[], Any], asyncio.Future[Any]]
+_Call = tuple[Callable[[], Any], asyncio.Future[Any] | None]
 
 
 class _DatabaseThread:
@@ -238,16 +238,17 @@ class _DatabaseThread:
 
     Leaner than an executor: a call is one queue put and one wake-up of the event loop, with
     no executor future chained to the loop's. The thread ends on :meth:`stop`, or once this
-    object is garbage (a store dropped without being closed).
+    object is garbage (a store dropped without being closed), after running ``on_exit`` there
+    (which closes the store's connection: left to the garbage collector, it would leak).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, on_exit: Callable[[], Any] | None = None) -> None:
         calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._calls = calls
         # a daemon: a process that exits without closing its store is not held up by it
         threading.Thread(target=_serve_calls, args=(calls,), name="subagents-sqlite",
                          daemon=True).start()
-        weakref.finalize(self, calls.put, None)
+        weakref.finalize(self, _finish, calls, on_exit)
 
     async def run(self, function: Callable[[], _T]) -> _T:
         """``function()`` on the thread (a cancelled caller leaves it running to its end)."""
@@ -260,6 +261,12 @@ class _DatabaseThread:
         self._calls.put(None)
 
 
+def _finish(calls: queue.SimpleQueue[_Call | None], on_exit: Callable[[], Any] | None) -> None:
+    if on_exit is not None:
+        calls.put((on_exit, None))
+    calls.put(None)
+
+
 def _serve_calls(calls: queue.SimpleQueue[_Call | None]) -> None:
     while (call := calls.get()) is not None:
         function, future = call
@@ -269,6 +276,9 @@ def _serve_calls(calls: queue.SimpleQueue[_Call | None]) -> None:
             result = function()
         except BaseException as exc:  # noqa: BLE001 - handed to the caller as it is
             error = exc
+        if future is None:  # the last call of a dropped store: nobody waits for it
+            del call, function, result, error
+            continue
         try:
             future.get_loop().call_soon_threadsafe(_settle, future, result, error)
         except RuntimeError:  # the caller's loop is closed: nobody waits any more
@@ -441,7 +451,7 @@ class SQLTrackerStore(TrackerStore):
                     return function(conn)
 
             if self._thread is None:  # (again) after close(), like the async engine
-                self._thread = _DatabaseThread()
+                self._thread = _DatabaseThread(on_exit=engine.dispose)
             return await self._thread.run(call)
         assert self.engine is not None
         assert self._reader is not None
@@ -463,7 +473,7 @@ class SQLTrackerStore(TrackerStore):
             return function(self._raw.driver_connection)
 
         if self._thread is None:  # (again) after close()
-            self._thread = _DatabaseThread()
+            self._thread = _DatabaseThread(on_exit=engine.dispose)
         return await self._thread.run(call)
 
     async def _init(self) -> None:

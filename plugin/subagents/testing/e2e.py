@@ -684,7 +684,7 @@ class _Conversation:
                    for m in messages):
                 return None
             return f"expected utter {step['utter']!r}; bot messages this turn: " \
-                   f"{[_describe(m) for m in messages] or 'none'}"
+                   f"{_described(messages)}"
         kind = "slot_was_set" if "slot_was_set" in step else "slot_was_not_set"
         for name, value, has_value in _slot_items(step[kind]):
             found = _slot_set(events, name, value, has_value)
@@ -920,10 +920,14 @@ def _bot_text_matches(expected: Any, message: dict[str, Any]) -> bool:
     return text is not None and str(text).strip() == str(expected).strip()
 
 
+def _described(messages: list[dict[str, Any]]) -> str:
+    """The messages one after the other, each quoted once (``'Hi.' (utter_greet), 'Bye.'``)."""
+    return ", ".join(_describe(m) for m in messages) or "none"
+
+
 def _bot_problem(expected: Any, messages: list[dict[str, Any]]) -> str:
     texts = [str(m.get("text") or "") for m in messages]
-    problem = f"expected bot {expected!r}; bot messages this turn: " \
-              f"{[_describe(m) for m in messages] or 'none'}"
+    problem = f"expected bot {expected!r}; bot messages this turn: {_described(messages)}"
     if isinstance(expected, str) and texts:
         detail = near_miss(expected.strip(), texts)
         if detail:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 from collections.abc import Callable
 from functools import cache
 from importlib import resources
@@ -44,9 +45,21 @@ def _page_and_policy() -> tuple[str, str]:
     static = resources.files(__package__) / "static"
     html = (static / "index.html").read_text(encoding="utf-8")
     css = (static / "inspector.css").read_text(encoding="utf-8")
-    js = (static / "inspector.js").read_text(encoding="utf-8").replace("</", "<\\/")
+    js = (static / "inspector.js").read_text(encoding="utf-8").replace(
+        "/*INSPECTOR_INTERNAL_SLOTS*/[]", json.dumps(internal_slots())).replace("</", "<\\/")
     policy = CSP.format(script=_source_hash(js), style=_source_hash(css))
     return html.replace("/*INSPECTOR_CSS*/", css).replace("/*INSPECTOR_JS*/", js), policy
+
+
+def internal_slots() -> list[str]:
+    """Slots every project has (the runtime's and the default patterns'): the Slots panel
+    hides them unless asked, so a project's own slots stand out."""
+    from subagents._yaml import load_yaml
+    from subagents.config.project import DEFAULT_PATTERNS
+    from subagents.config.validation import BUILTIN_SLOTS
+
+    defaults = load_yaml(DEFAULT_PATTERNS, display="<default patterns>").data.get("slots") or {}
+    return sorted(BUILTIN_SLOTS | set(defaults))
 
 
 def page() -> str:

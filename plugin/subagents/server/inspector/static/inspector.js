@@ -11,6 +11,8 @@
     resuming: "resumed", input_required: "waiting for the user", completed: "completed",
     cancelled: "cancelled", fatal_error: "failed", recoverable_error: "failed",
     running: "running", resumed: "resumed", started: "running" };
+  // slots every project has; the page fills them in when it serves this script
+  const INTERNAL_SLOTS = new Set(/*INSPECTOR_INTERNAL_SLOTS*/[]);
   let sender = "";
   let seq = 0;
   let slotsBefore = {};
@@ -98,6 +100,15 @@
   }
 
   const handlers = {
+    command_generation(data) {
+      runBox = null;
+      const commands = (data.commands || []).join(", ") || "no command";
+      $("timeline").append(stamp(el("section", { class: "run commands",
+        "data-kind": "command_generation" },
+        el("h3", {}, "Command generator"),
+        el("p", { class: "facts" }, `model call ${data.duration_ms} ms → ${commands}`))));
+      scrollEnd($("timeline"));
+    },
     agent_run_start(data) {
       runBox = null;
       steps.clear();  // step numbers start again with every run
@@ -231,19 +242,40 @@
     }
   }
 
+  // a slot name may wrap after an underscore, never inside a word
+  function slotName(cell, text) {
+    cell.replaceChildren();
+    text.split("_").forEach((part, index, parts) => {
+      cell.append(part + (index < parts.length - 1 ? "_" : ""));
+      if (index < parts.length - 1) cell.append(el("wbr"));
+    });
+  }
+
   function upsertSlot(name, value) {
     const body = $("slots").tBodies[0];
     let row = [...body.rows].find((r) => r.dataset.slot === name);
     if (!row) {
-      row = el("tr", { "data-slot": name }, el("th", { scope: "row" }, name), el("td"));
+      row = el("tr", { "data-slot": name, "data-internal": String(INTERNAL_SLOTS.has(name)) },
+        el("th", { scope: "row" }), el("td"));
       body.append(row);
     }
     row.cells[1].textContent = JSON.stringify(value);
     const changed = changedThisTurn.has(name);
     row.classList.toggle("changed", changed);
     row.dataset.changed = String(changed);
-    row.cells[0].textContent = changed ? `${name} (changed)` : name;
+    slotName(row.cells[0], changed ? `${name} (changed)` : name);
+    noteSlots();
   }
+
+  function noteSlots() {
+    const rows = [...$("slots").tBodies[0].rows];
+    const internal = rows.filter((r) => r.dataset.internal === "true").length;
+    $("internal-count").textContent = String(internal);
+    $("slots-note").hidden = rows.length === 0 || internal < rows.length;
+  }
+  $("show-internal").addEventListener("change", () => {
+    $("slots").classList.toggle("show-internal", $("show-internal").checked);
+  });
 
   async function refreshTracker(endOfTurn) {
     const response = await fetch(`/conversations/${encodeURIComponent(sender)}/tracker`,
@@ -354,7 +386,7 @@
 
   async function refreshRecording() {
     const asked = sender;
-    let state = "unknown";
+    let state = "unknown";  // only when the server cannot be asked
     try {
       const response = await fetch(conversationUrl("recording"), { headers: auth });
       if (response.ok) state = (await response.json()).recording ? "on" : "off";
@@ -484,12 +516,16 @@
     }
     $("replay-next").textContent = `Next: "${steps[replayAt].user}"`;
     const expect = steps[replayAt].expect;
-    $("replay-expect").textContent = expect.length ? "The test expects: " + expect.join(" / ") : "";
+    $("replay-expect").textContent = expect.length
+      ? "Then the test expects: " + expect.join(" / ") : "";
   }
 
   $("replay-send").addEventListener("click", async () => {
     if (!replay || replayAt >= replay.steps.length || $("send").disabled) return;
     const step = replay.steps[replayAt++];
+    // what the test expects after this message stays beside the chat until the next one
+    $("replay-sent").textContent = `After "${step.user}" the test expects: ` +
+      (step.expect.length ? step.expect.join(" / ") : "no bot message");
     $("replay-send").disabled = true;
     await send(step.user, undefined, step.metadata);
     $("replay-send").disabled = false;
