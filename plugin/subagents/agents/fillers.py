@@ -73,6 +73,8 @@ def said_before(run: AgentRun, text: str) -> bool:
     if not wording:
         return False
     seen_input, seen_run = run.filler_scan
+    if not seen_input:  # the first look: the fillers before the input's events too
+        run.filler_wordings.update(_wording(text) for text in run.input.earlier.fillers)
     _collect_fillers(run.input.events, seen_input, run.filler_wordings)
     _collect_fillers(run.events, seen_run, run.filler_wordings)
     run.filler_scan = (len(run.input.events), len(run.events))

@@ -24,7 +24,6 @@ import structlog
 from subagents.dialogue.client_input import split_client_metadata
 from subagents.dialogue.commands import ContinueAgent
 from subagents.dialogue.stack import Stack
-from subagents.dialogue.turn import Turn
 
 if TYPE_CHECKING:
     from subagents.dialogue.processor import Assistant
@@ -88,13 +87,11 @@ async def resume_turn(assistant: Assistant, sender_id: str, call_id: str,
     Returns the turn's events; none when the agent no longer waits for that call (the user's
     own message resumed it first, or the conversation moved on).
     """
-    record = await assistant.tracker_store.load(sender_id)
-    stack = Stack.from_list(record.stack)
-    if not parked_on(stack, call_id):
+    turn = await assistant.open_turn(sender_id, channel)
+    if not parked_on(turn.stack, call_id):
         log.info("dialogue.resume.nothing_parked", sender=sender_id)
         return []
-    metadata = latest_metadata(record.events, assistant.client_metadata_keys)
-    turn = Turn(sender_id, record.events, stack, assistant.project.domain, channel, metadata)
+    turn.metadata = latest_metadata(turn.events, assistant.client_metadata_keys)
     executor = assistant.executor
     executor.apply_commands(turn, executor.clean_commands(turn, [ContinueAgent()]))
     await executor.advance(turn)

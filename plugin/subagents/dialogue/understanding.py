@@ -103,7 +103,9 @@ class CommandGenerator:
         intent = self.metadata_intent(user.get("metadata"))
         if intent is not None:
             return [intent]
-        return await self.predict(text, turn.stack, turn.slots, turn.events[:-1])
+        return await self.predict(text, turn.stack, turn.slots, turn.events[:-1],
+                                  completed=turn.snapshot.completed_agents(),
+                                  filled=set(turn.snapshot.filled))
 
     def metadata_intent(self, metadata: Any) -> Intent | None:
         """The intent a client sent with the message, if it triggers a flow (or is
@@ -142,7 +144,7 @@ class CommandGenerator:
             lines.append(line)
         return "\n".join(lines) or "(none)"
 
-    def _state(self, stack: Stack, slots: dict[str, Any], events: list[dict[str, Any]]
+    def _state(self, stack: Stack, slots: dict[str, Any], completed: list[str]
                ) -> tuple[str, str]:
         lines = []
         agent_commands = ""
@@ -166,7 +168,6 @@ class CommandGenerator:
             lines.append(f"- active sub agent: {active.agent_id} ({description})")
             agent_commands += ("- continue agent: the message is for the active sub agent "
                                "(answers its question or continues its task)\n")
-        completed = completed_agents(events)
         if completed:
             lines.append(f"- completed sub agents: {', '.join(completed)}")
             agent_commands += ("- restart agent <agent_name>: the user wants a completed sub "
@@ -174,9 +175,11 @@ class CommandGenerator:
         return ("\n".join(lines) or "- no active flow"), agent_commands
 
     def render(self, text: str, stack: Stack, slots: dict[str, Any],
-               events: list[dict[str, Any]]) -> str:
-        """The prompt for the message ``text`` in the given conversation state."""
-        state, agent_commands = self._state(stack, slots, events)
+               events: list[dict[str, Any]], *, completed: list[str] | None = None) -> str:
+        """The prompt for the message ``text`` in the given conversation state (``events``:
+        the latest ones, all of them unless ``completed`` names the completed agents)."""
+        state, agent_commands = self._state(
+            stack, slots, completed_agents(events) if completed is None else completed)
         pattern_commands = "".join(line for flow_id, line in PATTERN_COMMANDS.items()
                                    if flow_id in self.project.flows)
         return PROMPT.format(flows=self._flows(), state=state, agent_commands=agent_commands,
@@ -184,8 +187,21 @@ class CommandGenerator:
                              conversation=transcript(events, 20) or "(empty)", message=text)
 
     async def predict(self, text: str, stack: Stack, slots: dict[str, Any],
-                      events: list[dict[str, Any]]) -> list[Command]:
-        """Ask the model which commands the message ``text`` means."""
+                      events: list[dict[str, Any]], *, completed: list[str] | None = None,
+                      filled: set[str] | None = None) -> list[Command]:
+        """Ask the model which commands the message ``text`` means.
+
+        Args:
+            text: The message.
+            stack: The dialogue stack.
+            slots: Every slot's value.
+            events: The conversation's latest events before the message (all of them unless
+                ``completed`` and ``filled`` are given).
+            completed: Agents whose latest run completed (None: found in ``events``).
+            filled: Slots that were ever set (None: found in ``events``).
+        """
+        if completed is None:
+            completed = completed_agents(events)
         error = self.input_error(text)
         if error is not None:
             log.info("dialogue.user_input.refused", error_type=error.error_type,
@@ -193,13 +209,13 @@ class CommandGenerator:
             return [error]
         custom = self.custom_prompt
         if custom is None:
-            prompt = self.render(text, stack, slots, events)
+            prompt = self.render(text, stack, slots, events, completed=completed)
         else:
             try:
                 prompt = await anyio.to_thread.run_sync(functools.partial(
                     custom.render, text, stack, slots, events,
                     conversation=transcript(events, TRANSCRIPT_LINES - 1),
-                    completed=completed_agents(events)))
+                    completed=completed, filled=filled))
             except Exception as exc:  # noqa: BLE001 - a template error must not end the turn
                 log.error("dialogue.command_prompt.render_failed", error_type=type(exc).__name__,
                           error=str(exc)[:200])
