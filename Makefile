@@ -57,3 +57,8 @@ clean:
 # reference MCP servers through a real agent + the MCP client conformance suite (cached installs)
 interop: $(STAMP)
 	bash .ci/suites/interop.sh
+
+.PHONY: live-model
+# llama.cpp's server (xllamacpp wheel) on SmolLM2-135M through the model client (cached installs)
+live-model: $(STAMP)
+	bash .ci/suites/live_model.sh

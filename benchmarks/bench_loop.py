@@ -1,16 +1,17 @@
 """ReAct loop overhead: a 5-step run, model at zero latency, trivial in-process tool.
 
-The floor is a raw client: the same request bodies posted as plain JSON over one keep-alive
-aiohttp session, replies decoded with ``json.loads``, no SDK and no agent. A second floor posts
-them over the agent's own lean HTTP pool (:mod:`subagents.llm._http`) the same way: what a step
-costs beyond the cheapest wire traffic this process can do. Logging is set up
-as ``subagents serve`` sets it (WARNING), so filtered-out log calls cost what they cost there.
+The floor is a raw client on the same HTTP library as the agent's model (aiohttp): the same
+request bodies posted as plain JSON over one keep-alive session, replies decoded with
+``json.loads``, no SDK and no agent. Logging is set up as ``subagents serve`` sets it
+(WARNING), so filtered-out log calls cost what they cost there.
 
 Two figures per step: wall time minus the fake model's handler time (fake model in this
 process), and this process's CPU time with the fake model in a child process, so that only
 the client side is counted. CPU time is the figure that holds on a loaded machine. The CPU
 figure is split once more: the same bodies sent through the agent's model client alone
-(``LLMClient.complete``) show what the client adds to the raw post, and the rest of a step is
+(``Model.complete``, built as the assistant builds it: recording, usage and instrumentation
+wrappers around the OpenAI-compatible model) show what the model adds to the raw post, and the
+rest of a step is
 the loop's own work (prompt, plan, tool call, events) and what it costs the call around it.
 """
 
@@ -30,8 +31,7 @@ from subagents.agents.open_agent import MCPOpenAgent
 from subagents.agents.schemas import AgentInput, AgentToolContext, AgentToolResult
 from subagents.channels import CollectingOutputChannel
 from subagents.config.sub_agent import AgentConfiguration
-from subagents.llm._http import KeepAlivePool
-from subagents.llm.client import LLMClient, ModelSettings, model_http_client
+from subagents.llm import ModelSettings, build_model
 from subagents.logs import configure_logging
 from subagents.testing import FakeModelServer
 
@@ -112,10 +112,9 @@ asyncio.run(main())
 """
 
 
-async def _cpu_per_step(bodies: list[dict[str, Any]]
-                        ) -> tuple[float, float, float, float]:
-    """CPU ms of this process per agent step, per model call of the agent's client alone, per
-    raw aiohttp call and per raw call over the lean pool, fake model in a child."""
+async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float, float]:
+    """CPU ms of this process per agent step, per model call of the agent's model alone and
+    per raw aiohttp call, fake model in a child."""
     import aiohttp
 
     runs = 3 + CPU_RUNS
@@ -126,7 +125,7 @@ async def _cpu_per_step(bodies: list[dict[str, Any]]
     assert proc.stdin is not None
     base = (await proc.stdout.readline()).decode().strip()
     try:
-        llm = LLMClient(ModelSettings(model="m", api_base=base, max_retries=0))
+        llm = build_model(ModelSettings(model="m", api_base=base, max_retries=0), name="bench")
         agent = Bench("bench", "benchmark", llm=llm,
                       configuration=AgentConfiguration(include_date_time=False))
         history = [ev.user_uttered(f"message {i}") for i in range(10)]
@@ -169,31 +168,18 @@ async def _cpu_per_step(bodies: list[dict[str, Any]]
             start = time.process_time()
             await raw_runs(CPU_RUNS)
             raw_cpu = (time.process_time() - start) * 1000 / (CPU_RUNS * STEPS)
-        pool = KeepAlivePool(base + "/chat/completions", headers)
-
-        async def lean_runs(count: int) -> None:
-            for _ in range(count):
-                for body in bodies:
-                    response = await pool.post(json.dumps(body).encode(), 30)
-                    reply = json.loads(response.body)
-                    assert reply["choices"][0]["message"]["tool_calls"]
-
-        await lean_runs(3)
-        start = time.process_time()
-        await lean_runs(CPU_RUNS)
-        lean_cpu = (time.process_time() - start) * 1000 / (CPU_RUNS * STEPS)
-        await pool.close()
     finally:
         proc.stdin.close()
         await proc.wait()
-    return agent_cpu, client_cpu, raw_cpu, lean_cpu
+    return agent_cpu, client_cpu, raw_cpu
 
 
 async def main() -> None:
     configure_logging("WARNING")
     print("== ReAct loop overhead (5 steps, zero-latency model, in-process tool) ==")
     async with FakeModelServer() as fake:
-        llm = LLMClient(ModelSettings(model="m", api_base=fake.base_url("bench"), max_retries=0))
+        llm = build_model(ModelSettings(model="m", api_base=fake.base_url("bench"),
+                                        max_retries=0), name="bench")
         agent = Bench("bench", "benchmark", llm=llm,
                       configuration=AgentConfiguration(include_date_time=False))
         await _runs(agent, fake, 3)  # warm-up: imports, connection pool
@@ -207,7 +193,7 @@ async def main() -> None:
         await _raw_floor(fake, bodies, 3)
         floor = await _raw_floor(fake, bodies, RUNS)
         fake.assert_done()
-    agent_cpu, client_cpu, raw_cpu, lean_cpu = await _cpu_per_step(bodies)
+    agent_cpu, client_cpu, raw_cpu = await _cpu_per_step(bodies)
     print(f"per step (wall minus fake-server time): median {statistics.median(per_step):.2f} ms"
           f", min {min(per_step):.2f} ms, max {max(per_step):.2f} ms  (n={len(per_step)} runs)")
     print(f"raw JSON client floor per call: median {statistics.median(floor):.2f} ms, "
@@ -215,11 +201,9 @@ async def main() -> None:
           f"{statistics.median(per_step) / statistics.median(floor):.2f}x")
     print(f"CPU per step, fake model in a child process: agent {agent_cpu:.3f} ms, raw JSON "
           f"client {raw_cpu:.3f} ms  -> agent step / floor = {agent_cpu / raw_cpu:.2f}x")
-    print(f"  of which the model call through the agent's client (LLMClient.complete alone, "
-          f"same bodies, {model_http_client()} HTTP client): {client_cpu:.3f} ms; the loop's "
-          f"own work and its effect on the call: {agent_cpu - client_cpu:.3f} ms")
-    print(f"  raw JSON over the agent's lean HTTP pool (no agent, no retries): {lean_cpu:.3f} "
-          f"ms -> agent step / that floor = {agent_cpu / lean_cpu:.2f}x")
+    print(f"  of which the model call through the agent's model (Model.complete alone, same "
+          f"bodies): {client_cpu:.3f} ms; the loop's own work and its effect on the call: "
+          f"{agent_cpu - client_cpu:.3f} ms")
     print(f"peak traced Python memory over 5 runs: {peak / 1024 / 1024:.2f} MB")
     print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 

@@ -17,7 +17,7 @@ from subagents.agents.schemas import AgentInput, AgentInputSlot
 from subagents.channels.collecting import CollectingOutputChannel
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.sub_agent import SubAgentConfig
-from subagents.llm.client import LLMClient, ModelSettings
+from subagents.llm import LLMClient, ModelSettings
 from subagents.mcp import MCPPool, MCPServerConnection
 from subagents.testing import FakeModelServer
 
@@ -30,8 +30,8 @@ IN_MEMORY = "http://in-memory.invalid/mcp"
 class InMemoryConnection(MCPServerConnection):
     """A real MCP session with an in-process server over the SDK's in-memory transport."""
 
-    def __init__(self, config: McpServerConfig, server: Any) -> None:
-        super().__init__(config)
+    def __init__(self, config: McpServerConfig, server: Any, **kw: Any) -> None:
+        super().__init__(config, **kw)
         self._server = server
 
     async def _transport(self) -> Any:
@@ -45,7 +45,8 @@ class InMemoryPool(MCPPool):
         config = self.endpoints.mcp_server(name)
         if config is not None and config.url == IN_MEMORY \
                 and name not in self._connections:
-            self._connections[name] = InMemoryConnection(config, tools_server)
+            self._connections[name] = InMemoryConnection(config, tools_server,
+                                                         elicitations=self.elicitations)
         return super().connection(name)
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import structlog
 
+pytest_plugins = ["tests.traceback_guard"]
+
 # Tracebacks in test logs are plain: the default rich formatter prints every frame's locals,
 # which is slow (seconds per traceback under load) and would show values that never belong in
 # a log.

@@ -25,7 +25,8 @@ _EXPORTS = {
     "Assistant": "subagents.dialogue.processor",
     "load_project": "subagents.config.project",
     "FakeModelServer": "subagents.testing.fake_server",
-    "LLMClient": "subagents.llm.client",
+    "LLMClient": "subagents.llm",
+    "Model": "subagents.llm",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]

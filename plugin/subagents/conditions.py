@@ -70,6 +70,7 @@ EMPTY = _Empty()
 _CONSTANTS: dict[str, Any] = {"true": True, "false": False, "null": None, "none": None,
                               "undefined": None, "empty": EMPTY}
 _COMPARATORS = {"==", "=", "!=", "<", "<=", ">", ">=", "is", "is not", "contains", "matches"}
+_EQUALITY = frozenset({"==", "=", "!=", "is", "is not"})
 
 
 @dataclass(frozen=True)
@@ -434,6 +435,21 @@ class Condition:
             name = ref.split(".")[1]
             if name not in found:
                 found.append(name)
+        return found
+
+    def compared_values(self, reference: str) -> list[Any]:
+        """The literal values ``reference`` (e.g. ``context.previous_flow_name``) is compared
+        with for (in)equality (``=``, ``==``, ``!=``, ``is``, ``is not``), in order."""
+        found: list[Any] = []
+        nodes = [self._ast] if self._ast is not None else []
+        while nodes:
+            node = nodes.pop(0)
+            if node[0] == "cmp" and node[1] in _EQUALITY:
+                for ref, other in ((node[2], node[3]), (node[3], node[2])):
+                    if ref == ("ref", reference) and other[0] == "lit":
+                        found.append(other[1])
+            elif node[0] in ("not", "and", "or"):
+                nodes += list(node[1:])
         return found
 
     def evaluate(self, context: Mapping[str, Any]) -> bool:

@@ -1,9 +1,12 @@
 """Metrics (Prometheus) and traces (OpenTelemetry), both optional and off by default.
 
-The rest of the package marks the interesting calls with the decorators below: a turn
-(:func:`traced_turn`), command generation (:func:`traced_command_generation`), an agent run
-(:func:`traced_agent_run`), a model call (:func:`traced_model_call`) and a tool call
-(:func:`traced_tool_call`). While nothing is enabled each decorator costs one attribute check.
+A leaf: it imports nothing of the package. The rest of the package marks the interesting calls
+with the decorators below: a turn (:func:`traced_turn`), command generation
+(:func:`traced_command_generation`), an agent run (:func:`traced_agent_run`) and a tool call
+(:func:`traced_tool_call`); model calls run through :func:`observe_model_call` (the model
+wrapper :class:`subagents.llm.wrappers.InstrumentedModel` calls it). While nothing is enabled
+each costs one attribute check. Token usage and recordings are not kept here: they travel with
+the turn (:class:`subagents.types.CallScope`).
 
 * :func:`enable_metrics` (extra ``metrics``: prometheus-client) records counters and latency
   histograms in a registry of their own; :func:`metrics_payload` renders it for ``GET /metrics``.
@@ -24,9 +27,6 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
-
-from subagents.llm import usage
-from subagents.recording import turn as recording
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -190,10 +190,9 @@ def traced_turn(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with usage.turn_scope(), recording.turn_scope(str(_arg(args, kwargs, 1, "sender_id"))):
-            if not _state.on:
-                return await fn(*args, **kwargs)
-            return await _observed_turn(fn, args, kwargs)
+        if not _state.on:
+            return await fn(*args, **kwargs)
+        return await _observed_turn(fn, args, kwargs)
 
     return wrapper
 
@@ -282,87 +281,52 @@ def traced_agent_run(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]
     return wrapper
 
 
-def _count_tokens(model: str, response: Any) -> tuple[int, int]:
-    """Adds the call to the turn's usage; returns (input, output) tokens."""
+def _tokens(response: Any) -> tuple[int, int]:
     counts = getattr(response, "usage", None)
-    prompt = int(getattr(counts, "prompt_tokens", 0) or 0)
-    completion = int(getattr(counts, "completion_tokens", 0) or 0)
-    usage.record(model, prompt, completion)
-    return prompt, completion
+    return (int(getattr(counts, "prompt_tokens", 0) or 0),
+            int(getattr(counts, "completion_tokens", 0) or 0))
 
 
-def _record_usage(span: Any, caller: str, model: str, response: Any) -> None:
-    prompt, completion = _count_tokens(model, response)
-    if span is not None:
-        span.set_attribute("gen_ai.usage.input_tokens", prompt)
-        span.set_attribute("gen_ai.usage.output_tokens", completion)
-        reason = getattr(response, "finish_reason", None)
-        if reason:
-            span.set_attribute("gen_ai.response.finish_reasons", [str(reason)])
-    if _state.metrics is not None:
-        _state.metrics.tokens.labels(caller, model, "input").inc(prompt)
-        _state.metrics.tokens.labels(caller, model, "output").inc(completion)
+def enabled() -> bool:
+    """Whether spans or metrics are being recorded (callers skip the work when not)."""
+    return _state.on
 
 
-def traced_model_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-    """For ``LLMClient.complete(self, messages, tools, ...)``: a GenAI ``chat`` span."""
-
-    @functools.wraps(fn)
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        if not recording.active():
-            if _state.on:
-                return await _model_call(fn, args, kwargs)
-            result = await fn(*args, **kwargs)  # neither traced nor recorded: count tokens only
-            _count_tokens(str(getattr(getattr(args[0], "settings", None), "model", "unknown")),
-                          result)
-            return result
-        caller = str(getattr(args[0], "name", "llm"))
-        try:
-            result = await _model_call(fn, args, kwargs)
-        except Exception as exc:
-            recording.record_model_error(caller, exc)
-            raise
-        recording.record_model_call(caller, _arg(args, kwargs, 1, "messages"),
-                                    _arg(args, kwargs, 2, "tools"), result)
-        return result
-
-    return wrapper
-
-
-async def _model_call(fn: Callable[..., Awaitable[R]], args: tuple[Any, ...],
-                      kwargs: dict[str, Any]) -> R:
-    settings = getattr(args[0], "settings", None)
-    model = str(getattr(settings, "model", "unknown"))
+async def observe_model_call(caller: str, model: str, provider: str, stream: bool,
+                             call: Callable[[], Awaitable[R]]) -> R:
+    """Run one model call inside a GenAI ``chat`` span, counting it in the metrics."""
     if not _state.on:
-        result = await fn(*args, **kwargs)
-        _count_tokens(model, result)
-        return result
-    client = args[0]
-    caller = str(getattr(client, "name", "llm"))
-    attributes = {"gen_ai.operation.name": "chat",
-                  "gen_ai.provider.name": str(getattr(settings, "provider", "openai")),
-                  "gen_ai.system": str(getattr(settings, "provider", "openai")),
-                  "gen_ai.request.model": model, "subagents.caller": caller,
-                  "subagents.stream": bool(kwargs.get("stream", False))}
+        return await call()
+    attributes = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
+                  "gen_ai.system": provider, "gen_ai.request.model": model,
+                  "subagents.caller": caller, "subagents.stream": stream}
     metrics = _state.metrics
     started = time.perf_counter()
     try:
         with _span(f"chat {model}", attributes) as span:
             try:
-                result = await fn(*args, **kwargs)
+                result = await call()
             except Exception as exc:
                 _fail(span, exc)
                 if metrics is not None:
                     code = str(getattr(exc, "code", None) or type(exc).__name__)
                     metrics.model_errors.labels(caller, model, code).inc()
                 raise
-            _record_usage(span, caller, model, result)
+            prompt, completion = _tokens(result)
+            if span is not None:
+                span.set_attribute("gen_ai.usage.input_tokens", prompt)
+                span.set_attribute("gen_ai.usage.output_tokens", completion)
+                reason = getattr(result, "finish_reason", None)
+                if reason:
+                    span.set_attribute("gen_ai.response.finish_reasons", [str(reason)])
+            if metrics is not None:
+                metrics.tokens.labels(caller, model, "input").inc(prompt)
+                metrics.tokens.labels(caller, model, "output").inc(completion)
             return result
     finally:
         if metrics is not None:
             metrics.model_calls.labels(caller, model).inc()
-            metrics.model_seconds.labels(caller, model).observe(
-                time.perf_counter() - started)
+            metrics.model_seconds.labels(caller, model).observe(time.perf_counter() - started)
 
 
 def traced_tool_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
@@ -370,11 +334,9 @@ def traced_tool_call(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]
 
     @functools.wraps(fn)
     async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        result = await (_tool_call(fn, args, kwargs) if _state.on else fn(*args, **kwargs))
-        if recording.active():
-            recording.record_tool_call(_arg(args, kwargs, 0, "tool"),
-                                       _arg(args, kwargs, 1, "arguments"), result)
-        return result
+        if not _state.on:
+            return await fn(*args, **kwargs)
+        return await _tool_call(fn, args, kwargs)
 
     return wrapper
 

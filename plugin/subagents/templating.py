@@ -3,8 +3,9 @@
 Imports nothing else of ours, so the project loader can check templates with the same rules the
 runtime renders them with.
 
-* **Format templates** (the default): ``{name}`` is replaced by the value of ``name`` when it is
-  set; any other placeholder stays as written; ``{{`` and ``}}`` are literal braces.
+* **Format templates** (the default): ``{name}`` is replaced by the value of ``name`` when
+  ``name`` is known (a slot that is not set gives ``None``, as Rasa's interpolation does); a
+  placeholder naming nothing known stays as written; ``{{`` and ``}}`` are literal braces.
 * **Jinja templates** (``metadata: {template: jinja}``): rendered in Jinja's sandbox; unknown
   names render empty; a template that fails to render is kept as written.
 """
@@ -54,11 +55,13 @@ def format_placeholders(text: str) -> list[str]:
 
 
 def render_format(text: str, values: Mapping[str, Any]) -> str:
-    """Fill ``{name}`` placeholders with ``values`` (unset names stay as written).
+    """Fill ``{name}`` placeholders with ``values``.
 
     Args:
         text: The text, e.g. ``"Booked in {city}."``; ``{{`` and ``}}`` are literal braces.
-        values: Values by name; None counts as unset.
+        values: Values by name. A name that is present is filled in even when its value is
+            None (``None``, as Rasa writes an unset slot); a name that is absent stays as
+            written.
 
     Returns:
         The filled-in text.
@@ -67,8 +70,8 @@ def render_format(text: str, values: Mapping[str, Any]) -> str:
         key = match.group(1)
         if key is None:
             return match.group(0)[0]
-        value = values.get(key.strip())
-        return match.group(0) if value is None else str(value)
+        name = key.strip()
+        return str(values[name]) if name in values else match.group(0)
 
     return _FORMAT.sub(replace, text)
 

@@ -10,12 +10,12 @@ the agent-facing names under their Rasa-compatible import path.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 __all__ = [
     "ActionExecuted",
@@ -28,12 +28,15 @@ __all__ = [
     "AgentToolResult",
     "AgentToolSchema",
     "BotUttered",
+    "CallRecorder",
+    "CallScope",
     "ChatMessage",
     "ClientToolResult",
     "CustomToolSchema",
     "Event",
     "ExitReason",
     "FlowEvent",
+    "FollowupAction",
     "FrameState",
     "JsonObject",
     "McpToolExecuted",
@@ -41,7 +44,10 @@ __all__ = [
     "SlotSet",
     "ToolResultImage",
     "TrackerEvent",
+    "UsageSink",
     "UserUttered",
+    "typed_event",
+    "typed_events",
 ]
 
 
@@ -93,6 +99,9 @@ class ExitReason(StrEnum):
     """The run waits for the user to approve a tool call."""
     ELICITATION = "elicitation"
     """The run waits for the user's answer to an MCP server's request for input."""
+    NO_ANSWER = "no_answer"
+    """The model sent nothing usable several times in a row (empty replies, malformed tool
+    arguments); the user got a fixed reply and the agent waits for their next message."""
 
     @staticmethod
     def for_tool(name: str) -> str:
@@ -154,15 +163,43 @@ class AgentInput(BaseModel):
     user_message: str = ""
     slots: list[AgentInputSlot] = Field(default_factory=list)
     conversation_history: str = ""
-    events: list[TrackerEvent] = Field(default_factory=list)
-    """Tracker events as rasa-sdk-style dicts (``{"event": "user", "text": ...}``): the
-    conversation's latest events (see ``earlier``)."""
+    events: list[Event] = Field(default_factory=list)
+    """The conversation's latest tracker events (see ``earlier``) as typed events
+    (:class:`Event`: Rasa's classes, which are also the rasa-sdk-style dicts,
+    ``{"event": "user", "text": ...}``); plain dicts given here become typed events."""
     metadata: JsonObject = Field(default_factory=dict)
     timestamp: float | None = None
     recipient_id: str | None = None
     earlier: EarlierEvents = Field(default_factory=EarlierEvents)
     """What the conversation's events before ``events`` add up to (nothing when ``events``
     hold them all)."""
+    _call_scope: CallScope | None = PrivateAttr(default=None)
+    _exit_conditions: list[Any] | None = PrivateAttr(default=None)
+
+    @field_validator("events", mode="before")
+    @classmethod
+    def _typed(cls, value: Any) -> Any:
+        return typed_events(list(value)) if isinstance(value, list | tuple) else value
+
+    @property
+    def exit_conditions(self) -> list[Any] | None:
+        """The call step's ``exit_if`` conditions as parsed when the project loaded (their
+        texts are ``metadata["exit_if"]``); None when the flow attached none."""
+        return self._exit_conditions
+
+    def attach_exit_conditions(self, conditions: list[Any] | None) -> None:
+        """Hand the run the parsed ``exit_if`` conditions of its call step."""
+        self._exit_conditions = conditions
+
+    @property
+    def call_scope(self) -> CallScope | None:
+        """What the turn gives the run's model and tool calls (deadline, usage tally,
+        recording); None for a run outside a turn."""
+        return self._call_scope
+
+    def attach_scope(self, scope: CallScope | None) -> None:
+        """Hand the run the turn's :class:`CallScope` (the flow does, before the loop runs)."""
+        self._call_scope = scope
 
     @property
     def slot_names(self) -> list[str]:
@@ -183,8 +220,9 @@ class AgentOutput(BaseModel):
     status: AgentStatus
     response_message: str | None = None
     unsent_response_message: str | None = None
-    events: list[TrackerEvent] = Field(default_factory=list)
-    """Chronological: BotUttered, mcp_tool_executed, SlotSet, hook events."""
+    events: list[Event] = Field(default_factory=list)
+    """Chronological: BotUttered, mcp_tool_executed, SlotSet, hook events (typed events; plain
+    dicts given here become typed events)."""
     structured_results: list[list[dict[str, Any]]] = Field(default_factory=list)
     task_id: str | None = None
     context_id: str | None = None
@@ -199,6 +237,12 @@ class AgentOutput(BaseModel):
     usage: dict[str, int] = Field(default_factory=dict)
     tool_calls: dict[str, int] = Field(default_factory=dict)
     """Executed tool calls per tool name."""
+
+    @field_validator("events", mode="before")
+    @classmethod
+    def _typed(cls, value: Any) -> Any:
+        return [typed_event(e) if isinstance(e, dict) else e for e in value] \
+            if isinstance(value, list | tuple) else value
 
 
 class AgentToolContext(BaseModel):
@@ -349,149 +393,319 @@ class OutputChannel:
         return
 
 
-# ---------------------------------------------------------------------------- tracker events
-@dataclass(kw_only=True)
-class Event:
-    """A tracker event; :meth:`to_dict` gives the rasa-sdk-style dict stored in the tracker.
+# ---------------------------------------------------------------------------- one turn's calls
+class UsageSink(Protocol):
+    """Where a turn counts the tokens its model calls used."""
 
-    The dict shapes are the ones ``rasa_sdk.events`` produces, so events returned by hooks
-    written with rasa-sdk work as they are.
+    def add(self, model: str, input_tokens: int, output_tokens: int) -> None:
+        """Count one call of ``model``."""
+        ...
+
+
+class CallRecorder(Protocol):
+    """Where a recorded turn keeps what its model, tool and A2A calls were asked and answered."""
+
+    def record_model_call(self, caller: str, messages: list[ChatMessage],
+                          tools: list[JsonObject] | None, response: Any) -> None:
+        """A model call that answered."""
+        ...
+
+    def record_model_error(self, caller: str, error: BaseException) -> None:
+        """A model call that failed."""
+        ...
+
+    def record_tool_call(self, tool: Any, arguments: Any, result: Any) -> None:
+        """A tool call and its result."""
+        ...
+
+    def record_a2a_call(self, agent: str, reply: JsonObject) -> None:
+        """What a remote A2A agent answered."""
+        ...
+
+
+@dataclass(slots=True)
+class CallScope:
+    """What one turn hands each model and tool call it makes, as an argument: by when the call
+    must end, where its token usage is counted and, when the conversation is recorded, where
+    the call is recorded. A call made outside a turn gets ``None`` (no deadline, nothing
+    counted or recorded)."""
+
+    deadline: float | None = None
+    """A ``time.monotonic()`` value; every model call (its retries included) ends by then."""
+    usage: UsageSink | None = None
+    recorder: CallRecorder | None = None
+
+    def time_left(self) -> float | None:
+        """Seconds until the deadline (None without one; may be negative)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def within(self, seconds: float | None) -> CallScope:
+        """The same scope with its deadline at most ``seconds`` from now."""
+        if seconds is None:
+            return self
+        deadline = time.monotonic() + seconds
+        if self.deadline is not None:
+            deadline = min(deadline, self.deadline)
+        return CallScope(deadline, self.usage, self.recorder)
+
+
+# ---------------------------------------------------------------------------- tracker events
+class Event(dict[str, Any]):
+    """A tracker event: the rasa-sdk-style dict stored in the tracker
+    (``{"event": <type>, "timestamp": ..., ...}``) with Rasa's attributes on top.
+
+    Agents receive and return these objects, so a class written against Rasa
+    (``isinstance(event, SlotSet)``, ``event.key``, ``event.text``, ``event.metadata``) works
+    as it is; everything that reads events as dicts (stores, HTTP, the action server) gets the
+    very same dict. The constructors take Rasa's arguments (``SlotSet(key, value)``,
+    ``ActionExecuted(action_name)``) and the names used here before (``SlotSet(name=...)``).
     """
 
-    type_name: ClassVar[str] = ""
-    timestamp: float = field(default_factory=time.time)
-    metadata: JsonObject | None = None
+    __slots__ = ()
+    type_name: ClassVar[str] = "event"
     _metadata_always: ClassVar[bool] = False
 
-    def _fields(self) -> JsonObject:
-        return {}
+    def __init__(self, timestamp: float | None = None, metadata: JsonObject | None = None,
+                 **fields: Any) -> None:
+        super().__init__(event=self._event_name(fields), timestamp=timestamp or time.time(),
+                         **fields)
+        if metadata is not None or self._metadata_always:
+            self["metadata"] = metadata or {}
 
-    def _event_name(self) -> str:
+    def _event_name(self, fields: JsonObject) -> str:
         return self.type_name
 
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError as exc:
+            raise AttributeError(name) from exc
+
+    def __reduce__(self) -> Any:
+        # pickled and copied as the typed event it is (dict subclasses otherwise lose it)
+        return (_rebuild, (type(self), dict(self)))
+
+    def __copy__(self) -> Event:
+        return _rebuild(type(self), dict(self))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Event:
+        import copy
+
+        return _rebuild(type(self), copy.deepcopy(dict(self), memo))
+
+    @property
+    def metadata(self) -> JsonObject:
+        """The event's metadata (``{}`` when it has none)."""
+        value = self.get("metadata")
+        return value if isinstance(value, dict) else {}
+
+    @property
+    def timestamp(self) -> float:
+        """When the event happened (seconds since the epoch)."""
+        return float(self.get("timestamp") or 0.0)
+
     def to_dict(self) -> TrackerEvent:
-        """The event as a tracker dict: ``{"event": <type>, "timestamp": ..., ...}``."""
-        event = {"event": self._event_name(), "timestamp": self.timestamp, **self._fields()}
-        if self.metadata is not None or self._metadata_always:
-            event["metadata"] = self.metadata or {}
-        return event
+        """The event as a plain tracker dict."""
+        return dict(self)
+
+    def as_dict(self) -> TrackerEvent:
+        """Rasa's name for :meth:`to_dict`."""
+        return dict(self)
 
 
-@dataclass(kw_only=True)
+def _rebuild(cls: type[Event], data: TrackerEvent) -> Event:
+    event = dict.__new__(cls)
+    dict.update(event, data)
+    return event
+
+
 class UserUttered(Event):
     """The user said something."""
 
+    __slots__ = ()
     type_name: ClassVar[str] = "user"
     _metadata_always: ClassVar[bool] = True
-    text: str
-    parse_data: JsonObject = field(default_factory=dict)
 
-    def _fields(self) -> JsonObject:
-        return {"text": self.text, "parse_data": self.parse_data, "input_channel": None,
-                "message_id": None}
+    def __init__(self, text: str | None = None, intent: JsonObject | None = None,
+                 entities: list[JsonObject] | None = None, parse_data: JsonObject | None = None,
+                 timestamp: float | None = None, input_channel: str | None = None,
+                 message_id: str | None = None, metadata: JsonObject | None = None,
+                 **_: Any) -> None:
+        parse = dict(parse_data or {})
+        if intent is not None:
+            parse.setdefault("intent", intent)
+        if entities is not None:
+            parse.setdefault("entities", entities)
+        super().__init__(timestamp, metadata, text=text, parse_data=parse,
+                         input_channel=input_channel, message_id=message_id)
+
+    @property
+    def intent(self) -> JsonObject:
+        """The parsed intent (``{}`` when none)."""
+        return dict((self.get("parse_data") or {}).get("intent") or {})
+
+    @property
+    def entities(self) -> list[JsonObject]:
+        """The parsed entities."""
+        return list((self.get("parse_data") or {}).get("entities") or [])
 
 
-@dataclass(kw_only=True)
 class BotUttered(Event):
     """The assistant said something."""
 
+    __slots__ = ()
     type_name: ClassVar[str] = "bot"
     _metadata_always: ClassVar[bool] = True
-    text: str | None
-    data: JsonObject = field(default_factory=dict)
 
-    def _fields(self) -> JsonObject:
-        return {"text": self.text, "data": self.data}
+    def __init__(self, text: str | None = None, data: JsonObject | None = None,
+                 metadata: JsonObject | None = None, timestamp: float | None = None) -> None:
+        # one dict call (agents record one per text they send)
+        dict.__init__(self, event="bot", timestamp=timestamp or time.time(), text=text,
+                      data=data or {}, metadata=metadata or {})
 
 
-@dataclass(kw_only=True)
 class SlotSet(Event):
-    """A slot got a value."""
+    """A slot got a value: ``SlotSet(key, value)`` as in Rasa (``name=`` works too)."""
 
+    __slots__ = ()
     type_name: ClassVar[str] = "slot"
-    name: str
-    value: Any
 
-    def _fields(self) -> JsonObject:
-        return {"name": self.name, "value": self.value}
+    def __init__(self, key: str | None = None, value: Any = None,
+                 timestamp: float | None = None, metadata: JsonObject | None = None, *,
+                 name: str | None = None) -> None:
+        dict.__init__(self, event="slot", timestamp=timestamp or time.time(),
+                      name=key if key is not None else name, value=value)
+        if metadata is not None:
+            self["metadata"] = metadata
+
+    @property
+    def key(self) -> str:
+        """The slot's name."""
+        return str(self["name"])
 
 
-@dataclass(kw_only=True)
 class ActionExecuted(Event):
-    """An action ran."""
+    """An action ran: ``ActionExecuted(action_name)`` as in Rasa (``name=`` works too)."""
 
+    __slots__ = ()
     type_name: ClassVar[str] = "action"
-    name: str
 
-    def _fields(self) -> JsonObject:
-        return {"name": self.name, "policy": None, "confidence": None}
+    def __init__(self, action_name: str | None = None, policy: str | None = None,
+                 confidence: float | None = None, timestamp: float | None = None,
+                 metadata: JsonObject | None = None, *, name: str | None = None,
+                 **_: Any) -> None:
+        super().__init__(timestamp, metadata, name=action_name or name, policy=policy,
+                         confidence=confidence)
+
+    @property
+    def action_name(self) -> str | None:
+        """The action's name."""
+        return self.get("name")
 
 
-@dataclass(kw_only=True)
+class FollowupAction(Event):
+    """Run this action next."""
+
+    __slots__ = ()
+    type_name: ClassVar[str] = "followup"
+
+    def __init__(self, name: str, timestamp: float | None = None,
+                 metadata: JsonObject | None = None) -> None:
+        super().__init__(timestamp, metadata, name=name)
+
+
 class McpToolExecuted(Event):
-    """An agent executed a tool (MCP, custom or client-executed)."""
+    """An agent executed a tool (MCP, custom or client-executed); ``metadata.agent_id``
+    names the agent."""
 
+    __slots__ = ()
     type_name: ClassVar[str] = "mcp_tool_executed"
-    tool_name: str
-    arguments: JsonObject
-    result: str | None
-    is_error: bool
-    error_message: str | None
-    agent_id: str
-    duration_ms: float | None = None
 
-    def to_dict(self) -> TrackerEvent:
-        """The tracker dict; ``metadata`` carries the ``agent_id``."""
-        self.metadata = {"agent_id": self.agent_id}
-        return super().to_dict()
-
-    def _fields(self) -> JsonObject:
-        return {"tool_name": self.tool_name, "arguments": self.arguments, "result": self.result,
-                "is_error": self.is_error, "error_message": self.error_message,
-                "duration_ms": self.duration_ms}
+    def __init__(self, tool_name: str, arguments: JsonObject, result: str | None, *,
+                 is_error: bool, error_message: str | None, agent_id: str,
+                 duration_ms: float | None = None, timestamp: float | None = None) -> None:
+        # one dict call: one event per executed tool call
+        dict.__init__(self, event="mcp_tool_executed", timestamp=timestamp or time.time(),
+                      tool_name=tool_name, arguments=arguments, result=result,
+                      is_error=is_error, error_message=error_message, duration_ms=duration_ms,
+                      metadata={"agent_id": agent_id})
 
 
-@dataclass(kw_only=True)
 class AgentEvent(Event):
     """An agent lifecycle event: ``agent_started``, ``agent_completed``,
-    ``agent_interrupted``, ``agent_resumed``, ``agent_cancelled`` (with ``reason``) or
-    ``agent_client_tool_requested``."""
+    ``agent_interrupted``, ``agent_resumed``, ``agent_cancelled`` (with ``reason``),
+    ``agent_client_tool_requested`` or ``agent_budget_exceeded``."""
 
-    name: str
-    agent_id: str
-    flow_id: str | None
-    extra: JsonObject = field(default_factory=dict)
+    __slots__ = ()
 
-    def _event_name(self) -> str:
-        return self.name
+    def __init__(self, name: str, agent_id: str, flow_id: str | None, *,
+                 metadata: JsonObject | None = None, timestamp: float | None = None,
+                 extra: JsonObject | None = None) -> None:
+        dict.__init__(self, event=name, timestamp=timestamp or time.time(), agent_id=agent_id,
+                      flow_id=flow_id, **(extra or {}))
+        if metadata is not None:
+            self["metadata"] = metadata
 
-    def _fields(self) -> JsonObject:
-        return {"agent_id": self.agent_id, "flow_id": self.flow_id, **self.extra}
 
-
-@dataclass(kw_only=True)
 class FlowEvent(Event):
     """A flow lifecycle event: ``flow_started``, ``flow_completed``, ``flow_interrupted``,
     ``flow_resumed`` or ``flow_cancelled``."""
 
-    name: str
-    flow_id: str
-    step_id: str | None = None
+    __slots__ = ()
 
-    def _event_name(self) -> str:
-        return self.name
+    def __init__(self, name: str, flow_id: str, step_id: str | None = None, *,
+                 metadata: JsonObject | None = None, timestamp: float | None = None) -> None:
+        dict.__init__(self, event=name, timestamp=timestamp or time.time(), flow_id=flow_id,
+                      step_id=step_id)
+        if metadata is not None:
+            self["metadata"] = metadata
 
-    def _fields(self) -> JsonObject:
-        return {"flow_id": self.flow_id, "step_id": self.step_id}
 
-
-@dataclass(kw_only=True)
 class ClientToolResult(Event):
     """The client delivered the result of a client-executed tool."""
 
+    __slots__ = ()
     type_name: ClassVar[str] = "client_tool_result"
-    tool_call_id: str
-    result: Any
 
-    def _fields(self) -> JsonObject:
-        return {"tool_call_id": self.tool_call_id, "result": self.result}
+    def __init__(self, tool_call_id: str, result: Any, timestamp: float | None = None,
+                 metadata: JsonObject | None = None) -> None:
+        super().__init__(timestamp, metadata, tool_call_id=tool_call_id, result=result)
+
+
+_EVENT_CLASSES: dict[str, type[Event]] = {
+    cls.type_name: cls for cls in (UserUttered, BotUttered, SlotSet, ActionExecuted,
+                                   FollowupAction, McpToolExecuted, ClientToolResult)}
+
+
+def typed_event(event: TrackerEvent) -> Event:
+    """``event`` (a tracker dict) as its typed class, sharing nothing at the top level with
+    the dict; an event that is typed already is returned as it is."""
+    if isinstance(event, Event):
+        return event
+    name = event.get("event")
+    cls = _EVENT_CLASSES.get(name) if isinstance(name, str) else None
+    if cls is None:
+        cls = AgentEvent if isinstance(name, str) and name.startswith("agent_") else \
+            FlowEvent if isinstance(name, str) and name.startswith("flow_") else Event
+    typed = dict.__new__(cls)
+    dict.update(typed, event)
+    return typed
+
+
+def typed_events(events: Sequence[TrackerEvent]) -> list[Event]:
+    """Each of ``events`` as its typed class (:func:`typed_event`)."""
+    classes = _EVENT_CLASSES
+    out: list[Event] = []
+    append = out.append
+    for event in events:
+        if isinstance(event, Event):
+            append(event)
+            continue
+        cls = classes.get(event.get("event"))  # type: ignore[arg-type]
+        if cls is None:
+            append(typed_event(event))
+            continue
+        typed = dict.__new__(cls)
+        dict.update(typed, event)
+        append(typed)
+    return out

@@ -38,7 +38,7 @@ EXTRA = {
             steps:
               - action: action_default_fallback
               - action: action_deactivate_loop
-              - action: action_trigger_search
+              - action: action_handoff_metric
               - action: utter_b
           chitchat_flow:
             description: free-form chitchat without a chitchat component

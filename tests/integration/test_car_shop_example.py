@@ -75,8 +75,8 @@ async def test_the_dealer_class_sets_slots_from_the_real_dealers_offer(monkeypat
 
 
 def test_the_model_check_leaves_out_the_remote_agent(monkeypatch):
-    from subagents.llm.preflight import project_models
     from subagents.config.project import load_project
+    from subagents.llm.preflight import project_models
 
     monkeypatch.setenv("CAR_DEALER_URL", "http://127.0.0.1:9")
     callers = [c for _, users in project_models(load_project(EXAMPLE)).values() for c in users]

@@ -1,5 +1,6 @@
 """Client-sent metadata never becomes internal agent state: approvals, parked client tools and
-the agent's clock come only from the tracker; other keys reach agents only when allow-listed."""
+the agent's clock come only from the tracker; the other keys reach agents (all of them unless the
+project narrows them)."""
 
 from __future__ import annotations
 
@@ -79,11 +80,11 @@ async def test_a_client_cannot_set_the_agents_clock(project):
     assert "1999" not in prompt
 
 
-async def test_allow_listed_metadata_reaches_the_agents_tools(project):
+async def test_metadata_reaches_the_agents_tools(project):
     script = {"command_generator": ["start flow weather_flow"],
               "weather_agent": [{"tool_calls": [{"echo": {}}]}, "Done."]}
     async with FakeModelServer(script) as fake, assistant_for(project, fake) as assistant:
-        assert "tenant" in assistant.client_metadata_keys
+        assert assistant.client_metadata_keys is None  # every key that is not reserved
         with anyio.fail_after(30):
             _, events = await Conversation(assistant).say("weather?", tenant="acme-7")
     assert [e["result"] for e in events if e["event"] == "mcp_tool_executed"] == ["acme-7"]
@@ -95,6 +96,8 @@ def test_only_allow_listed_keys_reach_agents_and_reserved_keys_are_never_kept():
     split = split_client_metadata(sent, {"tenant", "pending_approval"})
     assert split.for_agents == {"tenant": "a"}
     assert split.recorded == {"tenant": "a", "theme": "dark"}
+    everything = split_client_metadata(sent, None)
+    assert everything.for_agents == everything.recorded == {"tenant": "a", "theme": "dark"}
 
 
 @pytest.mark.parametrize("bad", [7, "x", [1], [{"id": 3, "result": 1}], [{"id": "a"}]])

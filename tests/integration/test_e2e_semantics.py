@@ -49,12 +49,17 @@ EXTRA_FILES = {
             description: offers a choice
             steps:
               - action: utter_choose
+          spaced_flow:
+            description: says a text that ends in a space
+            steps:
+              - action: utter_spaced
         """,
     "data/more_domain.yml": """
         actions: [action_broken]
         responses:
           utter_choose: [{text: "Pick one.", buttons: [{title: "Yes", payload: "/yes"},
                                                        {title: "No", payload: "/no"}]}]
+          utter_spaced: [{text: "Mind the gap. "}]
         """,
     "sub_agents/crasher/config.yml": """
         agent: {name: crasher, description: Crashes.}
@@ -119,6 +124,14 @@ test_cases:
     steps:
       - user: /opening_hours
       - bot: "  {HOURS}  "
+  - test_case: pass_a_trailing_space_on_both_sides
+    steps:
+      - user: /spaced_flow
+      - bot: "Mind the gap. "
+  - test_case: pass_a_text_the_bot_says_with_a_trailing_space
+    steps:
+      - user: /spaced_flow
+      - bot: "Mind the gap."
   - test_case: fail_a_different_text
     steps:
       - user: /opening_hours

@@ -12,7 +12,7 @@ import anyio
 import httpx2
 import pytest
 from structlog.testing import capture_logs
-from subagents.mcp.callbacks import ELICITATIONS
+from subagents.mcp import MCPPool
 from subagents.stores.sql import SQLTrackerStore
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_mcp
@@ -155,7 +155,7 @@ async def test_a_request_that_is_gone_ends_the_run_with_an_error():
         first, _ = await turn(agent, "Book a table on Friday")
         # what a restarted process sees: the saved state, but no held call
         key = f"user-1:{first.metadata['pending_elicitation']['call']['id']}"
-        ELICITATIONS.forget(key)
+        agent._test_pool.elicitations.forget(key)
         with capture_logs() as logs:
             second, _ = await turn(agent, "4 people", first)
         fake.assert_done()
@@ -169,11 +169,11 @@ async def test_an_unanswered_question_times_out_as_cancel():
     async with elicit_agent(script, configuration={"elicitation_timeout": 0.2}) as (agent, fake):
         first, _ = await turn(agent, "Book a table on Friday")
         key = f"user-1:{first.metadata['pending_elicitation']['call']['id']}"
-        held = ELICITATIONS.held_call(key)
+        held = agent._test_pool.elicitations.held_call(key)
         with anyio.fail_after(10):
             result = await held  # the server got "cancel" when the question expired
         assert result.result == "No booking made: the user chose cancel."
-        assert not ELICITATIONS.pending(key)
+        assert not agent._test_pool.elicitations.pending(key)
         second, _ = await turn(agent, "4 people", first)
         fake.assert_done()
     assert second.status.value == "fatal_error"
@@ -185,11 +185,11 @@ async def test_a_run_that_ends_without_answering_cancels_the_request():
     async with elicit_agent(script) as (agent, fake):
         first, _ = await turn(agent, "Book a table on Friday")
         key = f"user-1:{first.metadata['pending_elicitation']['call']['id']}"
-        assert ELICITATIONS.pending(key)
+        assert agent._test_pool.elicitations.pending(key)
         second, _ = await turn(agent, "forget it", first)
         fake.assert_done()
     assert second.status.value == "completed"
-    assert not ELICITATIONS.pending(key)
+    assert not agent._test_pool.elicitations.pending(key)
 
 
 # ---------------------------------------------------------------------------- conversations
@@ -291,7 +291,7 @@ async def test_a_call_the_server_refuses_until_a_link_is_opened_runs_once_it_say
         key = f"user-1:{first.metadata['pending_elicitation']['call']['id']}"
         async with httpx2.AsyncClient() as browser:
             assert (await browser.get(f"{page}/connect?id=drive-1")).text == "connected"
-        held = ELICITATIONS.held_call(key)
+        held = agent._test_pool.elicitations.held_call(key)
         assert held is not None
         with anyio.fail_after(10):
             await held  # the server's completion notification let the call run again
@@ -332,3 +332,17 @@ async def test_a_declined_link_ends_the_call_with_a_clear_error():
         fake.assert_done()
     assert [e["code"] for e in logs if e["event"] == "agent.tool.error"] == [
         "mcp.url_elicitation_declined"]
+
+
+async def test_a_held_call_belongs_to_the_pool_of_its_agent_not_to_the_process():
+    script = [{"tool_calls": [{"book_table": {"day": "Friday"}}]}]
+    async with elicit_agent(script) as (agent, fake):
+        first, _ = await turn(agent, "Book a table on Friday")
+        fake.assert_done()
+        key = f"user-1:{first.metadata['pending_elicitation']['call']['id']}"
+        other = MCPPool(agent._test_pool.endpoints)
+        try:
+            assert agent._test_pool.elicitations.pending(key)
+            assert not other.elicitations.pending(key)  # another assistant's pool: not there
+        finally:
+            await other.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from subagents.exceptions import LLMError
-from subagents.llm.client import LLMClient, ModelSettings
+from subagents.llm import LLMClient, ModelSettings
 from subagents.testing import FakeModelServer, normalize_reply
 
 USER = [{"role": "user", "content": "hi"}]

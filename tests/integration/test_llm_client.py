@@ -1,8 +1,5 @@
-"""The LLM client against the fake model server, over real HTTP.
-
-Every test runs twice: with the lean HTTP client of plain calls (the default) and with the
-aiohttp one (``SUBAGENTS_MODEL_HTTP_CLIENT=aiohttp``, also what a proxied endpoint uses).
-"""
+"""The OpenAI-compatible model against the fake model server, over real HTTP: plain and
+streamed calls share one HTTP stack (aiohttp), one retry policy and one error mapping."""
 
 from __future__ import annotations
 
@@ -10,18 +7,12 @@ import anyio
 import pytest
 from subagents.config.endpoints import EndpointsConfig
 from subagents.exceptions import ConfigError, LLMError
-from subagents.llm.client import LLMClient, ModelSettings, resolve_model_settings
+from subagents.llm import LLMClient, ModelSettings, resolve_model_settings
 from subagents.testing import FakeModelServer
 
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}]
 USER = [{"role": "user", "content": "weather in Berlin?"}]
-
-
-@pytest.fixture(autouse=True, params=["lean", "aiohttp"])
-def http_client(request, monkeypatch):
-    monkeypatch.setenv("SUBAGENTS_MODEL_HTTP_CLIENT", request.param)
-    return request.param
 
 
 def client(fake: FakeModelServer, caller: str = "default", **kw) -> LLMClient:
@@ -160,14 +151,14 @@ def test_model_group_resolution_uses_the_first_model():
     assert info.value.code == "agent.validation.llm.unknown_model_group"
 
 
-def test_a_missing_api_key_is_a_config_error(monkeypatch):
+async def test_a_missing_api_key_is_a_config_error(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ConfigError) as info:
-        _ = LLMClient(ModelSettings(model="m")).client
+        await LLMClient(ModelSettings(model="m")).complete(USER, None)
     assert info.value.code == "llm.api_key_missing"
     monkeypatch.delenv("MY_LLM_KEY", raising=False)
     with pytest.raises(ConfigError) as info:
-        _ = LLMClient(ModelSettings(model="m", api_key="${MY_LLM_KEY}")).client
+        await LLMClient(ModelSettings(model="m", api_key="${MY_LLM_KEY}")).complete(USER, None)
     assert info.value.code == "config.env_var_missing"
     assert "MY_LLM_KEY" in str(info.value)
 
@@ -206,18 +197,20 @@ async def test_an_error_the_endpoint_says_not_to_retry_is_not_retried(headers):
     assert calls == ["Bearer sk-test"]
 
 
-async def test_plain_calls_use_the_client_the_variable_names(http_client):
+@pytest.mark.parametrize("stream", [False, True])
+async def test_calls_post_json(stream):
     async with FakeModelServer({"default": ["ok"]}) as fake:
         llm = client(fake)
-        await llm.complete(USER, None)
-        assert llm._transport().lean is (http_client == "lean")
+        await llm.complete(USER, None, stream=stream)
         await llm.close()
     assert fake.requests[0].headers["content-type"] == "application/json"
 
 
-async def test_a_proxy_from_the_environment_carries_plain_calls(monkeypatch):
-    """HTTP_PROXY applies to plain calls, whichever client was asked for: the request goes to
-    the proxy with the endpoint's absolute URL (a proxy that answers as the model here)."""
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_proxy_from_the_environment_carries_plain_and_streamed_calls(monkeypatch,
+                                                                             stream):
+    """HTTP_PROXY applies to every call: the request goes to the proxy with the endpoint's
+    absolute URL (a proxy that answers as the model here)."""
     import asyncio
     import json
 
@@ -229,11 +222,20 @@ async def test_a_proxy_from_the_environment_carries_plain_calls(monkeypatch):
         seen.append(lines[0])
         length = next(int(line.split(":", 1)[1]) for line in lines
                       if line.lower().startswith("content-length:"))
-        await reader.readexactly(length)
-        body = json.dumps({"choices": [{"index": 0, "message": {
-            "role": "assistant", "content": "via the proxy"}, "finish_reason": "stop"}]}).encode()
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                     b"content-length: %d\r\nconnection: close\r\n\r\n%b" % (len(body), body))
+        request = json.loads(await reader.readexactly(length))
+        if request.get("stream"):
+            chunk = json.dumps({"choices": [{"index": 0, "delta": {"content": "via the proxy"},
+                                             "finish_reason": "stop"}]})
+            body = f"data: {chunk}\n\ndata: [DONE]\n\n".encode()
+            kind = b"text/event-stream"
+        else:
+            body = json.dumps({"choices": [{"index": 0, "message": {
+                "role": "assistant", "content": "via the proxy"},
+                "finish_reason": "stop"}]}).encode()
+            kind = b"application/json"
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: %b\r\n"
+                     b"content-length: %d\r\nconnection: close\r\n\r\n%b"
+                     % (kind, len(body), body))
         await writer.drain()
         writer.close()
         await writer.wait_closed()
@@ -247,8 +249,7 @@ async def test_a_proxy_from_the_environment_carries_plain_calls(monkeypatch):
                                   api_key="sk-test", max_retries=0))
     try:
         with anyio.fail_after(10):
-            response = await llm.complete(USER, None)
-        assert llm._transport().lean is False
+            response = await llm.complete(USER, None, stream=stream)
     finally:
         await llm.close()
         server.close()
@@ -257,7 +258,7 @@ async def test_a_proxy_from_the_environment_carries_plain_calls(monkeypatch):
     assert seen == ["POST http://model.invalid:8000/v1/chat/completions HTTP/1.1"]
 
 
-def test_plain_calls_work_on_uvloop(http_client):
+def test_plain_calls_work_on_uvloop():
     """``serve`` runs on uvloop when it is installed (uvicorn's default), whose transports
     are not asyncio's own classes."""
     uvloop = pytest.importorskip("uvloop")
@@ -321,17 +322,9 @@ async def test_an_error_reply_with_an_empty_compressed_body_keeps_its_status():
     assert len(seen) == 1
 
 
-async def test_an_endpoint_with_credentials_in_its_url_goes_through_aiohttp():
-    llm = LLMClient(ModelSettings(model="m", api_base="http://user:secret@127.0.0.1:9/v1",
-                                  api_key="sk-test"))
-    assert llm._transport().lean is False
-    await llm.close()
-
-
-async def test_an_endpoint_that_is_not_http_is_a_settings_error(http_client):
+async def test_an_endpoint_that_is_not_http_is_a_settings_error():
     llm = LLMClient(ModelSettings(model="m", api_base="ftp://127.0.0.1:9/v1", max_retries=0))
     with pytest.raises(LLMError) as info:
         await llm.complete(USER, None)
     await llm.close()
-    assert info.value.code == ("llm.api_base_invalid" if http_client == "lean"
-                               else "llm.connection")
+    assert info.value.code == "llm.api_base_invalid"

@@ -224,11 +224,11 @@ async def test_a_synchronous_custom_tool_answers_at_once_without_a_coroutine():
     async with FakeModelServer({"weather_agent": PROBE_STEPS}) as fake:
         agent = await build_agent(fake, None, cls=SyncAgent)
         try:
-            from subagents.agents._plan import AgentRun
+            from subagents.agents.run import Run as AgentRun
             from subagents.tools.base import CallContext
 
             run = AgentRun(agent_input(), None)
-            agent._prepare(run, [])
+            agent._engine.prepare(run, agent.POLICY(agent, run), [])
             ctx = CallContext(run.input, AgentToolContext(), timeout=5)
             agent.current = run.input
             answer = run.tools["probe"].run({}, ctx)
@@ -324,8 +324,10 @@ async def test_the_default_built_in_tools_are_built_once_per_agent():
     async with FakeModelServer({"weather_agent": []}) as fake:
         agent = await build_agent(fake, None, cls=NoopAgent)
         try:
-            first = agent._builtin_schemas(agent_input())
-            second = agent._builtin_schemas(agent_input("Another question"))
+            from subagents.agents.policies import builtin_schemas
+
+            first = builtin_schemas(agent, agent_input())
+            second = builtin_schemas(agent, agent_input("Another question"))
         finally:
             await close(agent)
     assert [s.name for s in first] == ["task_completed"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import sys
@@ -314,8 +315,10 @@ async def test_oauth_client_credentials_fetch_a_token_for_the_server(monkeypatch
 
     async def token(request):
         form = dict(await request.form())
-        grants.append(form)
-        if form.get("client_secret") != "client-secret-1":
+        grants.append({**form, "authorization": request.headers.get("authorization", "")})
+        # no metadata lists the methods: the secret goes in HTTP Basic, the RFC 6749 default
+        expected = "Basic " + base64.b64encode(b"agent:client-secret-1").decode()
+        if grants[-1]["authorization"] != expected or "client_secret" in form:
             return JSONResponse({"error": "invalid_client"}, status_code=401)
         return JSONResponse({"access_token": "issued-token", "expires_in": 3600})
 

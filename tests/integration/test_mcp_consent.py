@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import socket
 import sqlite3
 import textwrap
 from collections.abc import AsyncIterator
@@ -114,14 +115,17 @@ class Browser:
 
 @contextlib.asynccontextmanager
 async def served(tmp_path: Path, script: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch,
+                 clients: dict[str, list[str]] | None = None,
                  **project: str) -> AsyncIterator[tuple[Any, ...]]:
-    """The stand-in, an operator login for listing tools, and the assistant behind serve."""
+    """The stand-in (with ``clients`` registered by the operator), an operator login for
+    listing tools, and the assistant behind serve."""
     from cryptography.fernet import Fernet
 
     monkeypatch.setenv("SUBAGENTS_OAUTH_TOKEN_KEY", Fernet.generate_key().decode())
     monkeypatch.setenv("CONSENT_PUBLIC_URL", "http://127.0.0.1:9")  # set below, once known
     browser = Browser()
     async with consent_standin() as (auth, _, mcp_url):
+        auth.clients.update(clients or {})
         root = write_project(tmp_path / "assistant", mcp_url, **project)
         # the operator signs in once so that the server's tools can be listed at start-up
         from subagents.config.project import load_project
@@ -257,6 +261,32 @@ async def test_a_refused_token_is_refreshed_and_a_failed_refresh_asks_for_consen
     assert CALLS == ["alice", "alice", "alice"]
 
 
+async def test_a_call_that_needs_more_scope_asks_the_user_to_sign_in_again_with_it(
+        tmp_path, monkeypatch):
+    add = [{"tool_calls": [{"add_event": {"title": "gym"}}]},
+           {"text": "Added.", "tool_calls": [{"task_completed": {}}],
+            "expect": {"messages_contain": ["added 'gym' for alice"]}}]
+    script = {"command_generator": ["start flow calendar_flow", "", "start flow calendar_flow",
+                                    ""],
+              "calendar_agent": [*calendar_turns("alice"), *add]}
+    async with served(tmp_path, script, monkeypatch) as (auth, fake, api, browser, _):
+        with anyio.fail_after(60):
+            await browser.open(consent_link(
+                await say(api, "chat", "alice", "my calendar?"), auth), "alice")
+            await say(api, "chat", "alice", "done")
+            # adding an event needs calendar.write, which alice's first sign-in did not grant
+            asked = await say(api, "chat", "alice", "add the gym on Friday")
+            link = consent_link(asked, auth)
+            page = await browser.open(link, "alice")
+            added = await say(api, "chat", "alice", "signed in")
+        fake.assert_done()
+    assert "calendar needs more access before I can continue (calendar.write)" in asked[0]
+    assert "calendar.write" in parse_qs(urlparse(link).query)["scope"][0].split()
+    assert page.status_code == 200
+    assert added[0] == "Added."
+    assert CALLS == ["alice", "alice"]  # the refused call never ran; it ran once after
+
+
 async def test_a_denied_consent_reaches_the_agent_as_a_tool_error(tmp_path, monkeypatch):
     script = {"command_generator": ["start flow calendar_flow", ""],
               "calendar_agent": [
@@ -383,8 +413,6 @@ async def test_an_expired_token_is_refreshed_before_it_is_sent_by_a_later_sessio
 
 
 async def test_an_expired_sign_in_link_reaches_the_agent_as_a_tool_error(tmp_path, monkeypatch):
-    from subagents.mcp.callbacks import ELICITATIONS
-
     script = {"command_generator": ["start flow calendar_flow", ""],
               "calendar_agent": [
                   {"tool_calls": [{"id": "c1", "name": "my_events", "arguments": {}}]},
@@ -395,7 +423,7 @@ async def test_an_expired_sign_in_link_reaches_the_agent_as_a_tool_error(tmp_pat
             auth, fake, api, browser, _):
         with anyio.fail_after(60):
             link = consent_link(await say(api, "chat", "alice", "my calendar?"), auth)
-            held = ELICITATIONS.held_call("chat:c1")
+            held = api.assistant.pool.elicitations.held_call("chat:c1")
             assert held is not None
             await asyncio.wait({held})  # the link's time runs out (elicitation_timeout)
             page = await browser.open(link, "alice")
@@ -409,10 +437,18 @@ async def test_an_expired_sign_in_link_reaches_the_agent_as_a_tool_error(tmp_pat
 async def test_a_configured_client_id_is_used_instead_of_registering(tmp_path, monkeypatch):
     script = {"command_generator": ["start flow calendar_flow", ""],
               "calendar_agent": calendar_turns("alice")}
-    async with served(tmp_path, script, monkeypatch, oauth="client_id: assistant-app") as (
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # registered by the operator: the operator login's callback, and (below, once serve's
+    # address is known) the users' callback
+    login_callback = f"http://127.0.0.1:{port}/callback"
+    oauth = f"client_id: assistant-app\n              redirect_port: {port}"
+    async with served(tmp_path, script, monkeypatch, oauth=oauth,
+                      clients={"assistant-app": [login_callback]}) as (
             auth, fake, api, browser, db):
         base = str(api.base_url).rstrip("/")
-        auth.clients["assistant-app"] = [f"{base}/oauth/callback"]  # registered by the operator
+        auth.clients["assistant-app"].append(f"{base}/oauth/callback")
         registered = len(auth.clients)
         with anyio.fail_after(60):
             link = consent_link(await say(api, "chat", "alice", "my calendar?"), auth)

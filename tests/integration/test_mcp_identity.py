@@ -15,7 +15,7 @@ from subagents.agents.open_agent import MCPOpenAgent
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.project import collect_issues
 from subagents.config.sub_agent import SubAgentConfig
-from subagents.llm.client import LLMClient, ModelSettings
+from subagents.llm import LLMClient, ModelSettings
 from subagents.mcp import MCPPool
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_mcp

@@ -16,7 +16,7 @@ import uvicorn
 from structlog.testing import capture_logs
 from subagents import __version__
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
-from subagents.exceptions import MCPConnectionError
+from subagents.exceptions import MCPConnectionError, ToolInvocationError
 from subagents.mcp import MCPServerConnection
 from subagents.testing import FakeModelServer
 from subagents.testing.mcp_http import serve_mcp
@@ -60,6 +60,20 @@ async def test_binary_content_reaches_the_model_as_short_placeholders(transport)
     ]
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+async def test_binary_values_inside_structured_content_become_placeholders(transport):
+    with anyio.fail_after(30):
+        async with connected(transport) as conn:
+            result = await conn.call_tool("media_file", {}, timeout=5)
+    assert json.loads(result.result) == {
+        "content": ["[image: image/png, 4096 bytes]",
+                    "[resource: file:///reports/q3.pdf, application/pdf, 1000 bytes]"],
+        "name": "chart.png", "thumbnail": "[data: image/png, 4096 bytes]",
+        "raw": "[binary: 4096 bytes]"}
+    assert len(result.result) < 300  # no base64 left anywhere
+    assert [image.mime_type for image in result.images] == ["image/png"]
+
+
 async def test_task_only_tools_are_left_out_with_a_log_line():
     with anyio.fail_after(30), capture_logs() as logs:
         async with connected("stdio") as conn:
@@ -85,6 +99,24 @@ async def test_progress_notifications_extend_a_running_calls_timeout():
             result = await conn.call_tool("crawl_with_progress", {"steps": 5, "step_ms": 400},
                                           timeout=1)
     assert (result.result, result.is_error) == ("crawled 5 pages", False)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "sse", "http"])
+async def test_progress_keeps_an_agents_call_alive_and_a_silent_call_still_times_out(transport):
+    # tool_timeout 1 s. Eight steps of 0.3 s report progress after each step: 2.4 s in all,
+    # past the 1 s timeout and past the executor's own backstop (timeout + 1 s) as well; the
+    # call completes. A call that reports nothing for 2 s is cut after the timeout.
+    script = [{"tool_calls": [{"crawl_with_progress": {"steps": 8, "step_ms": 300}}]},
+              {"tool_calls": [{"wait_quietly": {"ms": 2000}}]},
+              {"text": "Done.", "tool_calls": [{"task_completed": {}}]}]
+    _, fake = await run_agent_on_features(
+        script, transport=transport,
+        configuration={"tool_timeout": 1, "progress_messages": False})
+    last = fake.requests_of("reader")[-1]
+    crawled, waited = [str(m["content"]) for m in last.messages if m.get("role") == "tool"]
+    assert crawled == "crawled 8 pages"
+    assert "did not answer within 1s" in waited
+    assert "waited" not in waited
 
 
 @pytest.fixture
@@ -187,6 +219,39 @@ async def test_oauth_client_credentials_discover_the_token_endpoint_and_send_res
     assert grant["scope"] == "tools"
 
 
+@pytest.mark.parametrize(("listed", "configured", "sent"), [
+    (["client_secret_basic"], None, "basic"),
+    (["client_secret_post"], None, "post"),
+    (None, None, "basic"),  # the metadata lists nothing: Basic, the RFC 6749 default
+    (["client_secret_basic", "client_secret_post"], None, "basic"),
+    (["client_secret_basic", "client_secret_post"], "client_secret_post", "post"),
+    (["client_secret_basic"], "client_secret_post", "post"),  # configured always wins
+])
+async def test_the_token_request_authenticates_as_the_metadata_allows_unless_configured(
+        listed, configured, sent, monkeypatch):
+    monkeypatch.setenv("FEATURES_SECRET", "s3cret")
+    auth = AuthServer(client_id="agent", client_secret="s3cret", auth_methods=listed)
+    oauth = {"client_id": "agent", "client_secret": "${FEATURES_SECRET}", "issuer": auth.base}
+    if configured:
+        oauth["auth_method"] = configured
+    with anyio.fail_after(30):
+        async with protected_mcp(features_server, auth) as url:
+            oauth["issuer"] = auth.base
+            config = McpServerConfig(name="features", type="http", url=url, oauth=oauth)
+            conn = MCPServerConnection(config, root=REPO)
+            try:
+                await conn.start(attempts=1)
+                who = await conn.call_tool("client_name", {}, timeout=5)
+            except MCPConnectionError:
+                who = None
+            finally:
+                await conn.close()
+    assert [grant["auth_method"] for grant in auth.grants] == [sent]
+    if configured is None or listed is None or configured in listed:
+        assert who is not None
+        assert who.result == f"subagents {__version__}"
+
+
 async def test_oauth_fetches_a_new_token_after_a_401(monkeypatch):
     monkeypatch.setenv("FEATURES_SECRET", "s3cret")
     auth = AuthServer(client_id="agent", client_secret="s3cret")
@@ -218,9 +283,9 @@ async def test_oauth_with_a_wrong_secret_fails_to_connect(monkeypatch):
 
 
 @contextlib.asynccontextmanager
-async def connected_to(url: str, root: Path = REPO, **extra
+async def connected_to(url: str, root: Path = REPO, type: str = "http", **extra
                        ) -> AsyncIterator[MCPServerConnection]:
-    conn = MCPServerConnection(McpServerConfig(name="features", type="http", url=url, **extra),
+    conn = MCPServerConnection(McpServerConfig(name="features", type=type, url=url, **extra),
                                root=root)
     await conn.start(attempts=1)
     try:
@@ -273,24 +338,31 @@ async def test_sampling_is_not_offered_unless_configured():
 
 
 async def run_agent_on_features(script: list, *, server: dict | None = None,
-                                ref: dict | None = None):
-    """One agent turn against the features server over HTTP; return (output, fake)."""
+                                ref: dict | None = None, transport: str = "http",
+                                configuration: dict | None = None):
+    """One agent turn against the features server (HTTP unless ``transport`` says otherwise);
+    return (output, fake)."""
     from subagents.agents.open_agent import MCPOpenAgent
     from subagents.channels.collecting import CollectingOutputChannel
     from subagents.config.sub_agent import SubAgentConfig
-    from subagents.llm.client import LLMClient, ModelSettings
+    from subagents.llm import LLMClient, ModelSettings
     from subagents.mcp import MCPPool
 
     from tests.agent_harness import agent_input
 
-    async with FakeModelServer({"reader": script}) as fake, \
-            serve_mcp(features_server, "http") as url:
+    async with contextlib.AsyncExitStack() as stack:
+        fake = await stack.enter_async_context(FakeModelServer({"reader": script}))
+        if transport == "stdio":
+            where = dict(STDIO)
+        else:
+            url = await stack.enter_async_context(serve_mcp(features_server, transport))
+            where = {"type": transport, "url": url}
         endpoints = EndpointsConfig(mcp_servers=[McpServerConfig(
-            name="features", type="http", url=url, **(server or {}))])
-        pool = MCPPool(endpoints)
+            name="features", **where, **(server or {}))])
+        pool = MCPPool(endpoints, root=REPO)
         config = SubAgentConfig.model_validate({
             "agent": {"name": "reader", "description": "Read the reports."},
-            "configuration": {"include_date_time": False},
+            "configuration": {"include_date_time": False, **(configuration or {})},
             "connections": {"mcp_servers": [{"name": "features", **(ref or {})}]}})
         llm = LLMClient(ModelSettings(model="fake", api_base=fake.base_url("reader"),
                                       max_retries=0, timeout=10), name="reader")
@@ -397,6 +469,164 @@ async def test_a_login_registers_signs_in_and_the_server_process_reuses_and_refr
     assert list(auth.registered) == ["dyn-1"]
     assert [g["grant_type"] for g in auth.grants] == ["authorization_code", "refresh_token"]
     assert auth.grants[0]["resource"] == url
+
+
+@pytest.mark.parametrize(("registration", "listed", "configured", "sent"), [
+    (False, ["client_secret_basic"], None, "basic"),  # a server without registration
+    (True, ["client_secret_post"], None, "post"),
+    (True, ["client_secret_basic", "client_secret_post"], "client_secret_post", "post"),
+])
+async def test_a_login_with_a_configured_client_id_uses_it_and_never_registers(
+        registration, listed, configured, sent, tmp_path, monkeypatch):
+    from subagents.cli.mcp_login import login
+    from subagents.mcp.oauth.login import token_file
+
+    monkeypatch.setenv("FEATURES_SECRET", "s3cret")
+    port = _free_port()
+    auth = AuthServer(client_id="my-registered-client", client_secret="s3cret",
+                      registration=registration, auth_methods=listed)
+    # registered by the operator, with the login's fixed callback
+    auth.registered["my-registered-client"] = [f"http://127.0.0.1:{port}/callback"]
+    oauth = {"grant": "authorization_code", "client_id": "my-registered-client",
+             "client_secret": "${FEATURES_SECRET}", "redirect_port": port, "scope": "tools"}
+    if configured:
+        oauth["auth_method"] = configured
+    with anyio.fail_after(60):
+        async with protected_mcp(features_server, auth) as url:
+            config = McpServerConfig(name="features", type="http", url=url,
+                                     oauth={**oauth, "issuer": auth.base})
+            names = await login(config, tmp_path, open_url=browser)
+            stored = token_file(tmp_path, "features")
+            data = json.loads(stored.read_text())
+            data["expires_at"] = 1.0  # the server process finds the access token expired
+            stored.write_text(json.dumps(data))
+            async with connected_to(url, oauth=config.oauth.model_dump(), root=tmp_path) as conn:
+                who = await conn.call_tool("client_name", {}, timeout=5)
+    assert "client_name" in names
+    assert who.result == f"subagents {__version__}"
+    assert list(auth.registered) == ["my-registered-client"]  # nothing registered
+    assert [(g["grant_type"], g["client_id"], g["auth_method"]) for g in auth.grants] == [
+        ("authorization_code", "my-registered-client", sent),
+        ("refresh_token", "my-registered-client", sent)]
+
+
+@pytest.mark.parametrize("transport", ["http", "sse"])
+async def test_a_step_up_with_an_operators_login_says_which_login_to_run_and_keeps_the_session(
+        transport, tmp_path):
+    from subagents.cli.mcp_login import login
+
+    auth = AuthServer(client_id="unused", client_secret="unused")
+    with anyio.fail_after(60):
+        async with protected_mcp(features_server, auth, tool_scopes={"picture": "media"},
+                                 transport=transport) as url:
+            config = McpServerConfig(name="features", type=transport, url=url, oauth={
+                "grant": "authorization_code", "scope": "tools", "issuer": auth.base})
+            await login(config, tmp_path, open_url=browser)
+            grants = len(auth.grants)
+            # the server process: the picture needs a scope the operator's login lacks
+            async with connected_to(url, oauth=config.oauth.model_dump(), root=tmp_path,
+                                    type=transport) as conn:
+                with pytest.raises(ToolInvocationError) as refused:
+                    await conn.call_tool("picture", {}, timeout=5)
+                after = await conn.call_tool("client_name", {}, timeout=5)
+    assert refused.value.code == "mcp.login_required"
+    message = str(refused.value)
+    assert "'tools media'" in message
+    assert "subagents mcp login features" in message
+    assert "may or may not" not in message
+    assert after.result == f"subagents {__version__}"
+    # no reconnect over streamable HTTP; the SDK's SSE transport sends nothing more after a
+    # refused message, so there the next call opens a new session
+    assert conn.connects == (1 if transport == "http" else 2)
+    assert len(auth.grants) == grants  # nobody was asked to sign in again
+    assert list(auth.registered) == ["dyn-1"]
+
+
+@pytest.mark.parametrize(("auth_kind", "transport"), [
+    ("client_credentials", "http"), ("client_credentials", "sse"), ("token", "http")])
+async def test_a_step_up_with_client_credentials_gets_a_token_with_the_larger_scope(
+        auth_kind, transport, monkeypatch):
+    monkeypatch.setenv("FEATURES_SECRET", "s3cret")
+    auth = AuthServer(client_id="agent", client_secret="s3cret")
+    with anyio.fail_after(30):
+        async with protected_mcp(features_server, auth, tool_scopes={"picture": "media"},
+                                 transport=transport) as url:
+            if auth_kind == "token":  # a fixed token: nothing can ask for more scope
+                auth.valid.add("fixed")
+                auth.scopes["fixed"] = "tools"
+                monkeypatch.setenv("FEATURES_TOKEN", "fixed")
+                extra = {"token": "${FEATURES_TOKEN}"}
+            else:
+                extra = {"oauth": {"client_id": "agent", "client_secret": "${FEATURES_SECRET}",
+                                   "issuer": auth.base, "scope": "tools"}}
+            async with connected_to(url, type=transport, **extra) as conn:
+                try:
+                    picture = await conn.call_tool("picture", {}, timeout=5)
+                except ToolInvocationError as exc:
+                    picture = exc
+    if auth_kind == "token":
+        assert isinstance(picture, ToolInvocationError)
+        assert picture.code == "mcp.insufficient_scope"
+        assert "'tools media'" in str(picture)
+    else:
+        assert picture.result == "Revenue chart\n[image: image/png, 4096 bytes]"
+        assert [g["scope"] for g in auth.grants] == ["tools", "tools media"]
+    assert conn.connects == 1
+
+
+async def test_cross_app_access_exchanges_the_users_id_token_for_an_access_token(monkeypatch):
+    from subagents.testing.mcp_http import serve_app
+
+    from tests.servers.oauth_standin import IdentityProvider
+
+    monkeypatch.setenv("FEATURES_SECRET", "s3cret")
+    idp = IdentityProvider(id_tokens={"id-token-of-alice": "alice"})
+    auth = AuthServer(client_id="assistant", client_secret="s3cret",
+                      auth_methods=["client_secret_basic"], identity_provider=idp)
+    with anyio.fail_after(30):
+        async with serve_app(idp.app()) as idp_base, protected_mcp(features_server, auth) as url:
+            config = McpServerConfig(
+                name="features", type="http", url=url, session="per_conversation", oauth={
+                    "grant": "identity_assertion", "client_id": "assistant",
+                    "client_secret": "${FEATURES_SECRET}", "issuer": auth.base,
+                    "id_token": "{{ metadata.id_token }}", "idp_token_url": f"{idp_base}/token",
+                    "idp_client_id": "assistant-at-idp", "scope": "tools"})
+            conn = MCPServerConnection(config, root=REPO,
+                                       template_values={"metadata.id_token": "id-token-of-alice"})
+            await conn.start(attempts=1)
+            try:
+                who = await conn.call_tool("client_name", {}, timeout=5)
+            finally:
+                await conn.close()
+            # an ID token the identity provider does not know: nothing to present
+            stranger = MCPServerConnection(config, root=REPO,
+                                           template_values={"metadata.id_token": "forged"})
+            with pytest.raises(MCPConnectionError) as refused:
+                await stranger.start(attempts=1)
+    assert who.result == f"subagents {__version__}"
+    assert refused.value.code == "mcp.identity_assertion_failed"
+    assert "forged" not in str(refused.value)
+    idp.exchanges.pop()
+    [exchange] = idp.exchanges
+    assert exchange == {
+        "grant_type": "urn:ietf:params:oauth:grant-type:token-exchange",
+        "subject_token": "id-token-of-alice",
+        "subject_token_type": "urn:ietf:params:oauth:token-type:id_token",
+        "requested_token_type": "urn:ietf:params:oauth:token-type:id-jag",
+        "audience": auth.base, "resource": url, "scope": "tools",
+        "client_id": "assistant-at-idp"}
+    [grant] = auth.grants
+    assert (grant["grant_type"], grant["auth_method"], grant["assertion"]) == (
+        "urn:ietf:params:oauth:grant-type:jwt-bearer", "basic", "jag-1")
+    assert grant["resource"] == url
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 async def test_without_a_login_the_server_process_says_which_command_to_run(tmp_path):

@@ -18,7 +18,7 @@ from starlette.routing import Route
 from subagents.channels.collecting import CollectingOutputChannel
 from subagents.dialogue.client_input import TurnFailedError
 from subagents.dialogue.processor import Assistant
-from subagents.llm.client import LLMClient
+from subagents.llm import LLMClient
 from subagents.server.app import create_app
 from subagents.stores import InMemoryTrackerStore
 from subagents.testing import FakeModelServer

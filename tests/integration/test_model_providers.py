@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from subagents.config.endpoints import EndpointsConfig
 from subagents.exceptions import ConfigError
-from subagents.llm.client import LLMClient, RoutedLLMClient, make_llm_client, resolve_model_settings
+from subagents.llm import FallbackModel, build_model, resolve_model_settings
 from subagents.testing import FakeModelServer
 
 USER = [{"role": "user", "content": "hi"}]
@@ -33,7 +33,7 @@ async def test_azure_calls_the_deployment_with_api_version_and_api_key(monkeypat
             "provider": "azure", "deployment_name": "gpt4-eu", "api_type": "azure",
             "api_version": "2024-06-01", "api_base": f"{host(fake)}/eu/",
             "api_key": "${MY_AZURE_KEY}", "max_tokens": 50, "temperature": 0.2})
-        llm = make_llm_client(settings)
+        llm = build_model(settings)
         response = await llm.complete(USER, None, stream=stream)
         await llm.close()
         fake.assert_done()
@@ -56,7 +56,7 @@ async def test_azure_reads_base_version_and_key_from_the_environment(monkeypatch
         monkeypatch.setenv("AZURE_API_BASE", f"{host(fake)}/az")
         monkeypatch.setenv("AZURE_API_VERSION", "2024-10-21")
         monkeypatch.setenv("AZURE_API_KEY", "from-env")
-        llm = make_llm_client(settings_for({"provider": "azure", "engine": "dep-1"}))
+        llm = build_model(settings_for({"provider": "azure", "engine": "dep-1"}))
         await llm.complete(USER, None)
         await llm.close()
     request = fake.requests[0]
@@ -66,7 +66,7 @@ async def test_azure_reads_base_version_and_key_from_the_environment(monkeypatch
 
 async def test_azure_without_an_api_version_is_a_config_error(monkeypatch):
     monkeypatch.delenv("AZURE_API_VERSION", raising=False)
-    llm = make_llm_client(settings_for({"provider": "azure", "deployment": "d",
+    llm = build_model(settings_for({"provider": "azure", "deployment": "d",
                                         "api_base": "http://127.0.0.1:1", "api_key": "${K}"}))
     monkeypatch.setenv("K", "k")
     with pytest.raises(ConfigError) as info:
@@ -77,7 +77,7 @@ async def test_azure_without_an_api_version_is_a_config_error(monkeypatch):
 async def test_self_hosted_keeps_max_tokens_and_never_gets_the_openai_key(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-secret")
     async with FakeModelServer({"vllm": ["Hi."]}) as fake:
-        llm = make_llm_client(settings_for({
+        llm = build_model(settings_for({
             "provider": "self-hosted", "model": "meta-llama/Llama-3.1-8B-Instruct",
             "api_base": f"{host(fake)}/vllm/v1", "max_tokens": 77, "request_timeout": 3}))
         assert llm.settings.timeout == 3
@@ -94,7 +94,7 @@ async def test_self_hosted_keeps_max_tokens_and_never_gets_the_openai_key(monkey
 
 async def test_ollama_gets_its_openai_compatible_path(monkeypatch):
     async with FakeModelServer({"default": ["Hi."]}) as fake:
-        llm = make_llm_client(settings_for({"provider": "ollama", "model": "llama3.2",
+        llm = build_model(settings_for({"provider": "ollama", "model": "llama3.2",
                                             "api_base": host(fake)}))
         await llm.complete(USER, None)
         await llm.close()
@@ -106,7 +106,7 @@ async def test_openai_aliases_headers_and_extra_body(monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("KEY", "sk-test")
     async with FakeModelServer({"default": ["Hi."]}) as fake:
-        llm = make_llm_client(settings_for({
+        llm = build_model(settings_for({
             "type": "openai", "model_name": "gpt-4o", "openai_api_base": f"{host(fake)}/v1",
             "api_key": "${KEY}", "max_tokens": 64, "extra_headers": {"X-Team": "bots"},
             "extra_body": {"metadata": {"app": "demo"}}, "organization": "org-1",
@@ -129,7 +129,7 @@ async def test_openai_aliases_headers_and_extra_body(monkeypatch):
 
 def test_without_a_router_only_the_first_model_is_used():
     settings = settings_for({"model": "a"}, more=[{"model": "b"}])
-    assert type(make_llm_client(settings)) is LLMClient
+    assert not isinstance(build_model(settings), FallbackModel)
     assert settings.model == "a"
     assert [m.model for m in settings.members()] == ["a"]
 
@@ -137,8 +137,8 @@ def test_without_a_router_only_the_first_model_is_used():
 def test_with_a_router_every_model_is_used():
     settings = settings_for({"model": "a"}, more=[{"model": "b"}],
                             router={"routing_strategy": "least-busy"})
-    client = make_llm_client(settings, name="caller")
-    assert isinstance(client, RoutedLLMClient)
+    client = build_model(settings, name="caller")
+    assert isinstance(client, FallbackModel)
     assert [m.settings.model for m in client.members] == ["a", "b"]
     assert client.settings.model == "a"
     assert client.name == "caller"
@@ -161,7 +161,7 @@ async def test_options_set_on_a_routed_client_reach_every_model():
                                 more=[{"model": "b", "api_base": fake.base_url("b"),
                                        "weight": 1}],
                                 router={"routing_strategy": "simple-shuffle"})
-        llm = make_llm_client(settings)
+        llm = build_model(settings)
         llm.settings = dataclasses.replace(llm.settings, options={
             **llm.settings.options, "max_completion_tokens": 12})
         await llm.complete(USER, None)  # a fails, b answers

@@ -11,15 +11,16 @@ import anyio
 import pytest
 from subagents.config.endpoints import EndpointsConfig
 from subagents.exceptions import LLMError
-from subagents.llm import usage
-from subagents.llm.client import RoutedLLMClient, resolve_model_settings
+from subagents.llm import FallbackModel, build_model, resolve_model_settings
+from subagents.llm.usage import UsageTally
 from subagents.testing import FakeModelServer
+from subagents.types import CallScope
 
 USER = [{"role": "user", "content": "hi"}]
 
 
 def routed(fake: FakeModelServer, router: dict, *models: dict, seed: int = 1,
-           clock=None) -> RoutedLLMClient:
+           clock=None) -> FallbackModel:
     """A routed client over models ``a``, ``b``, ... each served at the fake's path of its
     name."""
     entries = [{"model": m["model"], "api_base": fake.base_url(m["model"]), "timeout": 5,
@@ -28,7 +29,7 @@ def routed(fake: FakeModelServer, router: dict, *models: dict, seed: int = 1,
         {"model_groups": [{"id": "g", "models": entries, "router": router}]})
     settings = resolve_model_settings({"model_group": "g"}, endpoints)
     extra = {"clock": clock} if clock else {}
-    return RoutedLLMClient(settings, name="tester", rng=random.Random(seed), **extra)
+    return build_model(settings, name="tester", rng=random.Random(seed), **extra)
 
 
 def served(fake: FakeModelServer) -> list[str]:
@@ -66,8 +67,9 @@ async def test_simple_shuffle_follows_the_weights():
 async def test_a_failed_call_fails_over_to_the_next_model(failure):
     async with FakeModelServer({"a": [failure], "b": ["from b"]}) as fake:
         llm = routed(fake, {}, {"model": "a", "weight": 1_000_000}, {"model": "b", "weight": 1})
-        with usage.turn_scope() as tally:
-            response = await llm.complete(USER, None)
+        scope = CallScope(usage=UsageTally())
+        response = await llm.complete(USER, None, scope=scope)
+        tally = scope.usage.models
         await llm.close()
         fake.assert_done()
     assert served(fake) == ["a", "b"]

@@ -61,16 +61,18 @@ def test_the_test_command_finds_rasas_default_test_file(make_project, capsys):
     assert "e2e_test_cases.yml::hours" in out
 
 
-def test_listing_a_built_in_action_in_the_domain_is_a_warning(make_project):
+def test_listing_action_listen_in_the_domain_is_a_warning(make_project):
+    # the project's own action_session_start replaces the built-in (as in Rasa): no warning
     root = make_project({"data/more_domain.yml": """
         actions:
           - action_session_start
           - action_custom_lookup
+          - action_listen
         """})
     _, issues = collect_issues(root)
     override = _only_issue(issues, "domain.action.builtin_override")
     assert (override.severity, override.file, override.key) == (
-        "warning", "data/more_domain.yml", "actions[0]")
+        "warning", "data/more_domain.yml", "actions[2]")
 
 
 def _only_issue(issues, code):

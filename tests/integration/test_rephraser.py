@@ -4,6 +4,7 @@ on a failure or an empty answer they go out as written."""
 from __future__ import annotations
 
 import pytest
+from subagents.config.project import collect_issues
 from subagents.testing import FakeModelServer
 
 from tests.dialogue_harness import Conversation, assistant_for, write_project
@@ -68,6 +69,18 @@ async def test_on_failure_the_response_goes_out_as_written(project, reply):
         texts, _ = await Conversation(assistant).say("/ready_flow")
         fake.assert_done()
     assert texts[:2] == ["Your order A-7 is ready.", "Goodbye."]
+
+
+async def test_rasa_3_7s_rephraser_class_name_rephrases(tmp_path, tools_url):
+    project = _project(tmp_path, tools_url,
+                       "{type: rasa_plus.ml.ContextualResponseRephraser}")
+    _, issues = collect_issues(project)
+    assert [i.code for i in issues if i.code.startswith("endpoints.nlg")] == []
+    async with FakeModelServer({"rephraser": ["Order A-7: ready!"]}) as fake, \
+            assistant_for(project, fake) as assistant:
+        texts, _ = await Conversation(assistant).say("/ready_flow")
+        fake.assert_done()
+    assert texts[:2] == ["Order A-7: ready!", "Goodbye."]
 
 
 async def test_rephrase_all_rephrases_every_response(tmp_path, tools_url):

@@ -144,6 +144,16 @@ async def test_jinja_and_format_filling(project):
                              "ada lovelace has {braces} and 3.0"]
 
 
+async def test_an_unset_slot_in_a_format_response_reads_none_as_in_rasa(project):
+    async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant:
+        out = CollectingOutputChannel()
+        await _say(assistant, "/SetSlots(vip=true)", out)
+        await _say(assistant, "/jinja_flow", out)
+        fake.assert_done()
+    # neither name nor balance is set: Rasa's interpolation writes None for both
+    assert out.texts[1] == "None has {braces} and None"
+
+
 async def test_a_jinja_response_cannot_leave_the_sandbox(project):
     async with FakeModelServer({}) as fake, assistant_for(project, fake) as assistant:
         out = CollectingOutputChannel()

@@ -124,7 +124,6 @@ def test_the_collection_thresholds_come_from_the_environment_when_set(tmp_path):
 
 @pytest.mark.parametrize(("variable", "value", "code"), [
     ("SUBAGENTS_GC_THRESHOLDS", "lots", "server.gc_thresholds_invalid"),
-    ("SUBAGENTS_MODEL_HTTP_CLIENT", "curl", "llm.http_client_invalid"),
 ])
 def test_a_wrong_setting_in_the_environment_stops_serve_with_the_variable_named(
         tmp_path, variable, value, code):
@@ -152,8 +151,7 @@ _PLAIN_CALL_DRIVER = textwrap.dedent("""
             assistant = Assistant.load(sys.argv[1], llm_factory=fake.llm_factory(),
                                        tracker_store=InMemoryTrackerStore())
             async with assistant:
-                started = {"lean": "httptools" in sys.modules,
-                           "aiohttp": "aiohttp" in sys.modules}
+                started = {"aiohttp": "aiohttp" in sys.modules}
                 events = await assistant.handle_message("u1", "weather?")
             fake.assert_done()
         texts = [e["text"] for e in events if e["event"] == "bot"]
@@ -176,26 +174,15 @@ def _two_agent_project(tmp_path):
 
 
 def _plain_call(project, **env):
-    environment = {k: v for k, v in os.environ.items() if k != "SUBAGENTS_MODEL_HTTP_CLIENT"}
     done = subprocess.run([sys.executable, "-c", _PLAIN_CALL_DRIVER, project],
                           capture_output=True, text=True, timeout=120, check=False,
-                          env={**environment, **env})
+                          env={**os.environ, **env})
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_the_model_clients_open_at_start_and_plain_calls_never_import_the_sdk(tmp_path):
+def test_the_model_clients_open_at_start_and_never_import_the_openai_sdk(tmp_path):
     result = _plain_call(_two_agent_project(tmp_path))
     assert result["texts"] == ["Where are you?"]
-    assert result["lean"] is True  # the connection pools opened during start-up
-    assert result["openai"] is False  # only streamed calls go through the SDK
-    # the lean HTTP client serves plain calls: aiohttp is not even imported
-    assert result["aiohttp"] is False
-    assert result["aiohttp_after"] is False
-
-
-def test_plain_calls_go_through_aiohttp_when_the_variable_says_so(tmp_path):
-    result = _plain_call(_two_agent_project(tmp_path), SUBAGENTS_MODEL_HTTP_CLIENT="aiohttp")
-    assert result["texts"] == ["Where are you?"]
-    assert result["aiohttp"] is True  # its session opened during start-up
-    assert result["openai"] is False
+    assert result["aiohttp"] is True  # the connection pools opened during start-up
+    assert result["openai"] is False  # model calls post JSON themselves: no SDK import

@@ -163,7 +163,7 @@ async def test_agent_runs_with_tool_calls_and_failures_leave_no_reference_cycles
     from subagents.agents.schemas import AgentInput, AgentStatus, AgentToolResult
     from subagents.channels.collecting import CollectingOutputChannel
     from subagents.config.sub_agent import AgentConfiguration
-    from subagents.llm.client import LLMClient, ModelSettings
+    from subagents.llm import LLMClient, ModelSettings
 
     class Tools(MCPOpenAgent):
         def get_custom_tool_definitions(self) -> list[dict[str, Any]]:
@@ -211,7 +211,7 @@ async def test_agent_runs_with_tool_calls_and_failures_leave_no_reference_cycles
 async def test_a_routed_call_whose_models_all_fail_leaves_no_reference_cycles(
         only_cycles_collected):
     from subagents.exceptions import LLMError
-    from subagents.llm.client import ModelSettings, RoutedGroup, RoutedLLMClient
+    from subagents.llm import ModelSettings, RoutedGroup, build_model
     from subagents.llm.routing import RouterSettings
 
     failing = [{"error": {"status": 503, "message": "busy"}}] * 5
@@ -221,7 +221,7 @@ async def test_a_routed_call_whose_models_all_fail_leaves_no_reference_cycles(
         models[0].group = RoutedGroup(
             "group", RouterSettings.from_mapping({"routing_strategy": "simple-shuffle"}),
             models)
-        llm = RoutedLLMClient(models[0])
+        llm = build_model(models[0])
 
         async def call() -> None:
             code = None

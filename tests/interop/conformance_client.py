@@ -18,12 +18,13 @@ import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 from subagents.cli.mcp_login import interactive_connection
 from subagents.config.endpoints import McpServerConfig
 from subagents.mcp import MCPServerConnection
-from subagents.mcp.callbacks import ELICITATIONS, ElicitationOwner, elicitation_owner, with_defaults
+from subagents.mcp.callbacks import ElicitationOwner, elicitation_owner, with_defaults
 
 _SAMPLE = {"number": 1, "integer": 1, "string": "x", "boolean": True}
 
@@ -41,17 +42,44 @@ async def _browser(url: str) -> None:
         await client.get(url)
 
 
-def _config(url: str, scenario: str, context: dict[str, Any]) -> McpServerConfig:
+async def _authorization_server(url: str) -> str:
+    """What an operator looks up before configuring cross-app access: the authorization server
+    the MCP server names in its protected-resource metadata (RFC 9728)."""
+    parts = urlsplit(url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    async with httpx2.AsyncClient(timeout=30) as client:
+        for where in (f"/.well-known/oauth-protected-resource{parts.path}",
+                      "/.well-known/oauth-protected-resource"):
+            response = await client.get(origin + where)
+            if response.status_code == 200:
+                return str(response.json()["authorization_servers"][0])
+    raise RuntimeError("no protected-resource metadata")
+
+
+async def _config(url: str, scenario: str, context: dict[str, Any]) -> McpServerConfig:
     settings: dict[str, Any] = {"name": "conformance", "type": "http", "url": url, "timeout": 30}
+    if "idp_id_token" in context:  # cross-app access
+        os.environ["CONFORMANCE_CLIENT_SECRET"] = str(context["client_secret"])
+        os.environ["CONFORMANCE_ID_TOKEN"] = str(context["idp_id_token"])
+        settings["oauth"] = {
+            "grant": "identity_assertion", "client_id": context["client_id"],
+            "client_secret": "${CONFORMANCE_CLIENT_SECRET}",
+            "issuer": await _authorization_server(url), "id_token": "${CONFORMANCE_ID_TOKEN}",
+            "idp_token_url": context["idp_token_endpoint"],
+            "idp_client_id": context["idp_client_id"]}
+        return McpServerConfig(**settings)
     if scenario.startswith("auth/") and not context:
         # the suite's authorization server knows this metadata document (basic-cimd)
         settings["oauth"] = {"grant": "authorization_code", "client_metadata_url":
                              "https://conformance-test.local/client-metadata.json"}
     elif "client_secret" in context:
+        # as docs/mcp.md tells a user: no auth_method (the server's metadata decides); a
+        # pre-registered client of a login is the authorization-code grant with its client_id
         os.environ["CONFORMANCE_CLIENT_SECRET"] = str(context["client_secret"])
-        method = "client_secret_post" if scenario.endswith("-post") else "client_secret_basic"
-        settings["oauth"] = {"client_id": context["client_id"], "auth_method": method,
+        settings["oauth"] = {"client_id": context["client_id"],
                              "client_secret": "${CONFORMANCE_CLIENT_SECRET}"}
+        if not scenario.startswith("auth/client-credentials-"):
+            settings["oauth"]["grant"] = "authorization_code"
     if "private_key_pem" in context:
         os.environ["CONFORMANCE_PRIVATE_KEY"] = str(context["private_key_pem"])
         settings["oauth"] = {"client_id": context["client_id"], "auth_method": "private_key_jwt",
@@ -68,20 +96,20 @@ async def _call(conn: MCPServerConnection, name: str, arguments: dict[str, Any])
     owner = ElicitationOwner(key=f"conformance:{name}", timeout=30)
     while True:
         with elicitation_owner(owner):
-            result = await ELICITATIONS.call(
+            result = await conn.elicitations.call(
                 lambda: conn.call_tool(name, arguments, timeout=10))
         if result is not None:
             return result
-        question = ELICITATIONS.question(owner.key)
+        question = conn.elicitations.question(owner.key)
         content = with_defaults(getattr(question, "requested_schema", None) or {}, {}) \
             if getattr(question, "mode", "form") == "form" else None
-        ELICITATIONS.answer(owner.key, ElicitResult(action="accept", content=content))
+        conn.elicitations.answer(owner.key, ElicitResult(action="accept", content=content))
 
 
 async def main(url: str) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
-    config = _config(url, scenario, context)
+    config = await _config(url, scenario, context)
     root = Path(tempfile.mkdtemp(prefix="conformance-"))
     try:
         async with contextlib.AsyncExitStack() as stack:

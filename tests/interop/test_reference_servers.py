@@ -24,7 +24,7 @@ from subagents.agents.open_agent import MCPOpenAgent
 from subagents.channels.collecting import CollectingOutputChannel
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.sub_agent import SubAgentConfig
-from subagents.llm.client import LLMClient, ModelSettings
+from subagents.llm import LLMClient, ModelSettings
 from subagents.mcp import MCPPool, MCPServerConnection
 from subagents.testing import FakeModelServer
 
@@ -45,14 +45,15 @@ def _node_server(package_bin: str, *args: str) -> dict[str, Any]:
             "env": {"PATH": f"{NPM_BIN}:{os.environ.get('PATH', '')}"}}
 
 
-async def run_agent(server: dict[str, Any], script: list[Any]) -> list[str]:
+async def run_agent(server: dict[str, Any], script: list[Any],
+                    configuration: dict[str, Any] | None = None) -> list[str]:
     """Run one agent turn against ``server``; return the tool messages the model saw."""
     async with FakeModelServer({"interop": script}) as fake:
         endpoints = EndpointsConfig(mcp_servers=[McpServerConfig(name="ref", **server)])
         pool = MCPPool(endpoints)
         config = SubAgentConfig.model_validate({
             "agent": {"name": "interop", "description": "Use the tools."},
-            "configuration": {"include_date_time": False},
+            "configuration": {"include_date_time": False, **(configuration or {})},
             "connections": {"mcp_servers": [{"name": "ref"}]}})
         llm = LLMClient(ModelSettings(model="fake", api_base=fake.base_url("interop"),
                                       max_retries=0, timeout=30), name="interop")
@@ -126,15 +127,34 @@ async def test_the_everything_server_over_each_transport(transport):
     assert links.count("[resource link:") == 2
 
 
+@pytest.mark.parametrize("transport", ["stdio", "sse", "http"])
+async def test_progress_of_the_everything_server_keeps_an_agents_call_alive(transport):
+    # tool_timeout 1.5 s: four steps of 1 s, each followed by a progress report, run for 4 s
+    # and complete; one silent step of 3 s (its only report comes at the end) times out
+    script = [{"tool_calls": [{"trigger-long-running-operation": {"duration": 4, "steps": 4}}]},
+              {"tool_calls": [{"trigger-long-running-operation": {"duration": 3, "steps": 1}}]},
+              _done()]
+    async with everything_over(transport) as server:
+        reported, silent = await run_agent(
+            server, script, {"tool_timeout": 1.5, "progress_messages": False})
+    assert "Long running operation completed. Duration: 4 seconds, Steps: 4." in reported
+    assert "did not answer within 1.5s" in silent
+
+
 async def test_the_filesystem_server(tmp_path):
     (tmp_path / "notes.txt").write_text("quarterly numbers look fine", encoding="utf-8")
+    (tmp_path / "chart.png").write_bytes(bytes(range(256)) * 27 + bytes(117))  # 7029 bytes
     server = _node_server("mcp-server-filesystem", str(tmp_path))
     script = [{"tool_calls": [{"list_directory": {"path": str(tmp_path)}},
-                              {"read_text_file": {"path": str(tmp_path / "notes.txt")}}]},
+                              {"read_text_file": {"path": str(tmp_path / "notes.txt")}},
+                              {"read_media_file": {"path": str(tmp_path / "chart.png")}}]},
               _done()]
-    listing, content = await run_agent(server, script)
+    listing, content, media = await run_agent(server, script)
     assert "notes.txt" in listing
     assert "quarterly numbers look fine" in content
+    # the image comes as a content block and again inside structuredContent: both placeholders
+    assert "[image: image/png, 7029 bytes]" in media
+    assert len(media) < 200
 
 
 async def test_the_memory_server(tmp_path):

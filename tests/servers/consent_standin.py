@@ -4,9 +4,11 @@ The authorization server registers public clients (RFC 7591), shows no sign-in p
 ``/authorize`` signs in the account named by the ``account`` query parameter (what a person would
 type) and redirects to the client's ``redirect_uri`` with a code, or with
 ``error=access_denied`` when that parameter is ``deny=1``. Codes need PKCE. Tokens are opaque and
-map to the account. The gate answers 401 (with a ``resource_metadata`` pointer) to every request
-without a valid token, and tells the MCP app which account the token belongs to in an
-``x-account`` header (any such header from the client is dropped).
+map to the account and the scope asked for at sign-in. The gate answers 401 (with a
+``resource_metadata`` pointer) to every request without a valid token, 403 ``insufficient_scope``
+to a call of ``add_event`` whose token lacks ``calendar.write``, and tells the MCP app which
+account the token belongs to in an ``x-account`` header (any such header from the client is
+dropped).
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tests.servers.oauth_standin import (
     auth_app,
+    called_tool,
     metadata_body,
     pkce_verified,
+    refuse_scope,
     send_response,
     serve_gated,
 )
@@ -46,12 +50,25 @@ def my_events(ctx: Context) -> str:
     return f"events of {account}: dentist on Monday"
 
 
+@calendar.tool()
+def add_event(title: str, ctx: Context) -> str:
+    """Add an event to the signed-in user's calendar (needs the scope calendar.write)."""
+    account = (ctx.headers or {}).get("x-account", "nobody")
+    CALLS.append(account)
+    return f"added {title!r} for {account}"
+
+
+WRITE_SCOPE = "calendar.write"
+
+
 @dataclass
 class UserAuthServer:
     base: str = ""
     clients: dict[str, list[str]] = field(default_factory=dict)
-    codes: dict[str, tuple[str, str, str, str]] = field(default_factory=dict)
-    """Code -> (client id, redirect URI, PKCE challenge, account)."""
+    codes: dict[str, tuple[str, str, str, str, str]] = field(default_factory=dict)
+    """Code -> (client id, redirect URI, PKCE challenge, account, scope)."""
+    scopes: dict[str, str] = field(default_factory=dict)
+    """Access or refresh token -> the scope granted with it."""
     access: dict[str, str] = field(default_factory=dict)
     """Valid access token -> account."""
     refresh: dict[str, str] = field(default_factory=dict)
@@ -67,11 +84,12 @@ class UserAuthServer:
     def revoke_refresh(self) -> None:
         self.refresh.clear()
 
-    def _issue(self, account: str) -> JSONResponse:
+    def _issue(self, account: str, scope: str) -> JSONResponse:
         token, refresh = f"at-{secrets.token_hex(8)}", f"rt-{secrets.token_hex(8)}"
         self.access[token] = account
         self.refresh[refresh] = account
-        return JSONResponse({"access_token": token, "token_type": "Bearer",
+        self.scopes[token] = self.scopes[refresh] = scope
+        return JSONResponse({"access_token": token, "token_type": "Bearer", "scope": scope,
                              "expires_in": 3600, "refresh_token": refresh})
 
     def app(self) -> Starlette:
@@ -98,7 +116,7 @@ class UserAuthServer:
             else:
                 code = f"code-{secrets.token_hex(8)}"
                 self.codes[code] = (query["client_id"], redirect, query["code_challenge"],
-                                    query.get("account", "anonymous"))
+                                    query.get("account", "anonymous"), query.get("scope", ""))
                 params = {"code": code, "state": query["state"]}
             return RedirectResponse(f"{redirect}?{urlencode(params)}", status_code=302)
 
@@ -106,18 +124,18 @@ class UserAuthServer:
             form = {k: str(v) for k, v in (await request.form()).items()}
             self.grants.append(form.get("grant_type", ""))
             if form.get("grant_type") == "authorization_code":
-                client, redirect, challenge, account = self.codes.pop(
-                    form.get("code", ""), ("", "", "", ""))
+                client, redirect, challenge, account, scope = self.codes.pop(
+                    form.get("code", ""), ("", "", "", "", ""))
                 verified = pkce_verified(form.get("code_verifier", ""), challenge)
                 if not verified or (form.get("client_id"), form.get("redirect_uri")) != \
                         (client, redirect):
                     return JSONResponse({"error": "invalid_grant"}, status_code=400)
-                return self._issue(account)
+                return self._issue(account, scope)
             if form.get("grant_type") == "refresh_token":
                 account = self.refresh.pop(form.get("refresh_token", ""), "")
                 if not account:
                     return JSONResponse({"error": "invalid_grant"}, status_code=400)
-                return self._issue(account)
+                return self._issue(account, self.scopes.get(form["refresh_token"], ""))
             return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
 
         return auth_app(metadata, register, authorize, token)
@@ -146,6 +164,12 @@ class AccountGate:
                          'oauth-protected-resource/mcp"')
             await send_response(send, 401, b"unauthorized", b"text/plain",
                         [(b"www-authenticate", challenge.encode())])
+            return
+        receive, tool = await called_tool(receive)
+        held = self.auth.scopes.get(token, "").split()
+        if tool == "add_event" and WRITE_SCOPE not in held:
+            await refuse_scope(send, " ".join([*held, WRITE_SCOPE]),
+                               f"http://{host}/.well-known/oauth-protected-resource/mcp")
             return
         scope = {**scope, "headers": [*headers, (b"x-account", account.encode())]}
         await self.app(scope, receive, send)

@@ -16,6 +16,7 @@ from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp.types import (
     AudioContent,
     BlobResourceContents,
+    CallToolResult,
     EmbeddedResource,
     EmptyResult,
     ImageContent,
@@ -92,6 +93,22 @@ def report_files() -> list[EmbeddedResource | ResourceLink]:
 
 
 @server.tool()
+def media_file() -> CallToolResult:
+    """A picture as a content block and again inside structured content, the way the filesystem
+    reference server's read_media_file answers, with a data: URL and a raw base64 field too."""
+    data = base64.b64encode(PNG_BYTES).decode()
+    blob = base64.b64encode(BLOB_BYTES).decode()
+    return CallToolResult(
+        content=[ImageContent(type="image", data=data, mime_type="image/png")],
+        structured_content={
+            "content": [{"type": "image", "data": data, "mimeType": "image/png"},
+                        {"type": "resource", "resource": {
+                            "uri": "file:///reports/q3.pdf", "mimeType": "application/pdf",
+                            "blob": blob}}],
+            "name": "chart.png", "thumbnail": f"data:image/png;base64,{data}", "raw": data})
+
+
+@server.tool()
 def long_report() -> str:
     """Only runs as a task (listed with execution.taskSupport = required)."""
     return "never called directly"
@@ -104,6 +121,13 @@ async def crawl_with_progress(steps: int, step_ms: int, ctx: Context) -> str:
         await asyncio.sleep(step_ms / 1000)
         await ctx.report_progress(step + 1, steps, f"step {step + 1}")
     return f"crawled {steps} pages"
+
+
+@server.tool()
+async def wait_quietly(ms: int) -> str:
+    """Wait without reporting progress, then answer."""
+    await asyncio.sleep(ms / 1000)
+    return "waited"
 
 
 @server.tool()

@@ -45,13 +45,9 @@ def test_a_task_that_never_finished_replays_as_working():
 
 def test_a_recorded_a2a_answer_is_redacted_like_a_tool_result(monkeypatch):
     monkeypatch.setenv("INSURER_API_KEY", "sk-insurer-123456")
-    recording.enable()
-    try:
-        with recording.turn_scope():
-            recording.record_a2a_call("insurer", {"message": "key sk-insurer-123456",
-                                                  "artifacts": [{"data": {"token": "t1"}}]})
-            entries = recording.turn_metadata(None)[recording.METADATA_KEY]
-    finally:
-        recording.reset()
+    recorder = recording.TurnRecording()
+    recorder.record_a2a_call("insurer", {"message": "key sk-insurer-123456",
+                                         "artifacts": [{"data": {"token": "t1"}}]})
+    entries = recorder.metadata(None)[recording.METADATA_KEY]
     assert entries == [{"kind": "a2a", "agent": "insurer", "reply": {
         "message": "key [redacted]", "artifacts": [{"data": {"token": "[redacted]"}}]}}]

@@ -7,10 +7,12 @@ import json
 
 import pytest
 from subagents import events as ev
-from subagents.agents._plan import Plan, assistant_message
 from subagents.agents.budgets import caps_set
+from subagents.agents.plan import Plan, assistant_message
 from subagents.config.budgets import BudgetCaps, Budgets
-from subagents.llm.client import LLMResponse, ToolCall, _parse_completion, _tool_call
+from subagents.llm import LLMResponse, ToolCall
+from subagents.llm.openai_compat import parse_completion as _parse_completion
+from subagents.llm.openai_compat import tool_call as _tool_call
 from subagents.tools.base import PlannedCall
 from subagents.types import McpToolExecuted
 

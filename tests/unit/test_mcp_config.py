@@ -31,6 +31,11 @@ def test_a_sampling_model_group_must_exist(make_project):
     assert (issue.file, issue.line) == ("endpoints.yml", 12)
 
 
+XAA = {"grant": "identity_assertion", "client_id": "a", "client_secret": "${S}",
+       "issuer": "https://auth.example.com", "id_token": "${ID_TOKEN}",
+       "idp_token_url": "https://idp.example.com/token"}
+
+
 @pytest.mark.parametrize("oauth", [
     {"client_id": "a"},  # client credentials without a secret
     {"client_id": "a", "auth_method": "private_key_jwt"},  # no private_key
@@ -38,10 +43,24 @@ def test_a_sampling_model_group_must_exist(make_project):
     {"grant": "authorization_code", "auth_method": "private_key_jwt",
      "private_key": "${K}"},
     {"client_id": "a", "client_secret": "literal-secret"},  # secrets only as ${ENV}
+    {**XAA, "issuer": None},  # cross-app access names its authorization server
+    {**XAA, "id_token": None},
+    {**XAA, "idp_token_url": None},
+    {**XAA, "id_token": "eyJhbGciOi.literal.token"},  # an ID token only as ${ENV} or template
+    {**XAA, "idp_client_secret": "literal"},
 ])
 def test_incomplete_oauth_settings_are_refused(oauth):
     with pytest.raises(ValidationError):
         McpServerConfig(**SERVER, oauth=oauth)
+
+
+def test_cross_app_access_with_the_users_id_token_needs_its_own_sessions():
+    config = McpServerConfig(**SERVER, oauth={**XAA, "id_token": "{{ metadata.id_token }}"},
+                             session="per_conversation")
+    assert config.template_refs() == [("metadata", "id_token")]
+    with pytest.raises(ValidationError, match=r"mcp\.template\.shared_session"):
+        McpServerConfig(**SERVER, oauth={**XAA, "id_token": "{{ metadata.id_token }}"})
+    assert McpServerConfig(**SERVER, oauth=XAA).uses_templates is False
 
 
 def test_the_new_keys_default_to_off():

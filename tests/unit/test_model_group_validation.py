@@ -130,8 +130,8 @@ def test_a_routed_group_of_several_providers_validates(make_project):
 
 
 async def test_preflight_checks_every_model_of_a_routed_group(make_project, monkeypatch):
-    from subagents.llm.preflight import check_models
     from subagents.config import load_project
+    from subagents.llm.preflight import check_models
 
     monkeypatch.delenv("AZURE_API_KEY", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")

@@ -447,3 +447,45 @@ def test_a_command_prompt_template_may_use_rasas_filter_and_no_unknown_one(make_
         """, "commands.jinja2": template})
     _, issues = collect_issues(root)
     assert [i.code for i in issues if i.code.startswith("config.command_generator")] == codes
+
+
+def test_a_missing_slot_in_every_branch_of_one_next_is_reported_once(make_project):
+    branches = "".join(f'          - if: slots.tier = "t{n}"\n            then: END\n'
+                       for n in range(7))
+    root = make_project({"data/tiers.yml": (
+        "flows:\n  tier_flow:\n    description: branches on a slot that does not exist\n"
+        "    steps:\n      - action: utter_done\n        next:\n" + branches
+        + "          - else: END\n")})
+    _, issues = collect_issues(root)
+    found = [(i.file, i.line, i.key) for i in issues if i.code == "flow.condition.unknown_slot"]
+    assert found == [("data/tiers.yml", 6, "flows.tier_flow.steps[0].next")]
+
+
+def test_comparing_previous_flow_name_with_a_flow_id_is_a_warning(make_project):
+    root = make_project({"data/completed.yml": """
+        flows:
+          pattern_completed:
+            description: says goodbye after a booking
+            steps:
+              - noop: true
+                next:
+                  - if: context.previous_flow_name = "booking_flow"
+                    then:
+                      - action: utter_done
+                        next: END
+                  - if: context.previous_flow_name = "weather flow"
+                    then: END
+                  - else: END
+        responses:
+          utter_bye:
+            - text: "Enjoy your table."
+              condition: context.previous_flow_name == "booking_flow"
+            - text: "Bye."
+        """})
+    _, issues = collect_issues(root)
+    found = [(i.code, i.severity, i.line, i.hint) for i in issues
+             if "previous_flow_name" in i.code]
+    assert found == [
+        ("flow.condition.previous_flow_name_is_id", "warning", 6, "compare with 'booking flow'"),
+        ("domain.response.condition_previous_flow_name_is_id", "warning", 17,
+         "compare with 'booking flow'")]

@@ -18,7 +18,7 @@ def test_format_placeholders_skip_literal_braces():
 
 @pytest.mark.parametrize(("text", "expected"), [
     ("Booked in {city}.", "Booked in Rome."),
-    ("{city} {unknown} {unset}", "Rome {unknown} {unset}"),
+    ("{city} {unknown} {unset}", "Rome {unknown} None"),
     ("{{city}} is literal", "{city} is literal"),
     ("{count} guests", "3 guests"),
 ])

@@ -13,7 +13,7 @@ import copy
 import marshal
 from typing import Any
 
-from subagents.types import AgentInput, AgentInputSlot
+from subagents.types import AgentInput, AgentInputSlot, typed_events
 
 _IMMUTABLE = (str, int, float, bool, type(None))
 _SCALARS = frozenset(_IMMUTABLE)
@@ -55,12 +55,15 @@ def _copy_slot(slot: AgentInputSlot) -> AgentInputSlot:
 
 
 def copy_input(agent_input: AgentInput) -> AgentInput:
-    """A copy of ``agent_input`` that shares nothing mutable with it."""
+    """A copy of ``agent_input`` that shares nothing mutable with it; its events are typed
+    events (:func:`subagents.types.typed_events`), whatever the original held."""
     if type(agent_input) is not AgentInput or any(
             type(slot) is not AgentInputSlot for slot in agent_input.slots):
-        return agent_input.model_copy(deep=True)  # a subclass may hold more state
+        copied = agent_input.model_copy(deep=True)  # a subclass may hold more state
+        copied.events = typed_events(copied.events)
+        return copied
     return agent_input.model_copy(update={
         "slots": [_copy_slot(slot) for slot in agent_input.slots],
-        "events": fast_copy(agent_input.events),
+        "events": typed_events(fast_copy(agent_input.events)),
         "metadata": json_copy(agent_input.metadata),
         "earlier": agent_input.earlier.model_copy(deep=True)})

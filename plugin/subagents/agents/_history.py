@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from subagents.agents.schemas import AgentInput
 from subagents.types import ChatMessage, TrackerEvent
@@ -32,7 +33,7 @@ def _bot_text(event: TrackerEvent) -> str:
     return text
 
 
-def previous_run_region(events: list[TrackerEvent], agent: str, *,
+def previous_run_region(events: Sequence[TrackerEvent], agent: str, *,
                         open_before: bool = False) -> tuple[int, int] | None:
     """Indexes (start, end) of the agent's last completed run in ``events``; with
     ``open_before`` (a run of the agent had started before ``events`` begin) a run that

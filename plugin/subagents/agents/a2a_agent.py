@@ -42,20 +42,20 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import anyio
 import structlog
 
-from subagents.agents.base import MCPBaseAgent
+from subagents.agents.protocol import agent_text_event
 from subagents.agents.schemas import AgentInput, AgentOutput, AgentStatus
 from subagents.config._base import resolve_env
 from subagents.config.sub_agent import AgentConfiguration, SubAgentConfig
 from subagents.exceptions import AgentInitializationError, ConfigError, MCPConnectionError
 from subagents.observability import traced_agent_run
-from subagents.recording import turn as recording
-from subagents.types import OutputChannel
+from subagents.retry import RetryPolicy, retry_call
+from subagents.types import CallScope, Event, OutputChannel
 
 if TYPE_CHECKING:
     import httpx
 
     from subagents.config.endpoints import EndpointsConfig
-    from subagents.llm.client import LLMClient
+    from subagents.llm import Model
     from subagents.mcp.pool import MCPPool
 
 log = structlog.get_logger("subagents.a2a")
@@ -99,7 +99,7 @@ class _Reply:
             self.text.append(text)
 
 
-class A2AAgent(MCPBaseAgent):
+class A2AAgent:
     """A remote A2A agent used as a sub agent; subclass it and point ``configuration.module``
     at the subclass to rewrite inputs (:meth:`process_input`) or outputs
     (:meth:`process_agent_output`)."""
@@ -116,8 +116,6 @@ class A2AAgent(MCPBaseAgent):
         self.description = description
         self.configuration = configuration or AgentConfiguration()
         self.project_root = project_root or Path.cwd()
-        self.mcp_toolset = None
-        self._custom_tools = []
         if not self.configuration.agent_card:
             raise AgentInitializationError(
                 f"agent {name!r}: protocol A2A needs configuration.agent_card (a file path or "
@@ -129,7 +127,7 @@ class A2AAgent(MCPBaseAgent):
     @classmethod
     def from_config(cls, config: SubAgentConfig, *, endpoints: EndpointsConfig | None = None,
                     pool: MCPPool | None = None, project_root: Path | None = None,
-                    llm: LLMClient | None = None) -> MCPBaseAgent:
+                    llm: Model | None = None) -> A2AAgent:
         """Build the agent from its ``config.yml`` (the model settings are not used)."""
         return cls(config.agent.name, config.agent.description,
                    configuration=config.configuration, project_root=project_root)
@@ -222,26 +220,37 @@ class A2AAgent(MCPBaseAgent):
                                    "agent.a2a.card_invalid") from exc
 
     async def _fetch_card(self, url: str) -> Any:
+        """The agent card at ``url``, fetched with ``max_retries`` attempts."""
         import httpx
 
         assert self._http is not None
+        http = self._http
         attempts = self.configuration.max_retries or 5
-        error = ""
-        for attempt in range(attempts):
+        tried = 0
+
+        async def fetch() -> Any:
+            nonlocal tried
+            tried += 1
             try:
-                response = await self._http.get(url)
+                response = await http.get(url)
                 if response.status_code == 200:
                     return response.json()
                 error = f"HTTP {response.status_code}"
             except (httpx.HTTPError, ValueError) as exc:
                 error = f"{type(exc).__name__}: {exc}"
             log.warning("agent.a2a.card_fetch_failed", agent=self.name, url=url,
-                        attempt=attempt + 1, error=error)
-            if attempt < attempts - 1:
-                delays = self.CARD_RETRY_DELAYS
-                await anyio.sleep(delays[min(attempt, len(delays) - 1)])
-        raise self._init_error(f"the agent card could not be fetched after {attempts} "
-                               f"attempt(s): {error}", "agent.a2a.card_unreachable")
+                        attempt=tried, error=error)
+            raise _CardUnavailableError(error)
+
+        delays = self.CARD_RETRY_DELAYS
+        policy = RetryPolicy(attempts=attempts,
+                             retry_on=lambda error: isinstance(error, _CardUnavailableError),
+                             delay=lambda n, _error: delays[min(n - 1, len(delays) - 1)])
+        try:
+            return await retry_call(fetch, policy)
+        except _CardUnavailableError as exc:
+            raise self._init_error(f"the agent card could not be fetched after {tried} "
+                                   f"attempt(s): {exc}", "agent.a2a.card_unreachable") from exc
 
     async def _health_check(self) -> None:
         import httpx
@@ -268,7 +277,21 @@ class A2AAgent(MCPBaseAgent):
         if http is not None:
             await http.aclose()
 
+    @property
+    def protocol_type(self) -> str:
+        """``a2a``."""
+        return self.PROTOCOL_TYPE
+
     # ------------------------------------------------------------------ hooks
+    async def process_input(self, input: AgentInput) -> AgentInput:
+        """Rewrite the input before the remote call; identity by default."""
+        return input
+
+    def create_bot_uttered(self, text: str, agent_input: AgentInput,
+                           message_type: str = "final_response") -> Event:
+        """A ``bot`` event for text the remote agent sent, with the agent's metadata."""
+        return agent_text_event(type(self).__name__, self.name, text, agent_input, message_type)
+
     async def process_agent_output(self, output: AgentOutput) -> AgentOutput:
         """Rewrite the output of a remote run (add ``slot`` events, change the text, ...)."""
         return output
@@ -279,14 +302,17 @@ class A2AAgent(MCPBaseAgent):
 
     @traced_agent_run
     async def run(self, input: AgentInput, output_channel: OutputChannel | None = None,
-                  cancellation_token: Any = None) -> AgentOutput:
+                  cancellation_token: Any = None, *, scope: CallScope | None = None
+                  ) -> AgentOutput:
         """``process_input`` -> one remote call -> ``process_agent_output``; a failing hook
-        ends the step with a fatal error."""
+        ends the step with a fatal error. A recorded turn (``scope``) records the answer."""
         try:
             processed = await self.process_input(input)
         except Exception as exc:  # noqa: BLE001 - a failing hook ends the run, not the process
             return self._fail(input, [], AgentStatus.FATAL_ERROR,
                               f"process_input failed: {type(exc).__name__}: {exc}")
+        if scope is not None:
+            processed.attach_scope(scope)
         output = await self.send_message(processed, output_channel)
         try:
             return await self.process_output(output)
@@ -346,6 +372,8 @@ class A2AAgent(MCPBaseAgent):
         import httpx
         from a2a.utils.errors import A2AError
 
+        scope = agent_input.call_scope
+        recorder = None if scope is None else scope.recorder
         meta = agent_input.metadata
         slots = {s.name: s.value for s in agent_input.slots if s.value is not None}
         context_id = str(meta.get(CONTEXT_ID_KEY) or meta.get("context_id")
@@ -360,7 +388,7 @@ class A2AAgent(MCPBaseAgent):
         request = self._request(self._outbound_text(agent_input), meta.get(TASK_ID_KEY),
                                 context_id or None, slots, _json_safe(outbound))
         reply = _Reply()
-        events: list[dict[str, Any]] = []
+        events: list[Event] = []
         try:
             with anyio.fail_after(self._timeout):
                 async for item in self._send_stream(request):
@@ -369,15 +397,17 @@ class A2AAgent(MCPBaseAgent):
                     await self._poll(reply, agent_input, output_channel, events)
         except TimeoutError:
             message = f"the remote agent did not finish within {self._timeout:g}s"
-            recording.record_a2a_call(self.name, {"error": message})
+            if recorder is not None:
+                recorder.record_a2a_call(self.name, {"error": message})
             return self._fail(agent_input, events, AgentStatus.FATAL_ERROR, message)
         except (A2AError, httpx.HTTPError, OSError, ValueError) as exc:
             status = _error_status(exc)
-            recording.record_a2a_call(self.name, {"error": f"{type(exc).__name__}: {exc}"})
+            if recorder is not None:
+                recorder.record_a2a_call(self.name, {"error": f"{type(exc).__name__}: {exc}"})
             return self._fail(agent_input, events, status,
                               f"the remote agent failed: {type(exc).__name__}: {exc}")
-        if recording.active():
-            recording.record_a2a_call(self.name, _script_reply(reply, events))
+        if recorder is not None:
+            recorder.record_a2a_call(self.name, _script_reply(reply, events))
         output = self._finish(agent_input, reply, events)
         if output.status == AgentStatus.INPUT_REQUIRED and output.response_message and \
                 output_channel is not None and agent_input.recipient_id is not None:
@@ -386,7 +416,7 @@ class A2AAgent(MCPBaseAgent):
         return output
 
     async def _take(self, item: Any, reply: _Reply, agent_input: AgentInput,
-                    channel: OutputChannel | None, events: list[dict[str, Any]]) -> None:
+                    channel: OutputChannel | None, events: list[Event]) -> None:
         from a2a.helpers import get_message_text
 
         reply.events += 1
@@ -447,14 +477,14 @@ class A2AAgent(MCPBaseAgent):
                                                     "mime_type": part.media_type}})
 
     async def _intermediate(self, text: str, agent_input: AgentInput,
-                            channel: OutputChannel | None, events: list[dict[str, Any]]) -> None:
+                            channel: OutputChannel | None, events: list[Event]) -> None:
         event = self.create_bot_uttered(text, agent_input, "intermediate_message")
         events.append(event)
         if channel is not None and agent_input.recipient_id is not None:
             await channel.send_text_message(agent_input.recipient_id, text)
 
     async def _poll(self, reply: _Reply, agent_input: AgentInput, channel: OutputChannel | None,
-                    events: list[dict[str, Any]]) -> None:
+                    events: list[Event]) -> None:
         from a2a.types import GetTaskRequest
 
         delay = float(self.configuration.polling_initial_delay or 0.5)
@@ -468,7 +498,7 @@ class A2AAgent(MCPBaseAgent):
             reply.state = "POLLING_TIMED_OUT"
 
     def _finish(self, agent_input: AgentInput, reply: _Reply,
-                events: list[dict[str, Any]]) -> AgentOutput:
+                events: list[Event]) -> AgentOutput:
         text = "\n".join(reply.text)
         state = reply.state
         if not reply.events:
@@ -494,7 +524,7 @@ class A2AAgent(MCPBaseAgent):
         return self._fail(agent_input, events, AgentStatus.FATAL_ERROR,
                           f"the remote agent ended in an unknown state {state or 'unset'!r}")
 
-    def _out(self, agent_input: AgentInput, status: AgentStatus, events: list[dict[str, Any]],
+    def _out(self, agent_input: AgentInput, status: AgentStatus, events: list[Event],
              reply: _Reply, *, metadata: dict[str, Any] | None = None,
              response: str | None = None, reason: str | None = None) -> AgentOutput:
         previous = agent_input.metadata.get("structured_results") or []
@@ -505,14 +535,14 @@ class A2AAgent(MCPBaseAgent):
                            task_id=reply.task_id, context_id=reply.context_id,
                            metadata=metadata or None, exit_reason=reason)
 
-    def _fail(self, agent_input: AgentInput, events: list[dict[str, Any]], status: AgentStatus,
+    def _fail(self, agent_input: AgentInput, events: list[Event], status: AgentStatus,
               message: str) -> AgentOutput:
         log.warning("agent.a2a.failed", agent=self.name, status=status.value, error=message)
         return AgentOutput(id=self.name, status=status, events=events, error_message=message,
                            exit_reason="error")
 
 
-def _script_reply(reply: _Reply, events: list[dict[str, Any]]) -> dict[str, Any]:
+def _script_reply(reply: _Reply, events: list[Event]) -> dict[str, Any]:
     """The remote agent's answer as an ``a2a_script`` reply, for recording.
 
     Artifacts keep their text and data parts when replaying them gives the same response text;
@@ -609,3 +639,7 @@ def _json_safe(values: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["A2AAgent"]
+
+
+class _CardUnavailableError(Exception):
+    """The agent card could not be fetched this time (worth another attempt)."""

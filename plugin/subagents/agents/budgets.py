@@ -14,13 +14,15 @@ and the ``mcp_tool_executed`` events.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 
-from subagents.agents._plan import AgentRun
 from subagents.config.budgets import BudgetCaps, Budgets
+from subagents.llm import Usage
 from subagents.llm import usage as usage_tally
-from subagents.types import AgentInput
+from subagents.llm.usage import UsageTally
+from subagents.types import AgentInput, CallScope
 
 log = structlog.get_logger("subagents.agent.budget")
 
@@ -35,6 +37,16 @@ def caps_set(budgets: Budgets) -> bool:
     are instead of dumping both models (every run asks)."""
     return any(value is not None for caps in (budgets.per_run, budgets.per_conversation)
                for value in vars(caps).values())
+
+
+class RunUsage(Protocol):
+    """What a guard reads of a run (:class:`subagents.agents.run.Run` has it)."""
+
+    usage: Usage
+    model_usage: dict[str, Usage]
+    steps: int
+    tool_counts: dict[str, int]
+    scope: CallScope
 
 
 @dataclass(frozen=True)
@@ -98,11 +110,11 @@ class BudgetGuard:
             1 for event in agent_input.events if event.get("event") == _TOOL_EVENT)
         return used
 
-    def _run_usage(self, run: AgentRun) -> _Used:
+    def _run_usage(self, run: RunUsage) -> _Used:
         return _Used(tokens=run.usage.total_tokens, calls=run.steps,
                      tools=sum(run.tool_counts.values()), cost=self._run_cost(run))
 
-    def _run_cost(self, run: AgentRun) -> float:
+    def _run_cost(self, run: RunUsage) -> float:
         """Each model's tokens at its own price; tokens of no known model at the agent's."""
         cost, prompt, completion = 0.0, run.usage.prompt_tokens, run.usage.completion_tokens
         for model, usage in run.model_usage.items():
@@ -111,9 +123,10 @@ class BudgetGuard:
             completion -= usage.completion_tokens
         return cost + self._cost(self.model, max(0, prompt), max(0, completion))
 
-    def _conversation_usage(self, run: AgentRun) -> _Used:
+    def _conversation_usage(self, run: RunUsage) -> _Used:
         this_run = self._run_usage(run)
-        turn = usage_tally.current_turn()
+        tally = run.scope.usage
+        turn = tally.models if isinstance(tally, UsageTally) else None
         used = _Used(tokens=self._earlier.tokens, calls=self._earlier.calls,
                      tools=self._earlier.tools + this_run.tools, cost=self._earlier.cost)
         if turn is None:  # outside a turn (an agent run on its own): this run is the turn
@@ -127,14 +140,14 @@ class BudgetGuard:
             used.cost += self._cost(model, counts["input_tokens"], counts["output_tokens"])
         return used
 
-    def _scopes(self, run: AgentRun) -> list[tuple[str, BudgetCaps, _Used]]:
+    def _scopes(self, run: RunUsage) -> list[tuple[str, BudgetCaps, _Used]]:
         scopes = [("per_run", self.budgets.per_run, self._run_usage(run))]
         if _any_cap(self.budgets.per_conversation):
             scopes.append(("per_conversation", self.budgets.per_conversation,
                            self._conversation_usage(run)))
         return scopes
 
-    def before_model(self, run: AgentRun) -> CapHit | None:
+    def before_model(self, run: RunUsage) -> CapHit | None:
         """The cap that stops the run before its next model call, if any.
 
         A spent token, cost or model-call cap closes with a fixed sentence; a model-call cap
@@ -152,7 +165,7 @@ class BudgetGuard:
                               closing_call=True)
         return None
 
-    def before_tools(self, run: AgentRun, count: int) -> CapHit | None:
+    def before_tools(self, run: RunUsage, count: int) -> CapHit | None:
         """The tool-call cap that ``count`` more calls would pass, if any (none of them run)."""
         for scope, caps, used in self._scopes(run):
             if caps.tool_calls is not None and used.tools + count > caps.tool_calls:

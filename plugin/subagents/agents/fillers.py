@@ -18,12 +18,12 @@ import re
 import statistics
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
 
-from subagents.agents._plan import AgentRun
-from subagents.types import OutputChannel
+from subagents.types import OutputChannel, TrackerEvent
 
 log = structlog.get_logger("subagents.agent.fillers")
 
@@ -64,24 +64,36 @@ def _wording(text: str) -> str:
     return " ".join(_WORDS.findall(text.casefold()))
 
 
-def said_before(run: AgentRun, text: str) -> bool:
-    """Whether a filler with the same wording was already sent in this conversation.
+class FillerMemory:
+    """The wordings of the fillers sent in a conversation (one memory per run).
 
-    The wordings of the conversation's fillers are collected once per run; later calls look
-    only at the events added since (events are only ever appended)."""
-    wording = _wording(text)
-    if not wording:
-        return False
-    seen_input, seen_run = run.filler_scan
-    if not seen_input:  # the first look: the fillers before the input's events too
-        run.filler_wordings.update(_wording(text) for text in run.input.earlier.fillers)
-    _collect_fillers(run.input.events, seen_input, run.filler_wordings)
-    _collect_fillers(run.events, seen_run, run.filler_wordings)
-    run.filler_scan = (len(run.input.events), len(run.events))
-    return wording in run.filler_wordings
+    They are collected once per run; later questions look only at the events added since
+    (events are only ever appended)."""
+
+    __slots__ = ("_scan", "_wordings")
+
+    def __init__(self) -> None:
+        self._wordings: set[str] = set()
+        self._scan = (0, 0)
+
+    def said_before(self, text: str, earlier: Sequence[TrackerEvent],
+                    this_run: Sequence[TrackerEvent], before: Sequence[str] = ()) -> bool:
+        """Whether a filler worded like ``text`` was already sent: in the conversation's
+        ``earlier`` events, in the events ``this_run`` recorded, or among the filler texts
+        ``before`` (those of the conversation's events before ``earlier``)."""
+        wording = _wording(text)
+        if not wording:
+            return False
+        seen_input, seen_run = self._scan
+        if not seen_input:  # the first look: the fillers before the earlier events too
+            self._wordings.update(_wording(before_text) for before_text in before)
+        _collect_fillers(earlier, seen_input, self._wordings)
+        _collect_fillers(this_run, seen_run, self._wordings)
+        self._scan = (len(earlier), len(this_run))
+        return wording in self._wordings
 
 
-def _collect_fillers(events: list[Any], start: int, wordings: set[str]) -> None:
+def _collect_fillers(events: Sequence[Any], start: int, wordings: set[str]) -> None:
     for index in range(start, len(events)):
         event = events[index]
         if event.get("event") != "bot":
@@ -94,8 +106,10 @@ def _collect_fillers(events: list[Any], start: int, wordings: set[str]) -> None:
 class ProgressReporter:
     """Turns progress notifications of a run's calls into rate-limited messages."""
 
-    def __init__(self, run: AgentRun, interval: float, *, agent: str) -> None:
-        self.run = run
+    def __init__(self, channel: OutputChannel | None, recipient: str | None, interval: float,
+                 *, agent: str) -> None:
+        self.channel = channel
+        self.recipient = recipient
         self.interval = interval
         self.agent = agent
         self._last: float | None = None
@@ -105,7 +119,7 @@ class ProgressReporter:
     async def __call__(self, tool: str, progress: float, total: float | None,
                        message: str | None) -> None:
         """Send a short progress message for ``tool``, at most one per interval."""
-        channel, recipient = self.run.channel, self.run.recipient_id
+        channel, recipient = self.channel, self.recipient
         if channel is None or recipient is None:
             return
         async with self._lock:  # calls running side by side never interleave their messages
@@ -135,8 +149,9 @@ async def _send(channel: OutputChannel, recipient: str, text: str) -> None:
         await channel.send_text_message(recipient, text)
 
 
-def progress_sink(run: AgentRun, configuration: Any, agent: str) -> ProgressReporter | None:
-    """The run's progress reporter, or None when progress messages are off."""
+def progress_sink(channel: OutputChannel | None, recipient: str | None, configuration: Any,
+                  agent: str) -> ProgressReporter | None:
+    """A run's progress reporter, or None when progress messages are off."""
     if not configuration.progress_messages:
         return None
-    return ProgressReporter(run, configuration.progress_interval, agent=agent)
+    return ProgressReporter(channel, recipient, configuration.progress_interval, agent=agent)

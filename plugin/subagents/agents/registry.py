@@ -15,19 +15,23 @@ from typing import TYPE_CHECKING
 from subagents.agents.a2a_agent import A2AAgent
 from subagents.agents.base import MCPBaseAgent
 from subagents.agents.open_agent import MCPOpenAgent
+from subagents.agents.protocol import SubAgent
 from subagents.agents.task_agent import MCPTaskAgent
+from subagents.config._load_agents import missing_rasa_import
 from subagents.config.project import AgentSpec, import_from_project
 from subagents.exceptions import AgentInitializationError
 from subagents.rasa_compat import is_rasa_class
 
 if TYPE_CHECKING:
     from subagents.config.endpoints import EndpointsConfig
-    from subagents.llm.client import LLMClient
+    from subagents.llm import Model
     from subagents.mcp.pool import MCPPool
 
 ENTRY_POINT_GROUP = "subagents.agents"
-BUILTIN: dict[str, type[MCPBaseAgent]] = {"mcp_open": MCPOpenAgent, "mcp_task": MCPTaskAgent,
-                                          "a2a": A2AAgent}
+AgentClass = type[MCPBaseAgent] | type[A2AAgent]
+"""A class of sub agent: an MCP agent or the remote A2A agent (both are :class:`SubAgent`)."""
+BUILTIN: dict[str, AgentClass] = {"mcp_open": MCPOpenAgent, "mcp_task": MCPTaskAgent,
+                                  "a2a": A2AAgent}
 
 
 def protocol_type_for(spec: AgentSpec, *, has_exit_if: bool) -> str:
@@ -37,17 +41,17 @@ def protocol_type_for(spec: AgentSpec, *, has_exit_if: bool) -> str:
     return "a2a" if spec.config.agent.protocol.value == "A2A" else "mcp_open"
 
 
-def registered_classes() -> dict[str, type[MCPBaseAgent]]:
+def registered_classes() -> dict[str, AgentClass]:
     """Built-in agent classes plus those registered under the entry point group."""
     classes = dict(BUILTIN)
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         loaded = ep.load()
-        if isinstance(loaded, type) and issubclass(loaded, MCPBaseAgent):
+        if isinstance(loaded, type) and issubclass(loaded, MCPBaseAgent | A2AAgent):
             classes[ep.name] = loaded
     return classes
 
 
-def agent_class(spec: AgentSpec, protocol_type: str, root: Path) -> type[MCPBaseAgent]:
+def agent_class(spec: AgentSpec, protocol_type: str, root: Path) -> AgentClass:
     """The class for an agent: ``configuration.module`` or the protocol type's class."""
     classes = registered_classes()
     required = classes.get(protocol_type)
@@ -63,6 +67,15 @@ def agent_class(spec: AgentSpec, protocol_type: str, root: Path) -> type[MCPBase
     mod_name, _, cls_name = module.rpartition(".")
     try:
         cls = getattr(import_from_project(root, mod_name), cls_name)
+    except ModuleNotFoundError as exc:
+        missing = missing_rasa_import(exc, root)
+        if missing is None:
+            raise AgentInitializationError(
+                f"agent {spec.name!r}: cannot load configuration.module {module!r}: {exc}",
+                code="agent.validation.optional.module_not_found") from exc
+        raise AgentInitializationError(
+            f"agent {spec.name!r}: configuration.module {module!r} {missing}",
+            code="agent.validation.module.rasa_import_unsupported") from exc
     except (ImportError, AttributeError) as exc:
         raise AgentInitializationError(
             f"agent {spec.name!r}: cannot load configuration.module {module!r}: {exc}",
@@ -87,7 +100,7 @@ def agent_class(spec: AgentSpec, protocol_type: str, root: Path) -> type[MCPBase
 
 def create_agent(spec: AgentSpec, protocol_type: str, *, root: Path,
                  endpoints: EndpointsConfig | None = None, pool: MCPPool | None = None,
-                 llm: LLMClient | None = None) -> MCPBaseAgent:
+                 llm: Model | None = None) -> SubAgent:
     """Build the agent of ``spec`` for the protocol type its call step needs."""
     cls = agent_class(spec, protocol_type, root)
     return cls.from_config(spec.config, endpoints=endpoints, pool=pool, project_root=root,

@@ -394,7 +394,9 @@ def cmd_test(args: argparse.Namespace) -> int:
                 print(case_line(result), flush=True)
                 if args.fail_fast and not result.passed:
                     break
+            notices = "".join(f"note: {notice}\n" for notice in runner.notices)
         progress.close()
+        print(notices, end="")
         return results
 
     results = asyncio.run(run_all())
@@ -411,8 +413,8 @@ def cmd_test(args: argparse.Namespace) -> int:
 def _ready_to_run(args: argparse.Namespace) -> Project | None:
     """For shell and serve: the loaded project if it loads and, unless skipped, every model
     answers; None otherwise (the problems are printed)."""
-    from subagents.llm.preflight import check_models, format_problems
     from subagents.config.project import collect_issues
+    from subagents.llm.preflight import check_models, format_problems
 
     project, issues = collect_issues(_paths(args))
     errors = _print_issues(issues)

@@ -193,6 +193,9 @@ class _AgentsLoader(_LoaderBase):
             return
         try:
             mod = import_from_project(self.root, mod_name)
+        except ModuleNotFoundError as exc:
+            self.issues.append(_module_issue(doc, loc, mod_name, exc, self.root))
+            return
         except Exception as exc:  # noqa: BLE001 - any import failure is reported
             self.issues.append(doc.issue(
                 "agent.validation.optional.module_not_found",
@@ -202,6 +205,39 @@ class _AgentsLoader(_LoaderBase):
         if not hasattr(mod, cls_name):
             self.issues.append(doc.issue("agent.validation.optional.module_not_found",
                                          f"module {mod_name!r} has no class {cls_name!r}", loc))
+
+
+def missing_rasa_import(exc: ModuleNotFoundError, root: Path) -> str | None:
+    """When ``exc`` is a ``rasa.*`` module the compatibility layer does not provide (and Rasa
+    is not installed): the module and where the project imports it."""
+    from subagents import rasa_compat
+
+    name = exc.name or ""
+    if not (name == "rasa" or name.startswith("rasa.")) or rasa_compat.real_rasa_available():
+        return None
+    where = ""
+    tb = exc.__traceback__
+    resolved = root.resolve()
+    while tb is not None:
+        path = Path(tb.tb_frame.f_code.co_filename)
+        if path.is_absolute() and path.resolve().is_relative_to(resolved):
+            where = f" ({path.resolve().relative_to(resolved).as_posix()}, line {tb.tb_lineno})"
+        tb = tb.tb_next
+    return (f"imports {name}{where}, a module of Rasa Pro that subagents does not provide "
+            "in its place (only the agent classes, schemas, events, OutputChannel and a few "
+            "helpers are)")
+
+
+def _module_issue(doc: YamlDoc, loc: Loc, mod_name: str, exc: ModuleNotFoundError,
+                  root: Path) -> ConfigIssue:
+    missing = missing_rasa_import(exc, root)
+    if missing is not None:
+        return doc.issue("agent.validation.module.rasa_import_unsupported",
+                         f"{mod_name!r} {missing}", loc,
+                         hint="import the class from subagents, or remove that import")
+    return doc.issue("agent.validation.optional.module_not_found",
+                     f"cannot import {mod_name!r}: {exc}", loc,
+                     hint="module paths are relative to the project folder")
 
 
 def _without_exclude_tools(data: dict[str, Any]) -> dict[str, Any]:

@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import difflib
+import inspect
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from subagents._yaml import Loc, YamlDoc
 from subagents.config._base import pydantic_issues
+from subagents.config._imports import import_from_project
 from subagents.config._loader_base import _LoaderBase
-from subagents.config.endpoints import EndpointsConfig, McpServerConfig, ModelGroup
+from subagents.config.endpoints import (
+    EndpointsConfig,
+    McpServerConfig,
+    ModelGroup,
+    is_rephraser_type,
+)
 from subagents.config.pipeline import PipelineConfig
-from subagents.config.validation import COMMAND_GENERATOR_VARIABLES, REPHRASER_VARIABLES
+from subagents.config.validation import (
+    COMMAND_GENERATOR_VARIABLES,
+    REPHRASER_VARIABLES,
+    did_you_mean,
+)
 
 RASA_ENDPOINT_KEYS = {
     "version", "models", "action_endpoint", "tracker_store", "lock_store", "event_broker", "nlg",
@@ -42,7 +53,19 @@ UNSUPPORTED_COMPONENTS = {
     for name in ("LLMBasedRouter", "IntentBasedRouter")}
 
 
+BUILTIN_COMMAND_GENERATORS = frozenset({
+    "CompactLLMCommandGenerator", "SearchReadyLLMCommandGenerator",
+    "SingleStepLLMCommandGenerator", "LLMCommandGenerator", "MultiStepLLMCommandGenerator"})
+"""Rasa's command generators: each runs as the built-in one here."""
+GENERATOR_BASE = ("subagents.dialogue.understanding", "CommandGenerator")
+"""Module and name of the class a project's own command generator must subclass (Rasa's
+``CompactLLMCommandGenerator`` and its siblings resolve to it when Rasa is not installed)."""
+
+
 class _SettingsLoader(_LoaderBase):
+    command_generator_class: type | None = None
+    """The project's own command generator class (``pipeline: - name: pkg.mod.Class``)."""
+
     def load_endpoints(self) -> tuple[EndpointsConfig, YamlDoc | None]:
         path = self.paths.endpoints
         if not path.is_file():
@@ -167,7 +190,7 @@ class _SettingsLoader(_LoaderBase):
             return
         if kind in ("response", "template", "templates"):
             return
-        if kind == "rephrase":
+        if is_rephraser_type(kind):
             llm = nlg.get("llm")
             if isinstance(llm, dict) and "model_group" in llm:
                 self.check_model_group_ref(doc, cfg, llm["model_group"],
@@ -225,6 +248,7 @@ class _SettingsLoader(_LoaderBase):
     def check_command_generator(self, doc: YamlDoc, endpoints: EndpointsConfig, index: int,
                                 entry: dict[str, Any]) -> None:
         loc: Loc = ("pipeline", index)
+        self.check_generator_class(doc, (*loc, "name"), str(entry.get("name")))
         llm = entry.get("llm")
         if isinstance(llm, dict) and "model_group" in llm:
             self.check_model_group_ref(doc, endpoints, llm["model_group"],
@@ -246,6 +270,68 @@ class _SettingsLoader(_LoaderBase):
                 "config.command_generator.user_input_invalid",
                 "user_input must be a mapping with an integer max_characters", (*loc,
                                                                                   "user_input")))
+
+    def check_generator_class(self, doc: YamlDoc, loc: Loc, name: str) -> None:
+        """A command generator named by a module path (not Rasa's own) is the project's class:
+        it must import and subclass the built-in one; it is kept for the runtime."""
+        module, _, class_name = name.rpartition(".")
+        if class_name in BUILTIN_COMMAND_GENERATORS and (not module or
+                                                         module.split(".")[0] == "rasa"):
+            return
+        if not module:
+            self.issues.append(doc.issue(
+                "config.command_generator.unknown", f"unknown command generator {name!r}", loc,
+                hint=did_you_mean(name, BUILTIN_COMMAND_GENERATORS,
+                                  "use CompactLLMCommandGenerator, or the module path of your "
+                                  "own class")))
+            return
+        try:
+            found = getattr(import_from_project(self.root, module), class_name)
+        except Exception as exc:  # noqa: BLE001 - any import failure is reported
+            missing = str(getattr(exc, "name", "") or "")
+            hint = (f"{missing} is part of Rasa Pro and not provided here: subclass "
+                    "CompactLLMCommandGenerator and override parse_reply or predict, which "
+                    "work with this package's commands" if missing.split(".")[0] == "rasa"
+                    else "module paths are relative to the project folder")
+            self.issues.append(doc.issue(
+                "config.command_generator.import_failed",
+                f"cannot load command generator {name!r}: {type(exc).__name__}: {exc}", loc,
+                hint=hint))
+            return
+        problems = generator_class_problems(found, name)
+        for code, message, hint, severity in problems:
+            self.issues.append(doc.issue(code, message, loc, hint=hint, severity=severity))
+        if not any(severity == "error" for *_, severity in problems):
+            self.command_generator_class = found
+
+
+def generator_class_problems(found: Any, name: str) -> list[tuple[str, str, str, str]]:
+    """``(code, message, hint, severity)`` of each problem of a project's command generator
+    class: not a subclass of the built-in one, a constructor it cannot be built with, or
+    methods (Rasa's, for instance) that nothing here calls."""
+    base = next((k for k in getattr(found, "__mro__", ())
+                 if (k.__module__, k.__qualname__) == GENERATOR_BASE), None)
+    if not isinstance(found, type) or base is None:
+        return [("config.command_generator.not_a_subclass",
+                 f"{name!r} does not subclass the built-in command generator, so it cannot "
+                 "run here", "subclass subagents.dialogue.understanding.CommandGenerator, or "
+                 "Rasa's CompactLLMCommandGenerator (which resolves to it here)", "error")]
+    problems = []
+    try:
+        inspect.signature(found).bind(None, None)
+    except (TypeError, ValueError):
+        problems.append(("config.command_generator.init_signature",
+                         f"{name!r} cannot be created as CommandGenerator(project, llm)",
+                         "keep the constructor's (project, llm) arguments, or leave "
+                         "__init__ out", "error"))
+    unused = sorted(attr for attr, value in vars(found).items()
+                    if callable(value) and not attr.startswith("__") and not hasattr(base, attr))
+    if unused:
+        problems.append(("config.command_generator.method_not_called",
+                         f"{name!r} defines {', '.join(unused)}, which nothing here calls "
+                         "(Rasa's command generator interface is not run)",
+                         "override predict, parse_reply or render instead", "warning"))
+    return problems
 
 
 def _constant_code(code: str) -> Any:

@@ -32,8 +32,14 @@ ROUTING_MODEL_KEYS = frozenset({"weight", "rpm", "tpm", "input_cost_per_token",
 CLIENT_MODEL_KEYS = frozenset({"extra_headers", "extra_body", "organization", "drop_params",
                                "cache", "use_chat_completions_endpoint"})
 """Keys that shape the request (headers, body) or are accepted and ignored; never sent as is."""
+STRUCTURED_OUTPUT_MODES = ("auto", "json_schema", "off")
+"""The values of a model's ``structured_output``."""
+CONSTRAINED_BY_DEFAULT = frozenset({"self-hosted", "ollama", "rasa"})
+"""Providers whose models use ``structured_output: auto`` unless they say otherwise (small
+self-hosted models need their output constrained; hosted ones follow the text formats)."""
 MODEL_KEYS = frozenset({"provider", "model", "api_base", "api_key", "timeout", "max_retries",
-                        "api_type", "api_version", "deployment", "model_group"}
+                        "api_type", "api_version", "deployment", "model_group",
+                        "structured_output"}
                        | set(MODEL_KEY_ALIASES) | REQUEST_OPTIONS | ROUTING_MODEL_KEYS)
 ROUTING_STRATEGIES = ("simple-shuffle", "least-busy", "latency-based-routing",
                       "usage-based-routing", "usage-based-routing-v2", "cost-based-routing")
@@ -43,6 +49,17 @@ ROUTER_KEYS = frozenset({"routing_strategy", "routing_strategy_args", "num_retri
                          "redis_host", "redis_port", "redis_password", "redis_url",
                          "cache_responses"})
 """Keys of a model group's ``router:`` mapping."""
+
+REPHRASER_CLASS = "ContextualResponseRephraser"
+"""The class name Rasa 3.7 configured the rephraser with (``rasa_plus.ml.<this>``)."""
+
+
+def is_rephraser_type(kind: Any) -> bool:
+    """Whether ``nlg.type`` asks for the response rephraser: ``rephrase`` (Rasa 3.8 on), or a
+    dotted path to Rasa's ``ContextualResponseRephraser`` class (Rasa 3.7's
+    ``rasa_plus.ml.ContextualResponseRephraser``)."""
+    return isinstance(kind, str) and (kind == "rephrase"
+                                      or kind.rsplit(".", 1)[-1] == REPHRASER_CLASS)
 
 
 def normalize_model_keys(data: dict[str, Any]) -> dict[str, Any]:
@@ -103,6 +120,11 @@ def model_key_problems(data: dict[str, Any]) -> list[tuple[str, str, str, str | 
         problems.append((key, "llm.api_type.mismatch", f"api_type {api_type!r} does not match "
                          f"provider {provider!r}", "for Azure OpenAI write provider: azure; "
                          "otherwise remove api_type"))
+    mode = data.get("structured_output")
+    if mode is not None and mode not in STRUCTURED_OUTPUT_MODES:
+        problems.append(("structured_output", "llm.structured_output.invalid",
+                         f"structured_output {mode!r} is not a mode",
+                         f"use one of: {', '.join(STRUCTURED_OUTPUT_MODES)}"))
     if data.get("use_chat_completions_endpoint") is False:
         problems.append(("use_chat_completions_endpoint", "llm.completions_endpoint.unsupported",
                          "only the chat completions endpoint is supported",
@@ -176,6 +198,10 @@ class ModelConfig(StrictModel):
     """Azure API version."""
     deployment: str | None = Field(default=None, exclude=True)
     """Azure deployment name (what is called instead of ``model``)."""
+    structured_output: Literal["auto", "json_schema", "off"] | None = None
+    """Constrained output: the command generator's reply as JSON under a schema, agents' tool
+    calls under a schema where the server has no native tool calling (``auto``: what the server
+    supports; default ``auto`` for self-hosted, ollama and rasa models, ``off`` for others)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -229,8 +255,11 @@ class OAuthConfig(StrictModel):
 
     token_url: str | None = None
     """Without it the token endpoint is discovered from the server's OAuth metadata."""
-    grant: Literal["client_credentials", "authorization_code"] = "client_credentials"
-    """``authorization_code``: a person logs in once with ``subagents mcp login <server>``."""
+    grant: Literal["client_credentials", "authorization_code",
+                   "identity_assertion"] = "client_credentials"
+    """``authorization_code``: a person logs in once with ``subagents mcp login <server>``;
+    ``identity_assertion``: cross-app access (the user's ID token from the enterprise identity
+    provider is exchanged there for an identity assertion, which buys the access token)."""
     client_id: str | None = None
     """Required for client credentials; for a login, omit it to register dynamically."""
     client_secret: str | None = None
@@ -238,7 +267,9 @@ class OAuthConfig(StrictModel):
     audience: str | None = None
     timeout: float | None = None
     auth_method: Literal["client_secret_post", "client_secret_basic",
-                         "private_key_jwt"] = "client_secret_post"
+                         "private_key_jwt"] | None = None
+    """How the token request authenticates the client. Unset: HTTP Basic, unless the
+    authorization server's metadata lists only ``client_secret_post`` (RFC 6749 §2.3.1)."""
     issuer: str | None = None
     resource: str | None = None
     private_key: str | None = None
@@ -255,16 +286,40 @@ class OAuthConfig(StrictModel):
     public_url: str | None = None
     """Where users' browsers reach ``subagents serve`` (``https://...`` or ``${ENV_VAR}``); the
     consent callback is ``<public_url>/oauth/callback``."""
+    id_token: str | None = None
+    """``identity_assertion``: the user's ID token (``${ENV_VAR}``, or a conversation template
+    such as ``{{ metadata.id_token }}``)."""
+    idp_token_url: str | None = None
+    """``identity_assertion``: the identity provider's token endpoint (RFC 8693 exchange)."""
+    idp_client_id: str | None = None
+    idp_client_secret: str | None = None
 
-    @field_validator("client_secret", "private_key")
+    @field_validator("client_secret", "private_key", "idp_client_secret")
     @classmethod
     def _secret(cls, value: str | None) -> str | None:
         return check_secret(value, "this key")
+
+    @field_validator("id_token")
+    @classmethod
+    def _id_token(cls, value: str | None) -> str | None:
+        if value is not None and is_template(value):
+            template_names(value)
+            return value
+        return check_secret(value, "the ID token")
 
     @model_validator(mode="after")
     def _credentials(self) -> OAuthConfig:
         if self.per_user and self.grant != "authorization_code":
             raise ValueError("per_user consent needs grant: authorization_code")
+        if self.grant == "identity_assertion":
+            missing = [key for key in ("client_id", "client_secret", "issuer", "id_token",
+                                       "idp_token_url") if not getattr(self, key)]
+            if missing:
+                raise ValueError("cross-app access (grant: identity_assertion) needs "
+                                 + ", ".join(repr(key) for key in missing))
+            if self.auth_method == "private_key_jwt":
+                raise ValueError("cross-app access cannot use private_key_jwt")
+            return self
         if self.grant == "authorization_code":
             if self.auth_method == "private_key_jwt":
                 raise ValueError("a login (authorization_code) cannot use private_key_jwt")
@@ -275,7 +330,10 @@ class OAuthConfig(StrictModel):
             if not self.private_key:
                 raise ValueError("auth_method private_key_jwt needs 'private_key'")
         elif not self.client_secret:
-            raise ValueError(f"auth_method {self.auth_method} needs 'client_secret'")
+            raise ValueError(f"auth_method {self.auth_method} needs 'client_secret'"
+                             if self.auth_method else
+                             "client credentials need 'client_secret' (or auth_method "
+                             "private_key_jwt with 'private_key')")
         return self
 
 
@@ -367,23 +425,27 @@ class McpServerConfig(StrictModel):
             raise ValueError("mcp.template.not_allowed: env values cannot be templates; only "
                              "headers and token can")
         if self.uses_templates and self.session == "shared":
-            raise ValueError("mcp.template.shared_session: headers or token with {{ ... }} "
-                             "templates need 'session: per_conversation' or "
+            raise ValueError("mcp.template.shared_session: headers, token or id_token with "
+                             "{{ ... }} templates need 'session: per_conversation' or "
                              "'session: {per_user: metadata.<key>}'")
         auth = [k for k in ("api_key", "token", "oauth", "module") if getattr(self, k)]
         if len(auth) > 1:
             raise ValueError(f"choose one authentication method, not {', '.join(auth)}")
         return self
 
+    def _templatable(self) -> list[str]:
+        """The values that may be templates: headers, the token, the OAuth ID token."""
+        return [*self.headers.values(), self.token or "",
+                (self.oauth.id_token or "") if self.oauth else ""]
+
     @property
     def uses_templates(self) -> bool:
-        """Whether headers or the token are templates over the conversation."""
-        return any(is_template(v) for v in [*self.headers.values(), self.token or ""])
+        """Whether headers, the token or the ID token are templates over the conversation."""
+        return any(is_template(v) for v in self._templatable())
 
     def template_refs(self) -> list[tuple[str, str]]:
-        """Every ``(source, name)`` the templates of headers and token use."""
-        return [pair for v in [*self.headers.values(), self.token or ""]
-                for pair in template_names(v)]
+        """Every ``(source, name)`` the templates of headers, token and ID token use."""
+        return [pair for v in self._templatable() for pair in template_names(v)]
 
     @property
     def address(self) -> str:

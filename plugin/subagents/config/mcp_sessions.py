@@ -95,6 +95,8 @@ def check_template_slots(doc: YamlDoc | None, servers: list[McpServerConfig],
             ((*base, "headers", header), value) for header, value in server.headers.items()]
         if server.token:
             places.append(((*base, "token"), server.token))
+        if server.oauth is not None and server.oauth.id_token:
+            places.append(((*base, "oauth", "id_token"), server.oauth.id_token))
         if isinstance(server.session, PerUserSession):
             places.append(((*base, "session", "per_user"), f"{{{{ {server.session.per_user} }}}}"))
         for loc, value in places:

@@ -6,9 +6,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from subagents.config._base import StrictModel
 from subagents.config.endpoints import normalize_model_keys
 
-__all__ = ["PipelineConfig"]
+__all__ = ["MessageMetadataConfig", "PipelineConfig"]
+
+
+class MessageMetadataConfig(StrictModel):
+    """``message_metadata`` in ``config.yml`` (ours): which keys of a message's metadata reach
+    sub agents and their tools.
+
+    Without it every key does, as in Rasa (except the names the runtime reserves for itself).
+    """
+
+    allowed_keys: list[str]
+    """Only these keys (and those the project's own files read: ``inputs_from_state:
+    metadata.<key>``, MCP credential templates, ``per_user`` keys) reach agents and tools."""
 
 
 class PipelineConfig(BaseModel):
@@ -20,6 +33,7 @@ class PipelineConfig(BaseModel):
     assistant_id: str | None = None
     pipeline: list[dict[str, Any]] | None = None
     policies: list[dict[str, Any]] | None = None
+    message_metadata: MessageMetadataConfig | None = None
 
     def command_generator(self) -> tuple[int, dict[str, Any]] | None:
         """Index and settings of the first ``*CommandGenerator`` entry of the pipeline."""

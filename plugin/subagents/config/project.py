@@ -69,6 +69,9 @@ class Project:
     tool_steps: list[ToolStepRef] = field(default_factory=list)
     """The flows' MCP tool steps with their file and line (``validate --connect`` checks them
     against each server's tool list)."""
+    command_generator_class: type | None = None
+    """The project's own command generator class (a subclass of the built-in one), if
+    ``config.yml`` names one by its module path."""
 
     @property
     def assistant_id(self) -> str:
@@ -179,16 +182,17 @@ class _Loader(_SettingsLoader, _AgentsLoader):
         domain.merge(Domain(slots=part.slots, responses=part.responses, actions=part.actions))
 
     def check_builtin_overrides(self, doc: YamlDoc) -> None:
-        """A built-in action listed under ``actions`` is one Rasa would hand to the custom
-        action code; here the built-in always runs, so say so."""
+        """A built-in action listed under ``actions`` is replaced by the project's action of
+        that name, as in Rasa; ``action_listen`` only marks where the assistant waits, so the
+        built-in always runs: say so."""
         listed = doc.data.get("actions")
         for index, item in enumerate(listed if isinstance(listed, list) else []):
             name = next(iter(item), None) if isinstance(item, dict) else item
-            if isinstance(name, str) and name in BUILTIN_ACTIONS:
+            if name == "action_listen":
                 self.issues.append(doc.issue(
-                    "domain.action.builtin_override", f"{name!r} is a built-in action: Rasa "
-                    "would run a custom action of that name instead, but here the built-in "
-                    "always runs", ("actions", index),
+                    "domain.action.builtin_override", "'action_listen' cannot be replaced: "
+                    "the assistant waits for the user there, and the built-in always runs",
+                    ("actions", index),
                     hint="remove it from actions, or give your action its own name and run it "
                     "from a flow step", severity="warning"))
 
@@ -270,15 +274,16 @@ class _Loader(_SettingsLoader, _AgentsLoader):
                                              hint="see the conditions syntax in the docs"))
             flows[flow_id] = flow
             docs[flow_id] = doc
-        checker = FlowChecker(self.issues, domain, flows, docs, agents,
+        checker = FlowChecker(self.issues, domain, flows, docs,
+                              {name: spec.config for name, spec in agents.items()},
                               [s.name for s in endpoints.mcp_servers or []], self.broken)
         checker.check_all()
         self.tool_steps = tool_step_refs(flows, docs)
         declared = {s.name: s.tools for s in endpoints.mcp_servers or [] if s.tools is not None}
         self.issues += unknown_tool_issues(self.tool_steps, declared,
                                            "the tools: list of its entry in endpoints.yml")
-        ResponseChecker(self.issues, domain, self.response_docs, self.broken).check_all(
-            checker.uttered)
+        ResponseChecker(self.issues, domain, self.response_docs, self.broken,
+                        flows).check_all(checker.uttered)
         for name, spec in agents.items():
             checker.check_tool_mappings(self.agent_docs[name], spec.config)
             if name in flows:
@@ -334,12 +339,15 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
     if action is None or action.actions_module or not action.url:
         loader.issues += rasa_imports(root, (action.actions_module if action else None)
                                       or "actions")
-    issues = loader.issues + check_credentials(root)[1]
+    # one problem, one report: the same issue found more than once (a slot missing from every
+    # branch of one next:, say) is reported once
+    issues = list(dict.fromkeys(loader.issues + check_credentials(root)[1]))
     if any(i.severity == "error" for i in issues):
         return None, issues
     project = Project(root=root, endpoints=endpoints, domain=domain, flows=flows, agents=agents,
                       pipeline=pipeline, warnings=[i for i in issues if i.severity != "error"],
-                      paths=paths, tool_steps=loader.tool_steps)
+                      paths=paths, tool_steps=loader.tool_steps,
+                      command_generator_class=loader.command_generator_class)
     return project, issues
 
 

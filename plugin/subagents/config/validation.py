@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,13 +82,62 @@ class Broken:
 
 UNSUPPORTED_ACTIONS = {
     "action_trigger_search": (
-        "flow.action.search_unsupported", "enterprise search is not supported: this step "
-        "gives no answer", "answer knowledge questions with a sub agent that has a search tool"),
+        "flow.action.search_unsupported", "enterprise search is not configured: this step "
+        "says utter_no_knowledge_base", "answer knowledge questions with a sub agent that has "
+        "a search tool"),
     "action_trigger_chitchat": (
         "flow.action.intentless_unsupported", "the intentless policy is not supported: this "
         "step gives no answer", "answer with a response, e.g. utter_free_chitchat_response"),
 }
 """Built-in actions that hand over to a policy subagents does not have."""
+
+
+PREVIOUS_FLOW_NAME = "context.previous_flow_name"
+
+
+def flow_ids_for_names(condition: Condition, flows: Mapping[str, Flow]) -> list[tuple[str, str]]:
+    """``(id, readable name)`` of each flow whose id ``condition`` compares
+    ``context.previous_flow_name`` with, where the id is not also the flow's readable name.
+
+    ``pattern_completed`` gets the readable name of the flow that ended (``name:``, else the id
+    with spaces), as in Rasa, so such a comparison never holds.
+    """
+    found = []
+    for value in condition.compared_values(PREVIOUS_FLOW_NAME):
+        flow = flows.get(value) if isinstance(value, str) else None
+        if flow is not None and flow.name != value:
+            found.append((flow.id, flow.name))
+    return found
+
+
+def previous_flow_name_message(flow_id: str, name: str) -> tuple[str, str]:
+    """Message and hint for a comparison of ``context.previous_flow_name`` with a flow id."""
+    return (f"context.previous_flow_name holds a flow's readable name ({name!r}), never its "
+            f"id {flow_id!r}: this comparison never holds (in Rasa neither)",
+            f"compare with {name!r}")
+
+
+def unfillable_exit_slots(conditions: Iterable[Condition], domain: Domain,
+                          config: SubAgentConfig) -> list[str]:
+    """Slots an ``exit_if`` reads that the built-in task agent can never fill.
+
+    As in Rasa 3.21, the agent gets a ``set_slot_<slot>`` tool only for slots whose mappings let
+    the model fill them (no mappings, or a ``from_llm`` one); a tool's ``outputs_to_state`` can
+    fill a slot too. An agent with its own class (``configuration.module``) may fill slots its
+    own way, so none are reported for it.
+    """
+    if config.configuration.module:
+        return []
+    from_tools = {slot for settings in config.configuration.tools.values()
+                  for slot in settings.outputs_to_state}
+    names: list[str] = []
+    for condition in conditions:
+        for name in condition.slot_names:
+            definition = domain.slots.get(name)
+            if definition is not None and not definition.llm_fillable() and \
+                    name not in from_tools and name not in names:
+                names.append(name)
+    return names
 
 
 def slot_problems(raw_slots: Any) -> list[tuple[Loc, str, str, str | None, str]]:
@@ -214,13 +263,14 @@ class FlowChecker:
     """Cross-checks flows against the domain, the other flows, agents and endpoints."""
 
     def __init__(self, issues: list[ConfigIssue], domain: Domain, flows: dict[str, Flow],
-                 docs: dict[str, YamlDoc], agents: Iterable[str], mcp_servers: Iterable[str],
-                 broken: Broken) -> None:
+                 docs: dict[str, YamlDoc], agents: Mapping[str, SubAgentConfig],
+                 mcp_servers: Iterable[str], broken: Broken) -> None:
         self.issues = issues
         self.domain = domain
         self.flows = flows
         self.docs = docs
         self.agents = set(agents)
+        self.agent_configs = dict(agents)
         self.mcp_servers = set(mcp_servers)
         self.broken = broken
         self.uttered: dict[str, tuple[YamlDoc, Loc, bool]] = {}
@@ -289,7 +339,15 @@ class FlowChecker:
                 if cond is not None:
                     self.condition_refs(doc, cond, (*step.loc, "next"),
                                         "flow.condition.unknown_slot")
+                    self.previous_flow_name(doc, cond, (*step.loc, "next"),
+                                            "flow.condition.previous_flow_name_is_id")
             self.check_step(doc, flow, step)
+
+    def previous_flow_name(self, doc: YamlDoc, cond: Condition, loc: Loc, code: str) -> None:
+        """Warn about a comparison of ``context.previous_flow_name`` with a flow id."""
+        for flow_id, name in flow_ids_for_names(cond, self.flows):
+            message, hint = previous_flow_name_message(flow_id, name)
+            self.issues.append(doc.issue(code, message, loc, hint=hint, severity="warning"))
 
     def check_step(self, doc: YamlDoc, flow: Flow, step: Step) -> None:
         """Check one step according to its kind."""
@@ -319,7 +377,9 @@ class FlowChecker:
                 "flow.collect.unknown_slot", f"slot {m.collect!r} is not in the domain",
                 (*step.loc, "collect"), hint=self.slot_hint(str(m.collect))))
         definition = self.domain.slots.get(str(m.collect))
-        if definition is not None and definition.nlu_only:
+        from_text = definition is not None and m.force_slot_filling and any(
+            mapping.get("type") == "from_text" for mapping in definition.mappings or [])
+        if definition is not None and definition.nlu_only and not from_text:
             self.issues.append(doc.issue(
                 "domain.slot.nlu_mapping_unsupported",
                 f"slot {m.collect!r} is only filled by NLU mappings, and no NLU pipeline runs "
@@ -366,7 +426,7 @@ class FlowChecker:
         if name in self.domain.responses:
             self.uttered.setdefault(name, (doc, (*step.loc, "action"), False))
             return
-        if name in UNSUPPORTED_ACTIONS:
+        if name in UNSUPPORTED_ACTIONS and name not in self.domain.actions:
             code, message, hint = UNSUPPORTED_ACTIONS[name]
             self.issues.append(doc.issue(code, message, (*step.loc, "action"), hint=hint,
                                          severity="warning"))
@@ -440,6 +500,15 @@ class FlowChecker:
                     f"exit condition {cond.text!r} references no slot", c_loc,
                     hint="write conditions over slots, e.g. slots.city is not null"))
             self.condition_refs(doc, cond, c_loc, "flow.exit_if.unknown_slot")
+            for slot in unfillable_exit_slots([cond], self.domain, self.agent_configs[target]):
+                self.issues.append(doc.issue(
+                    "flow.exit_if.slot_not_fillable",
+                    f"exit_if reads slot {slot!r}, which sub agent {target!r} cannot fill: "
+                    "its mappings do not let the model fill it (Rasa 3.21 offers a set_slot "
+                    "tool only for slots without mappings or with a from_llm mapping), so the "
+                    "agent never completes", c_loc,
+                    hint=f"add '- type: from_llm' to the mappings of slot {slot!r}",
+                    severity="warning"))
 
     def check_mcp_call(self, doc: YamlDoc, step: Step) -> None:
         """Check an MCP tool call step: the server and the slots its mapping names."""
@@ -493,10 +562,12 @@ class ResponseChecker:
     """Parses response conditions and templates; checks the names they use."""
 
     def __init__(self, issues: list[ConfigIssue], domain: Domain,
-                 docs: dict[str, YamlDoc], broken: Broken) -> None:
+                 docs: dict[str, YamlDoc], broken: Broken,
+                 flows: Mapping[str, Flow] | None = None) -> None:
         self.issues = issues
         self.domain = domain
         self.docs = docs
+        self.flows = dict(flows or {})
         self.known_slots = set(domain.slots) | BUILTIN_SLOTS | broken.slots
         self.lenient = broken.unreadable_data
 
@@ -528,6 +599,11 @@ class ResponseChecker:
             names = parsed.slot_names
             unknown_reference(self.issues, doc, cond, (*loc, "condition"),
                               "domain.response.condition_unknown_reference")
+            for flow_id, name in flow_ids_for_names(parsed, self.flows):
+                message, hint = previous_flow_name_message(flow_id, name)
+                self.issues.append(doc.issue(
+                    "domain.response.condition_previous_flow_name_is_id", message,
+                    (*loc, "condition"), hint=hint, severity="warning"))
         elif isinstance(cond, list) and all(isinstance(i, dict) and "name" in i for i in cond):
             names = [str(i["name"]) for i in cond]
         else:

@@ -20,27 +20,27 @@ clears the slots its exit conditions read.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import structlog
 
 from subagents import events as ev
 from subagents.agents._copying import copy_input
-from subagents.agents.base import MCPBaseAgent
+from subagents.agents.protocol import SubAgent
 from subagents.agents.registry import protocol_type_for
 from subagents.agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
 from subagents.conditions import referenced_slots
 from subagents.config.flows import Flow, Step
 from subagents.config.project import Project
+from subagents.config.validation import unfillable_exit_slots
 from subagents.dialogue.navigation import Navigator
 from subagents.dialogue.patterns import Patterns
 from subagents.dialogue.responses import Responder
-from subagents.dialogue.results import StepResult
+from subagents.dialogue.results import Advance
 from subagents.dialogue.stack import AgentFrame, FlowFrame
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import transcript
+from subagents.retry import RetryPolicy, retry_call
 from subagents.types import FrameState
 
 log = structlog.get_logger("subagents.dialogue")
@@ -87,13 +87,12 @@ class AgentSteps:
         assistant_id: Sent to agents as ``agent_id`` metadata.
         model_id: Sent to agents as ``model_id`` metadata.
         retry_delays: Pauses (seconds) between attempts after a recoverable error.
-        sleep: The pause function (tests pass one that does not wait).
     """
 
-    def __init__(self, project: Project, agents: dict[AgentKey, MCPBaseAgent], *,
+    def __init__(self, project: Project, agents: dict[AgentKey, SubAgent], *,
                  responder: Responder, navigator: Navigator, patterns: Patterns,
-                 assistant_id: str, model_id: str, retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 assistant_id: str, model_id: str,
+                 retry_delays: tuple[float, ...] = (1.0, 2.0)) -> None:
         self.project = project
         self.flows = project.flows
         self.agents = agents
@@ -103,25 +102,24 @@ class AgentSteps:
         self.assistant_id = assistant_id
         self.model_id = model_id
         self.retry_delays = retry_delays
-        self.sleep = sleep
 
-    async def on_top(self, turn: Turn, frame: AgentFrame) -> StepResult:
+    async def on_top(self, turn: Turn, frame: AgentFrame) -> Advance:
         """An agent frame is on top of the stack: resume, re-ask, wait or drop it."""
         if frame.state == FrameState.INTERRUPTED:
             self.patterns.ask_to_continue(turn)
-            return StepResult.CHANGED
+            return Advance.CHANGED
         if frame.state == FrameState.WAITING and turn.agent_ran:
-            return StepResult.WAIT
+            return Advance.WAIT
         host = turn.stack.frame_of_flow(frame.flow_id)
         flow = self.flows.get(frame.flow_id)
         step = flow.step(frame.step_id) if flow else None
         if host is None or flow is None or step is None:
             turn.stack.remove(frame)
-            return StepResult.CHANGED
+            return Advance.CHANGED
         return await self.run(turn, host, flow, step, frame)
 
     async def run(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
-                  frame: AgentFrame | None) -> StepResult:
+                  frame: AgentFrame | None) -> Advance:
         """Invoke the agent of ``step`` (first call, next message, or resumption)."""
         name = str(step.model.call)
         protocol = agent_protocol(step, self.project)
@@ -147,7 +145,7 @@ class AgentSteps:
             turn.stamp = {}
 
     # ------------------------------------------------------------------ agent input
-    def _start_input(self, turn: Turn, agent: MCPBaseAgent, flow: Flow, step: Step,
+    def _start_input(self, turn: Turn, agent: SubAgent, flow: Flow, step: Step,
                      frame: AgentFrame | None, protocol: str) -> AgentInput:
         name = agent.name
         restarted = bool(frame and frame.is_restart and not frame.metadata.get("_restart_done"))
@@ -170,7 +168,8 @@ class AgentSteps:
             metadata["exit_if"] = exit_if
         if restarted:
             metadata["restarted"] = True
-        return self._build_input(turn, name, turn.user_text, exit_slots, metadata, turn.events)
+        return self._build_input(turn, name, turn.user_text, exit_slots, metadata, turn.events,
+                                 step)
 
     def _started_metadata(self, name: str, protocol: str, exit_if: list[str]) -> dict[str, Any]:
         spec = self.project.agents[name].config
@@ -183,7 +182,7 @@ class AgentSteps:
             started["exit_conditions"] = exit_if
         return started
 
-    async def _resume_input(self, turn: Turn, agent: MCPBaseAgent, step: Step,
+    async def _resume_input(self, turn: Turn, agent: SubAgent, step: Step,
                             frame: AgentFrame) -> AgentInput:
         """The resumed agent is told its pending question; the digression is cut away."""
         last_request = str(frame.metadata.get("agent_response") or "")
@@ -199,7 +198,7 @@ class AgentSteps:
         if step.model.exit_if:
             metadata["exit_if"] = list(step.model.exit_if)
         return self._build_input(turn, agent.name, RESUME_INSTRUCTION.format(ask=ask),
-                                 referenced_slots(step.exit_if), metadata, events)
+                                 referenced_slots(step.exit_if), metadata, events, step)
 
     def _base_metadata(self, turn: Turn) -> dict[str, Any]:
         meta = {"sender_id": turn.sender_id, "agent_id": self.assistant_id,
@@ -213,7 +212,8 @@ class AgentSteps:
         return meta
 
     def _build_input(self, turn: Turn, name: str, user_message: str, exit_slots: list[str],
-                     metadata: dict[str, Any], events: list[dict[str, Any]]) -> AgentInput:
+                     metadata: dict[str, Any], events: list[dict[str, Any]],
+                     step: Step) -> AgentInput:
         slots = []
         for slot_name, definition in self.project.domain.slots.items():
             if slot_name in EXCLUDED_SLOTS:
@@ -230,44 +230,55 @@ class AgentSteps:
                                  conversation_history=transcript(events, 20), metadata=metadata,
                                  recipient_id=turn.sender_id)
         # not validated (a copy of the conversation's latest events): each attempt gets its
-        # own deep copy of them (_call_with_retries), and until then nothing changes them
-        agent_input.events = events
+        # own deep copy of them as typed events (_call_with_retries), and until then nothing
+        # changes them
+        agent_input.events = events  # type: ignore[assignment]
         agent_input.earlier = turn.earlier()
+        if step.exit_if:  # parsed when the project loaded: the agent does not parse them again
+            agent_input.attach_exit_conditions(list(step.exit_if))
         return agent_input
 
-    async def _call_with_retries(self, agent: MCPBaseAgent, agent_input: AgentInput,
+    async def _call_with_retries(self, agent: SubAgent, agent_input: AgentInput,
                                  turn: Turn) -> AgentOutput:
-        output: AgentOutput | None = None
-        for attempt in range(MAX_AGENT_ATTEMPTS):
-            try:
-                output = await agent.run(copy_input(agent_input), turn.channel)
-            except Exception as exc:
-                log.exception("dialogue.agent.crashed", agent=agent.name)
-                return AgentOutput(id=agent.name, status=AgentStatus.FATAL_ERROR,
-                                   error_message=f"{type(exc).__name__}: {exc}")
-            if output.status != AgentStatus.RECOVERABLE_ERROR:
-                return output
-            if attempt < MAX_AGENT_ATTEMPTS - 1:
-                delay = self.retry_delays[min(attempt, len(self.retry_delays) - 1)]
-                await self.sleep(delay)
-        return AgentOutput(id=agent.name, status=AgentStatus.FATAL_ERROR,
-                           error_message=f"agent {agent.name!r} failed with a recoverable error "
-                           f"{MAX_AGENT_ATTEMPTS} times: "
-                           f"{output.error_message if output else ''}".strip())
+        """Run the agent; a recoverable error is tried again (``MAX_AGENT_ATTEMPTS`` in all,
+        pausing ``retry_delays``, never past the turn's deadline), a crash is fatal."""
+
+        async def attempt() -> AgentOutput:
+            output = await agent.run(copy_input(agent_input), turn.channel, scope=turn.scope)
+            if output.status == AgentStatus.RECOVERABLE_ERROR:
+                raise _RecoverableError(output)
+            return output
+
+        delays = self.retry_delays
+        policy = RetryPolicy(attempts=MAX_AGENT_ATTEMPTS,
+                             retry_on=lambda error: isinstance(error, _RecoverableError),
+                             delay=lambda n, _error: delays[min(n - 1, len(delays) - 1)],
+                             deadline=turn.scope.deadline)
+        try:
+            return await retry_call(attempt, policy)
+        except _RecoverableError as exc:
+            return AgentOutput(id=agent.name, status=AgentStatus.FATAL_ERROR,
+                               error_message=f"agent {agent.name!r} failed with a recoverable "
+                               f"error {MAX_AGENT_ATTEMPTS} times: "
+                               f"{exc.output.error_message or ''}".strip())
+        except Exception as exc:
+            log.exception("dialogue.agent.crashed", agent=agent.name)
+            return AgentOutput(id=agent.name, status=AgentStatus.FATAL_ERROR,
+                               error_message=f"{type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ agent output
     async def _dispatch(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
-                        frame: AgentFrame | None, output: AgentOutput) -> StepResult:
+                        frame: AgentFrame | None, output: AgentOutput) -> Advance:
         status = output.status
         if status == AgentStatus.INPUT_REQUIRED:
             self._keep_waiting(turn, flow, step, frame, output)
             turn.add(ev.action_executed("action_agent_request_user_input"))
-            return StepResult.WAIT
+            return Advance.WAIT
         if frame is not None:
             turn.stack.remove(frame)
         if status == AgentStatus.COMPLETED:
             await self._completed(turn, host, flow, step, output)
-            return StepResult.CHANGED
+            return Advance.CHANGED
         return self._ended(turn, host, flow, step, output)
 
     async def _completed(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
@@ -287,7 +298,7 @@ class AgentSteps:
         await self.navigator.move_next(turn, host, flow, step)
 
     def _ended(self, turn: Turn, host: FlowFrame, flow: Flow, step: Step,
-               output: AgentOutput) -> StepResult:
+               output: AgentOutput) -> Advance:
         """Any status but input_required and completed: cancel the agent and its flow."""
         name, status = str(step.model.call), output.status
         reason = output.error_message or f"agent {name!r} ended with status {status.value}"
@@ -300,13 +311,26 @@ class AgentSteps:
         turn.stack.remove_flow(host)
         turn.stamp = {}
         if status == AgentStatus.CANCELLED:
-            return StepResult.WAIT
+            return Advance.WAIT
         log.warning("dialogue.agent.failed", agent=name, flow=flow.id, error=reason)
+        self._explain_unfillable(name, flow, step)
         self.patterns.internal_error(turn, error_source="agent", agent_name=name,
                                      flow_id=flow.id, step_id=step.id,
                                      agent_type=agent_protocol(step, self.project),
                                      error_message=reason)
-        return StepResult.CHANGED
+        return Advance.CHANGED
+
+    def _explain_unfillable(self, name: str, flow: Flow, step: Step) -> None:
+        """When the failed agent's ``exit_if`` reads slots it can never fill, log that cause
+        (``validate`` warns about it as ``flow.exit_if.slot_not_fillable``)."""
+        if not step.model.exit_if or name not in self.project.agents:
+            return
+        slots = unfillable_exit_slots(step.exit_if, self.project.domain,
+                                      self.project.agents[name].config)
+        if slots:
+            log.warning("dialogue.agent.exit_slot_not_fillable", agent=name, flow=flow.id,
+                        slots=slots, fix="add a from_llm mapping to each of these slots: the "
+                        "agent gets a set_slot tool only for slots the model may fill")
 
     @staticmethod
     def _keep_waiting(turn: Turn, flow: Flow, step: Step, frame: AgentFrame | None,
@@ -325,3 +349,11 @@ class AgentSteps:
                 metadata["_restart_done"] = True
             frame.state = FrameState.WAITING
         frame.metadata = metadata
+
+
+class _RecoverableError(Exception):
+    """An agent run ended with a recoverable error (worth another attempt)."""
+
+    def __init__(self, output: AgentOutput) -> None:
+        super().__init__(output.error_message or "recoverable error")
+        self.output = output

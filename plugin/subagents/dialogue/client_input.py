@@ -6,12 +6,16 @@ only in the tracker; none of it is ever taken from a request. Of the metadata a 
 
 * ``client_tool_results`` delivers results of client-executed tools, and only for calls an
   agent of this conversation has parked (checked against the tracker);
-* keys in the assistant's allow-list reach agents (``AgentInput.metadata``, and so
-  ``inputs_from_state: metadata.<key>`` and custom tool executors); the allow-list is every
-  top-level key named by an ``inputs_from_state`` entry or an MCP server's credential template
-  (or ``per_user`` key) of the project, plus the keys passed as
-  ``Assistant(client_metadata_keys=...)``;
-* everything else is only recorded on the user event; reserved names are dropped entirely.
+* every other key reaches agents (``AgentInput.metadata``, and so ``inputs_from_state:
+  metadata.<key>``, MCP credential templates and custom tool executors), as message metadata
+  reaches agents and custom actions in Rasa; the user event records it, so custom actions see it
+  in ``tracker.latest_message``;
+* a project may narrow what reaches agents to an allow-list (``message_metadata:
+  {allowed_keys: [...]}`` in ``config.yml``): then only those keys, and the keys the project's
+  own files read (``inputs_from_state``, MCP credential templates and ``per_user`` keys), reach
+  them; the others are only recorded;
+* reserved names (internal state the runtime sets itself) and names starting with ``_`` are
+  dropped entirely.
 """
 
 from __future__ import annotations
@@ -147,21 +151,36 @@ def declared_metadata_keys(project: Project) -> set[str]:
     return keys
 
 
+def agent_metadata_keys(project: Project) -> frozenset[str] | None:
+    """The keys of a message's metadata that reach agents: None (every key but the reserved
+    ones) unless ``config.yml`` declares ``message_metadata.allowed_keys``; then those keys
+    plus the ones the project's files read (:func:`declared_metadata_keys`)."""
+    narrowed = project.pipeline.message_metadata
+    if narrowed is None:
+        return None
+    return frozenset(narrowed.allowed_keys) | frozenset(declared_metadata_keys(project))
+
+
 def split_client_metadata(metadata: dict[str, Any] | None,
-                          allowed: Iterable[str]) -> ClientMetadata:
-    """Split a message's metadata into what agents see, what is recorded, and tool results."""
+                          allowed: Iterable[str] | None = None) -> ClientMetadata:
+    """Split a message's metadata into what agents see, what is recorded, and tool results.
+
+    Args:
+        metadata: What the client sent.
+        allowed: The keys that reach agents; None: every key that is not reserved.
+    """
     if metadata is None:
         return ClientMetadata()
     if not isinstance(metadata, dict):
         raise ClientInputError("the metadata must be an object", code="client.metadata.invalid")
-    allowed = frozenset(allowed) - RESERVED_METADATA_KEYS
+    keys = None if allowed is None else frozenset(allowed) - RESERVED_METADATA_KEYS
     split = ClientMetadata(tool_results=parse_client_results(
         metadata.get("client_tool_results")))
     for key, value in metadata.items():
         if not isinstance(key, str) or key in RESERVED_METADATA_KEYS or key.startswith("_"):
             continue
         split.recorded[key] = value
-        if key in allowed:
+        if keys is None or key in keys:
             split.for_agents[key] = value
     return split
 

@@ -23,6 +23,7 @@ from subagents.dialogue.commands import (
     HandleCodeChange,
     Intent,
     InternalError,
+    KnowledgeAnswer,
     RepeatBotMessages,
     Restart,
     RestartAgent,
@@ -43,6 +44,7 @@ from subagents.dialogue.patterns import (
     CONTINUE_SLOT,
     REPEAT_BOT_MESSAGES,
     RESTART,
+    SEARCH,
     SESSION_END,
     SESSION_START,
     SKIP_QUESTION,
@@ -60,14 +62,14 @@ PATTERN_COMMANDS: dict[str, Command] = {
     "pattern_cancel_flow": CancelFlow(), "pattern_chitchat": ChitChat(),
     "pattern_cannot_handle": CannotHandle(), "pattern_skip_question": SkipQuestion(),
     "pattern_restart": Restart(), "pattern_session_start": SessionStart(),
-    "pattern_session_end": SessionEnd()}
+    "pattern_session_end": SessionEnd(), "pattern_search": KnowledgeAnswer()}
 """What an intent that triggers a pattern means (other patterns cannot be triggered)."""
 INVALID_INTENT = "cannot_handle_invalid_intent"
 UNKNOWN_SLOT = "cannot_handle_unknown_slot"
 NOTHING_TO_CANCEL = "cannot_handle_no_active_flow"
 _INVALID = object()
-PatternCommand = (ChitChat | CannotHandle | Clarify | RepeatBotMessages | SkipQuestion
-                  | SessionStart | SessionEnd | Restart)
+PatternCommand = (ChitChat | KnowledgeAnswer | CannotHandle | Clarify | RepeatBotMessages
+                  | SkipQuestion | SessionStart | SessionEnd | Restart)
 
 
 def coerce_command_value(kind: str, values: list[Any] | None, value: Any) -> Any:
@@ -248,8 +250,9 @@ class CommandEffects:
                 turn.agent_ran = True
                 self.patterns.internal_error(turn, error_type=command.error_type,
                                              info=dict(command.info))
-            case (ChitChat() | CannotHandle() | Clarify() | RepeatBotMessages()
-                  | SkipQuestion() | SessionStart() | SessionEnd() | Restart()):
+            case (ChitChat() | KnowledgeAnswer() | CannotHandle() | Clarify()
+                  | RepeatBotMessages() | SkipQuestion() | SessionStart() | SessionEnd()
+                  | Restart()):
                 self._pattern_command(turn, command)
             case _:
                 assert_never(command)
@@ -260,6 +263,10 @@ class CommandEffects:
             case ChitChat():
                 self.navigator.interrupt_active(turn)
                 self.patterns.push(turn, CHITCHAT)
+            case KnowledgeAnswer():
+                # as in Rasa: a waiting agent is interrupted, the search pattern answers
+                self.navigator.interrupt_active(turn)
+                self._pattern_or_cannot_handle(turn, SEARCH)
             case CannotHandle():
                 self.patterns.cannot_handle(turn, command.reason)
             case Clarify():

@@ -2,9 +2,11 @@
 
 One command per line: ``start flow X``, ``set slot X Y``, ``cancel flow``, ``continue agent``,
 ``restart agent X``, ``offtopic reply``, ``cannot handle``, ``disambiguate flows X Y``,
-``repeat message``, ``skip question``. Rasa's v1 forms (``StartFlow(x)``, ``SetSlot(x, y)``,
-``CancelFlow()``, ``ChitChat()``, ``CannotHandle()``, ``ContinueAgent()``, ``RestartAgent(x)``,
-``Clarify(x, y)``, ``RepeatBotMessages()``, ``SkipQuestion()``) are accepted too. Lines that
+``repeat message``, ``skip question``, and the knowledge command in both of Rasa's current
+spellings, ``search and reply`` (the search-ready generator's) and ``provide info``. Rasa's v1
+forms (``StartFlow(x)``, ``SetSlot(x, y)``, ``CancelFlow()``, ``ChitChat()``,
+``CannotHandle()``, ``ContinueAgent()``, ``RestartAgent(x)``, ``Clarify(x, y)``,
+``RepeatBotMessages()``, ``SkipQuestion()``, ``SearchAndReply()``) are accepted too. Lines that
 match nothing are ignored.
 
 Button payloads need no model: ``/SetSlots(a=1, b=x)`` sets slots and ``/name`` is an intent
@@ -53,6 +55,11 @@ class RestartAgent:
 @dataclass(frozen=True)
 class ChitChat:
     """Small talk or an off-topic message."""
+
+
+@dataclass(frozen=True)
+class KnowledgeAnswer:
+    """A question the knowledge base may answer; runs ``pattern_search``."""
 
 
 @dataclass(frozen=True)
@@ -125,8 +132,8 @@ class HandleCodeChange:
 
 
 Command = (StartFlow | SetSlot | CancelFlow | ContinueAgent | RestartAgent | ChitChat
-           | CannotHandle | Clarify | RepeatBotMessages | SkipQuestion | SessionStart | SessionEnd
-           | Restart | Intent | InternalError | HandleCodeChange)
+           | KnowledgeAnswer | CannotHandle | Clarify | RepeatBotMessages | SkipQuestion
+           | SessionStart | SessionEnd | Restart | Intent | InternalError | HandleCodeChange)
 
 _LINE_FORMS: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"^start flow ([\w\-]+)$", re.I), lambda m: StartFlow(m.group(1))),
@@ -136,6 +143,8 @@ _LINE_FORMS: list[tuple[re.Pattern[str], Any]] = [
     (re.compile(r"^continue agent$", re.I), lambda m: ContinueAgent()),
     (re.compile(r"^restart agent ([\w\-]+)$", re.I), lambda m: RestartAgent(m.group(1))),
     (re.compile(r"^(offtopic reply|chitchat)$", re.I), lambda m: ChitChat()),
+    (re.compile(r"^(search and reply|provide info)['\"`]*$", re.I),
+     lambda m: KnowledgeAnswer()),
     (re.compile(r"^cannot handle$", re.I), lambda m: CannotHandle()),
     (re.compile(r"^disambiguate flows\s+(.+)$", re.I),
      lambda m: Clarify(tuple(m.group(1).replace(",", " ").split()))),
@@ -150,6 +159,7 @@ _LINE_FORMS: list[tuple[re.Pattern[str], Any]] = [
      lambda m: RestartAgent(m.group(1))),
     (re.compile(r"^ChitChat\(\s*\)$"), lambda m: ChitChat()),
     (re.compile(r"^CannotHandle\(\s*\)$"), lambda m: CannotHandle()),
+    (re.compile(r"^SearchAndReply\(\s*\)$"), lambda m: KnowledgeAnswer()),
     (re.compile(r"^Clarify\(\s*\[?(.*?)\]?\s*\)$"),
      lambda m: Clarify(tuple(re.findall(r"[\w\-]+", m.group(1))))),
     (re.compile(r"^RepeatBotMessages\(\s*\)$"), lambda m: RepeatBotMessages()),

@@ -5,26 +5,24 @@ One loop looks at the top of the stack and runs it: an agent frame goes to
 kinds are handled here (``collect``, ``set_slots``, ``link``, ``noop``) or handed on: ``action``
 to :class:`~subagents.dialogue.action_steps.ActionSteps`, ``call`` of a sub agent to
 ``AgentSteps``; a ``call`` of another flow pushes that flow. Each returns a
-:class:`~subagents.dialogue.results.StepResult`.
+:class:`~subagents.dialogue.results.Advance`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import random
-from collections.abc import Callable
 from typing import Any, assert_never
 
 import structlog
 
 from subagents import events as ev
-from subagents.agents.base import MCPBaseAgent
-from subagents.conditions import ConditionSyntaxError, parse_condition
+from subagents.agents.protocol import SubAgent
 from subagents.config.flows import Flow, Step
 from subagents.config.project import Project
 from subagents.dialogue.action_steps import ActionSteps
 from subagents.dialogue.actions import ActionRunner
 from subagents.dialogue.agent_steps import AgentKey, AgentSteps
+from subagents.dialogue.builtin_actions import SearchHandler
 from subagents.dialogue.code_change import CodeChanges
 from subagents.dialogue.command_effects import CommandEffects, coerce_command_value
 from subagents.dialogue.commands import Command, HandleCodeChange
@@ -33,7 +31,7 @@ from subagents.dialogue.navigation import Navigator
 from subagents.dialogue.patterns import Patterns
 from subagents.dialogue.rephraser import LLMFactory, Rephraser
 from subagents.dialogue.responses import Responder, render_template
-from subagents.dialogue.results import StepResult
+from subagents.dialogue.results import Advance
 from subagents.dialogue.stack import START, AgentFrame, FlowFrame, FrameType
 from subagents.dialogue.turn import Turn
 from subagents.mcp.pool import MCPPool
@@ -60,16 +58,14 @@ class FlowExecutor:
         assistant_id: Sent to agents as ``agent_id`` metadata.
         model_id: Sent to agents as ``model_id`` metadata.
         retry_delays: Pauses (seconds) between agent attempts after a recoverable error.
-        sleep: The pause function (tests pass one that does not wait).
         rng: The random source for choosing among response variations (see
             :class:`~subagents.dialogue.responses.Responder`).
         llm_factory: Builds model clients (the response rephraser's, when configured).
     """
 
-    def __init__(self, project: Project, agents: dict[AgentKey, MCPBaseAgent],
+    def __init__(self, project: Project, agents: dict[AgentKey, SubAgent],
                  actions: ActionRunner, *, assistant_id: str, model_id: str,
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 sleep: Callable[[float], Any] = asyncio.sleep,
                  rng: random.Random | None = None,
                  llm_factory: LLMFactory | None = None,
                  mcp_pool: MCPPool | None = None) -> None:
@@ -88,7 +84,18 @@ class FlowExecutor:
         self.agent_steps = AgentSteps(project, agents, responder=self.responder,
                                       navigator=self.navigator, patterns=self.patterns,
                                       assistant_id=assistant_id, model_id=model_id,
-                                      retry_delays=retry_delays, sleep=sleep)
+                                      retry_delays=retry_delays)
+
+    async def start_session(self, turn: Turn, metadata: dict[str, Any] | None = None) -> None:
+        """Start a new conversation's first session (before its first message, whose
+        ``metadata`` it may read), with the project's own ``action_session_start`` when it
+        replaces the built-in."""
+        await self.action_steps.start_session(turn, metadata)
+
+    def use_search(self, handler: SearchHandler | None) -> None:
+        """Plug in the search backend ``action_trigger_search`` hands knowledge questions to
+        (see :data:`~subagents.dialogue.builtin_actions.SearchHandler`); None removes it."""
+        self.action_steps.builtins.use_search(handler)
 
     def clean_commands(self, turn: Turn, commands: list[Command]) -> list[Command]:
         """Drop commands that cannot apply now (see :meth:`CommandEffects.clean`).
@@ -126,22 +133,22 @@ class FlowExecutor:
                 result = await self._run_step(turn, top)
             await turn.flush_channel_events()
             match result:
-                case StepResult.WAIT:
+                case Advance.WAIT:
                     return
-                case StepResult.NEXT | StepResult.CHANGED:
+                case Advance.NEXT | Advance.CHANGED:
                     continue
                 case _:
                     assert_never(result)
         log.error("dialogue.loop.limit", sender=turn.sender_id)
 
-    async def _run_step(self, turn: Turn, frame: FlowFrame) -> StepResult:
+    async def _run_step(self, turn: Turn, frame: FlowFrame) -> Advance:
         flow = self.flows.get(frame.flow_id)
         if flow is None:
             turn.stack.remove(frame)
-            return StepResult.CHANGED
+            return Advance.CHANGED
         if frame.interrupted:
             self.patterns.ask_to_continue(turn)
-            return StepResult.CHANGED
+            return Advance.CHANGED
         if frame.step_id == START:
             # a pattern's start carries its context, as Rasa's does (tests read the
             # clarification's options from it)
@@ -151,17 +158,17 @@ class FlowExecutor:
         step = flow.step(frame.step_id)
         if step is None:
             await self.navigator.complete_flow(turn, frame)
-            return StepResult.CHANGED
+            return Advance.CHANGED
         turn.stamp = {"step_id": step.id, "active_flow": flow.id}
         try:
             result = await self._execute(turn, frame, flow, step)
         finally:
             turn.stamp = {}
-        if result == StepResult.NEXT:
+        if result == Advance.NEXT:
             await self.navigator.move_next(turn, frame, flow, step)
         return result
 
-    async def _execute(self, turn: Turn, frame: FlowFrame, flow: Flow, step: Step) -> StepResult:
+    async def _execute(self, turn: Turn, frame: FlowFrame, flow: Flow, step: Step) -> Advance:
         kind = step.kind
         if kind == "collect":
             return await self._collect(turn, frame, step)
@@ -172,10 +179,10 @@ class FlowExecutor:
                 for name, value in item.items():
                     if turn.slots.get(name) != value:
                         turn.add(ev.slot_set(name, value))
-            return StepResult.NEXT
+            return Advance.NEXT
         if kind == "link":
             await self.navigator.complete_flow(turn, frame, link=str(step.model.link))
-            return StepResult.CHANGED
+            return Advance.CHANGED
         if kind == "call":
             target = str(step.model.call)
             if self.mcp_steps is not None and is_mcp_tool_step(step, self.project.endpoints):
@@ -183,14 +190,14 @@ class FlowExecutor:
                 await self.navigator.move_next(turn, frame, flow, step)
                 if error is not None:  # the flow goes on after the step once the pattern ran
                     self.patterns.internal_error(turn, **error)
-                return StepResult.CHANGED
+                return Advance.CHANGED
             if target in self.project.agents:
                 return await self.agent_steps.run(turn, frame, flow, step, None)
             turn.stack.push(FlowFrame(target, frame_type=FrameType.CALL))
-            return StepResult.CHANGED
-        return StepResult.NEXT  # noop
+            return Advance.CHANGED
+        return Advance.NEXT  # noop
 
-    async def _collect(self, turn: Turn, frame: FlowFrame, step: Step) -> StepResult:
+    async def _collect(self, turn: Turn, frame: FlowFrame, step: Step) -> Advance:
         """Ask for a slot unless it is filled (and passes the step's rejections)."""
         slot = str(step.model.collect)
         value = turn.slots.get(slot)
@@ -200,7 +207,7 @@ class FlowExecutor:
                 if validated is not None:
                     return validated
                 frame.awaiting = None
-                return StepResult.NEXT
+                return Advance.NEXT
         elif value is not None:  # ask_before_filling: ask even though a value is there
             turn.add(ev.slot_set(slot, None))
         if slot in turn.rejected_values:
@@ -209,7 +216,7 @@ class FlowExecutor:
         return await self._ask(turn, frame, step, slot)
 
     async def _validate(self, turn: Turn, frame: FlowFrame, step: Step,
-                        slot: str) -> StepResult | None:
+                        slot: str) -> Advance | None:
         """Run the project's ``validate_<slot>`` custom action on a new value, as Rasa's
         collect pattern does; it accepts the value by leaving it set and rejects it by
         clearing it (its own messages say why).
@@ -221,15 +228,15 @@ class FlowExecutor:
         action = f"validate_{slot}"
         if action not in self.project.domain.actions:
             return None
-        if await self.action_steps.run(turn, frame, action) != StepResult.NEXT:
+        if await self.action_steps.run(turn, frame, action) != Advance.NEXT:
             frame.awaiting = None
-            return StepResult.CHANGED  # it failed: the flow was cancelled, the error pattern runs
+            return Advance.CHANGED  # it failed: the flow was cancelled, the error pattern runs
         if turn.slots.get(slot) is not None:
             return None
         frame.awaiting = slot
         return await self._ask(turn, frame, step, slot)
 
-    async def _ask(self, turn: Turn, frame: FlowFrame, step: Step, slot: str) -> StepResult:
+    async def _ask(self, turn: Turn, frame: FlowFrame, step: Step, slot: str) -> Advance:
         """Ask for ``slot`` as Rasa does: its ``utter``/``utter_ask_<slot>`` response, then a
         custom ``action_ask_<slot>`` when the domain lists one; with neither, a question built
         from the slot's definition."""
@@ -245,10 +252,10 @@ class FlowExecutor:
             await self.responder.say(turn, text or f"Please tell me your {slot.replace('_', ' ')}.",
                                      {"utter_action": name})
             turn.add(ev.action_executed(name))
-        if has_action and await self.action_steps.run(turn, frame, action) != StepResult.NEXT:
+        if has_action and await self.action_steps.run(turn, frame, action) != Advance.NEXT:
             frame.awaiting = None
-            return StepResult.CHANGED  # it failed: the flow was cancelled, the error pattern runs
-        return StepResult.WAIT
+            return Advance.CHANGED  # it failed: the flow was cancelled, the error pattern runs
+        return Advance.WAIT
 
     async def _type_rejection(self, turn: Turn, slot: str, value: Any) -> None:
         """The answer did not fit the slot's type: say so (``utter_<type>_slot_rejection``)."""
@@ -259,15 +266,10 @@ class FlowExecutor:
 
     async def _rejected(self, turn: Turn, step: Step, slot: str) -> bool:
         """Collect ``rejections``: the first matching condition utters and resets the slot."""
-        for rejection in step.model.rejections or []:
-            try:
-                condition = parse_condition(str(rejection.get("if", "")))
-            except ConditionSyntaxError:
-                continue
-            if condition.evaluate({"slots": dict(turn.slots)}):
-                if rejection.get("utter"):
-                    await self.responder.utter(turn, str(rejection["utter"]),
-                                               value=turn.slots.get(slot))
+        for rejection in step.rejections:  # parsed when the project loaded
+            if rejection.condition.evaluate({"slots": dict(turn.slots)}):
+                if rejection.utter:
+                    await self.responder.utter(turn, rejection.utter, value=turn.slots.get(slot))
                 turn.add(ev.slot_set(slot, None))
                 return True
         return False

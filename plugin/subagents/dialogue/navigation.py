@@ -5,6 +5,7 @@ from __future__ import annotations
 from subagents import events as ev
 from subagents.config.flows import END, Flow, Step
 from subagents.config.project import Project
+from subagents.dialogue.patterns import SEARCH
 from subagents.dialogue.stack import FlowFrame, FrameType
 from subagents.dialogue.turn import Turn
 from subagents.types import FrameState
@@ -45,7 +46,8 @@ class Navigator:
         if link is not None:
             turn.stack.push(FlowFrame(link, frame_type=frame.frame_type))
             return
-        if not frame.is_pattern:
+        # as in Rasa, the search pattern counts like a user flow when it leaves the stack empty
+        if not frame.is_pattern or (frame.flow_id == SEARCH and turn.stack.top() is None):
             turn.metadata["_previous_flow_name"] = flow.name if flow is not None else frame.flow_id
             turn.flow_completed = turn.flow_completed or (flow is None or
                                                           flow.run_pattern_completed)

@@ -4,7 +4,9 @@ When a user finishes an MCP server's sign-in in their browser, the call the agen
 at once (see :mod:`subagents.mcp.oauth.consent`). If the conversation's latest message came over a
 channel that can reach the user without a request of theirs (Socket.IO, Slack, Telegram,
 Twilio: :attr:`OutputChannel.can_send_later`), the agent is resumed right away in a turn of its
-own, under the conversation's lock like any turn, and its reply goes to that channel. Over
+own, under the conversation's lock like any turn (:meth:`Assistant.resume_parked_call
+<subagents.dialogue.processor.Assistant.resume_parked_call>`), and its reply goes to that
+channel. Over
 request/response channels (the REST webhook, the SSE stream) nothing can carry the reply, so the
 conversation waits for the user's next message, which collects the call's result as before.
 
@@ -22,11 +24,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from subagents.dialogue.client_input import split_client_metadata
-from subagents.dialogue.commands import ContinueAgent
 from subagents.dialogue.stack import Stack
 
 if TYPE_CHECKING:
-    from subagents.dialogue.processor import Assistant
     from subagents.types import OutputChannel
 
 log = structlog.get_logger("subagents.dialogue")
@@ -72,28 +72,11 @@ def parked_on(stack: Stack, call_id: str) -> bool:
     return isinstance(call, dict) and call.get("id") == call_id
 
 
-def latest_metadata(events: list[dict[str, Any]], allowed: frozenset[str]) -> dict[str, Any]:
-    """The allow-listed metadata of the latest user message (what agents saw with it)."""
+def latest_metadata(events: list[dict[str, Any]],
+                    allowed: frozenset[str] | None) -> dict[str, Any]:
+    """The metadata of the latest user message that agents saw with it (``allowed``: the keys
+    that reach agents; None: every key)."""
     latest = next((e for e in reversed(events) if e.get("event") == "user"), None)
     recorded = (latest or {}).get("metadata")
     return split_client_metadata(recorded if isinstance(recorded, dict) else {},
                                  allowed).for_agents
-
-
-async def resume_turn(assistant: Assistant, sender_id: str, call_id: str,
-                      channel: OutputChannel) -> list[dict[str, Any]]:
-    """The turn that resumes the agent parked on ``call_id`` (the caller holds the lock).
-
-    Returns the turn's events; none when the agent no longer waits for that call (the user's
-    own message resumed it first, or the conversation moved on).
-    """
-    turn = await assistant.open_turn(sender_id, channel)
-    if not parked_on(turn.stack, call_id):
-        log.info("dialogue.resume.nothing_parked", sender=sender_id)
-        return []
-    turn.metadata = latest_metadata(turn.events, assistant.client_metadata_keys)
-    executor = assistant.executor
-    executor.apply_commands(turn, executor.clean_commands(turn, [ContinueAgent()]))
-    await executor.advance(turn)
-    log.info("dialogue.resume.ran", sender=sender_id)
-    return await assistant._save(turn)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import time
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -18,16 +19,16 @@ from typing import Any
 import structlog
 
 from subagents import events as ev
-from subagents.agents.base import MCPBaseAgent
+from subagents.agents.protocol import SubAgent
 from subagents.agents.registry import create_agent, protocol_type_for
 from subagents.config.project import Project, ProjectPaths, load_project
 from subagents.dialogue.actions import ActionRunner
-from subagents.dialogue.builtin_actions import start_session
 from subagents.dialogue.client_input import (
     ClientInputError,
     ClientMetadata,
     TurnFailedError,
     accept_client_results,
+    agent_metadata_keys,
     check_message_id,
     check_sender_id,
     declared_metadata_keys,
@@ -37,24 +38,23 @@ from subagents.dialogue.client_input import (
 from subagents.dialogue.commands import CannotHandle, Command, ContinueAgent
 from subagents.dialogue.flow_executor import FlowExecutor
 from subagents.dialogue.history import WINDOW_LINES, load_conversation
-from subagents.dialogue.proactive import ReachableChannels, resume_turn, split_owner_key
+from subagents.dialogue.proactive import (
+    ReachableChannels,
+    latest_metadata,
+    parked_on,
+    split_owner_key,
+)
 from subagents.dialogue.stack import Stack
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import CommandGenerator
 from subagents.exceptions import AgentInitializationError, LLMError, MCPConnectionError
-from subagents.llm.client import (
-    LLMClient,
-    ModelSettings,
-    call_deadline,
-    make_llm_client,
-    resolve_model_settings,
-)
-from subagents.llm.usage import conversation_usage, turn_metadata
+from subagents.llm import Model, ModelSettings, build_model, resolve_model_settings
+from subagents.llm.usage import UsageTally, conversation_usage
 from subagents.mcp.pool import MCPPool
 from subagents.observability import traced_command_generation, traced_turn
 from subagents.recording import turn as recording
 from subagents.stores import LockStore, TrackerStore, create_lock_store, create_tracker_store
-from subagents.types import OutputChannel
+from subagents.types import CallScope, OutputChannel
 
 log = structlog.get_logger("subagents.dialogue")
 
@@ -62,13 +62,13 @@ DEFAULT_TURN_TIMEOUT = 60.0
 """Seconds; well under the Redis lock's expiry, which is extended while a turn runs anyway."""
 MODEL_UNAVAILABLE_PATTERN = "pattern_model_unavailable"
 
-LLMFactory = Callable[[str, ModelSettings], LLMClient]
+LLMFactory = Callable[[str, ModelSettings], Model]
 COMMAND_GENERATOR = "command_generator"
 
 
-def default_llm_factory(caller: str, settings: ModelSettings) -> LLMClient:
-    """Create the model client for ``caller`` with ``settings`` (the default factory)."""
-    return make_llm_client(settings, name=caller)
+def default_llm_factory(caller: str, settings: ModelSettings) -> Model:
+    """Build the model ``caller`` calls, with ``settings`` (the default factory)."""
+    return build_model(settings, name=caller)
 
 
 class Assistant:
@@ -78,14 +78,16 @@ class Assistant:
                  lock_store: LockStore | None = None, llm_factory: LLMFactory | None = None,
                  action_stubs: dict[str, Any] | None = None,
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
-                 client_metadata_keys: Iterable[str] = (),
+                 client_metadata_keys: Iterable[str] | None = None,
                  turn_timeout: float | None = None) -> None:
         self.project = project
         self.turn_timeout = turn_timeout or _env_turn_timeout()
         """Seconds a turn may take, waiting for the sender's lock excluded."""
-        self.client_metadata_keys = frozenset(declared_metadata_keys(project)) | frozenset(
-            client_metadata_keys)
-        """Message metadata keys a client may send that reach agents (an allow-list)."""
+        self.client_metadata_keys: frozenset[str] | None = agent_metadata_keys(project) \
+            if client_metadata_keys is None else frozenset(client_metadata_keys) | frozenset(
+                declared_metadata_keys(project))
+        """Message metadata keys that reach agents (an allow-list); None: every key that is
+        not reserved, as in Rasa."""
         self.root = project.root
         factory = llm_factory or default_llm_factory
         self.tracker_store = tracker_store or create_tracker_store(
@@ -93,7 +95,7 @@ class Assistant:
         self.lock_store = lock_store or create_lock_store(project.endpoints.lock_store)
         self.pool = MCPPool(project.endpoints, root=project.root,
                             tokens_url=getattr(self.tracker_store, "url", None))
-        self.agents: dict[tuple[str, str], MCPBaseAgent] = {}
+        self.agents: dict[tuple[str, str], SubAgent] = {}
         for _, step in project.agent_call_steps():
             name = str(step.model.call)
             protocol = protocol_type_for(project.agents[name], has_exit_if=bool(step.model.exit_if))
@@ -108,7 +110,8 @@ class Assistant:
         generator_settings = resolve_model_settings(project.pipeline.command_generator_llm(),
                                                     project.endpoints, where="config.yml")
         self.command_llm = factory(COMMAND_GENERATOR, generator_settings)
-        self.understanding = CommandGenerator(project, self.command_llm)
+        generator = project.command_generator_class or CommandGenerator
+        self.understanding: CommandGenerator = generator(project, self.command_llm)
         self.actions = ActionRunner(project, stubs=action_stubs)
         self.executor = FlowExecutor(project, self.agents, self.actions,
                                      assistant_id=project.assistant_id,
@@ -171,7 +174,8 @@ class Assistant:
 
         ``metadata["client_tool_results"]`` (``[{"id", "result"}]``) delivers the results of
         client-executed tools; with an empty ``text`` the turn only resumes the waiting agent.
-        Of the other metadata keys, only those in :attr:`client_metadata_keys` reach agents.
+        The other metadata keys reach agents (only those in :attr:`client_metadata_keys` when
+        the project narrows them); reserved names are dropped.
         A ``message_id`` the conversation has already recorded is not handled again: its
         recorded bot messages are sent again and no events are returned (a client's retry).
 
@@ -188,19 +192,30 @@ class Assistant:
         self.reachable.remember(sender_id, output_channel)
         try:
             async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
-                with call_deadline(_model_deadline(self.turn_timeout)):
-                    return await self._run_turn(sender_id, text, client, output_channel,
-                                                message_id)
+                return await self._run_turn(sender_id, text, client, output_channel,
+                                            message_id, self.model_deadline())
         except ClientInputError:
             raise
         except Exception as exc:
             raise await self._turn_failed(sender_id, exc, output_channel) from exc
 
+    def model_deadline(self) -> float:
+        """When a turn starting now must have finished its model calls: a little before the
+        turn's deadline, so a slow model still gets its defined reply and the turn is
+        recorded."""
+        return time.monotonic() + _model_deadline(self.turn_timeout)
+
+    def turn_scope(self, switched_on: bool, deadline: float) -> CallScope:
+        """What the model and tool calls of a turn get: its deadline, a fresh usage tally and,
+        when the conversation is recorded (its stored switch is ``switched_on``, or every
+        conversation is), its recording."""
+        return CallScope(deadline, UsageTally(), recording.recorder_for(switched_on))
+
     async def _run_turn(self, sender_id: str, text: str, client: ClientMetadata,
                         output_channel: OutputChannel | None,
-                        message_id: str | None = None) -> list[dict[str, Any]]:
-        turn = await self.open_turn(sender_id, output_channel, dict(client.for_agents))
-        recording.begin_turn(turn.snapshot.recording is True)  # the conversation's switch
+                        message_id: str | None, deadline: float) -> list[dict[str, Any]]:
+        turn = await self.open_turn(sender_id, output_channel, dict(client.for_agents),
+                                    deadline=deadline)
         if message_id is not None and await replay_answer(turn.events, message_id, sender_id,
                                                           output_channel):
             log.info("dialogue.turn.replayed", sender=sender_id)
@@ -216,7 +231,7 @@ class Assistant:
             commands: list[Command] = [ContinueAgent()]
         else:
             if not turn.previous_count:  # a new conversation starts its first session (Rasa)
-                start_session(turn)
+                await self.executor.start_session(turn, client.recorded)
             user = turn.add(ev.user_uttered(text, metadata=dict(client.recorded)))
             user["message_id"] = message_id
             try:
@@ -247,13 +262,17 @@ class Assistant:
             turn.stack = stack
 
     async def open_turn(self, sender_id: str, channel: OutputChannel | None,
-                        metadata: dict[str, Any] | None = None) -> Turn:
+                        metadata: dict[str, Any] | None = None, *,
+                        deadline: float | None = None) -> Turn:
         """A turn of ``sender_id``'s conversation: its stack, snapshot and latest events
-        loaded (the caller holds the conversation's lock)."""
+        loaded (the caller holds the conversation's lock); with a ``deadline``, its calls get
+        the turn's scope (:meth:`turn_scope`)."""
         loaded = await load_conversation(self.tracker_store, sender_id, self.window_lines)
+        scope = None if deadline is None else self.turn_scope(
+            loaded.snapshot.recording is True, deadline)
         return Turn(sender_id, loaded.events, Stack.from_list(loaded.record.stack),
-                    self.project.domain, channel, metadata, snapshot=loaded.snapshot,
-                    start=loaded.start,
+                    self.project.domain, channel, metadata, scope=scope,
+                    snapshot=loaded.snapshot, start=loaded.start,
                     load_events=functools.partial(self.tracker_store.load_events, sender_id))
 
     async def save(self, turn: Turn) -> None:
@@ -264,8 +283,7 @@ class Assistant:
                                            state=state, window_start=window_start)
 
     async def _save(self, turn: Turn) -> list[dict[str, Any]]:
-        turn.add(ev.action_executed("action_listen",
-                                    metadata=recording.turn_metadata(turn_metadata())))
+        turn.add(ev.action_executed("action_listen", metadata=_closing_metadata(turn.scope)))
         await self.save(turn)
         return turn.new_events
 
@@ -317,10 +335,26 @@ class Assistant:
             return None
         try:
             async with self.lock_store.lock(sender_id), asyncio.timeout(self.turn_timeout):
-                with call_deadline(_model_deadline(self.turn_timeout)):
-                    return await resume_turn(self, sender_id, call_id, channel)
+                return await self._resume_turn(sender_id, call_id, channel,
+                                               self.model_deadline())
         except Exception as exc:
             raise await self._turn_failed(sender_id, exc, channel) from exc
+
+    async def _resume_turn(self, sender_id: str, call_id: str, channel: OutputChannel,
+                           deadline: float) -> list[dict[str, Any]]:
+        """The turn that resumes the agent parked on ``call_id`` (the caller holds the lock);
+        no events when the agent no longer waits for that call (the user's own message resumed
+        it first, or the conversation moved on). The agent gets the metadata of the
+        conversation's latest user message, so it acts for the same user."""
+        turn = await self.open_turn(sender_id, channel, deadline=deadline)
+        if not parked_on(turn.stack, call_id):
+            log.info("dialogue.resume.nothing_parked", sender=sender_id)
+            return []
+        turn.metadata = latest_metadata(turn.events, self.client_metadata_keys)
+        self.executor.apply_commands(turn, self.executor.clean_commands(turn, [ContinueAgent()]))
+        await self.executor.advance(turn)
+        log.info("dialogue.resume.ran", sender=sender_id)
+        return await self._save(turn)
 
     @traced_command_generation
     async def understand(self, turn: Turn, text: str) -> list[Command]:
@@ -377,6 +411,16 @@ def _env_turn_timeout() -> float:
         log.warning("dialogue.turn_timeout.invalid", value=raw, used=DEFAULT_TURN_TIMEOUT)
         return DEFAULT_TURN_TIMEOUT
     return value
+
+
+def _closing_metadata(scope: CallScope) -> dict[str, Any] | None:
+    """The turn's usage and, when it was recorded, its recording: the metadata of the turn's
+    closing event."""
+    usage = scope.usage.metadata() if isinstance(scope.usage, UsageTally) else None
+    recorder = scope.recorder
+    if isinstance(recorder, recording.TurnRecording):
+        return recorder.metadata(usage)
+    return usage
 
 
 def _model_deadline(turn_timeout: float) -> float:

@@ -3,7 +3,7 @@
 Configured in ``endpoints.yml``::
 
     nlg:
-      type: rephrase
+      type: rephrase               # Rasa 3.7's rasa_plus.ml.ContextualResponseRephraser too
       rephrase_all: false          # rephrase every response, not only those that ask for it
       max_historical_turns: 5      # how much of the conversation the model sees
       prompt_template: prompts/rephraser.jinja2   # optional, relative to the project folder
@@ -27,16 +27,17 @@ from typing import Any
 import structlog
 
 from subagents.config.domain import ResponseVariation
+from subagents.config.endpoints import is_rephraser_type
 from subagents.config.project import Project
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import transcript
-from subagents.llm.client import LLMClient, ModelSettings, resolve_model_settings
+from subagents.llm import Model, ModelSettings, resolve_model_settings
 from subagents.templating import sandbox
 
 log = structlog.get_logger("subagents.dialogue")
 
 CALLER = "rephraser"
-LLMFactory = Callable[[str, ModelSettings], LLMClient]
+LLMFactory = Callable[[str, ModelSettings], Model]
 LANGUAGES = {"en": "English", "de": "German", "fr": "French", "es": "Spanish", "it": "Italian",
              "pt": "Portuguese", "nl": "Dutch"}
 DEFAULT_PROMPT = """\
@@ -77,17 +78,23 @@ class Rephraser:
                 log.error("dialogue.rephraser.template_missing", path=str(path), error=str(exc))
         code = str(project.pipeline.language or "en")
         self.language = LANGUAGES.get(code.split("-")[0].lower(), code)
+        self.enabled = True
+        """False: every response goes out as written (a conversation test that scripts no
+        rephraser turns it off)."""
 
     @classmethod
     def from_project(cls, project: Project, llm_factory: LLMFactory | None) -> Rephraser | None:
         """The rephraser the project configures (``nlg: {type: rephrase}``), if any."""
         nlg = (project.endpoints.model_extra or {}).get("nlg")
-        if llm_factory is None or not isinstance(nlg, dict) or nlg.get("type") != "rephrase":
+        if llm_factory is None or not isinstance(nlg, dict) or \
+                not is_rephraser_type(nlg.get("type")):
             return None
         return cls(project, llm_factory, nlg)
 
     def wants(self, variation: ResponseVariation) -> bool:
         """Whether this variation is to be rephrased."""
+        if not self.enabled:
+            return False
         metadata = variation.metadata or {}
         if "rephrase" in metadata:
             return bool(metadata["rephrase"])
@@ -108,7 +115,8 @@ class Rephraser:
         client = self.factory(CALLER, copy.deepcopy(self.settings))
         try:
             prompt = self.prompt(turn, text, variation)
-            response = await client.complete([{"role": "user", "content": prompt}], None)
+            response = await client.complete([{"role": "user", "content": prompt}], None,
+                                             scope=turn.scope)
         except Exception as exc:  # noqa: BLE001 - on any failure the response goes out as written
             log.warning("dialogue.rephraser.failed", error=str(exc)[:200])
             return None

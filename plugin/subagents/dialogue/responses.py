@@ -17,8 +17,9 @@ no variation fits, the variations of ``utter_internal_error_rasa`` are used.
 ``quick_replies`` and ``elements`` is rendered with the slot values by name, ``context`` (the
 context of the flow frame on top: ``flow_id``, ``step_id`` and, for patterns, e.g.
 ``canceled_name``) and the values the caller passes (``value`` for rejections). By default a
-``{name}`` placeholder is replaced when ``name`` is set, other placeholders stay as written and
-``{{`` / ``}}`` give literal braces. With ``metadata: {template: jinja}`` the string is a Jinja
+``{name}`` placeholder is replaced by the value of ``name`` (``None`` for a slot that is not
+set, as in Rasa), a placeholder naming nothing known stays as written and ``{{`` / ``}}`` give
+literal braces. With ``metadata: {template: jinja}`` the string is a Jinja
 template rendered in a sandbox; unknown names render empty and a template that fails is sent
 as written.
 

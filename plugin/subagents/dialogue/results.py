@@ -5,8 +5,9 @@ from __future__ import annotations
 from enum import Enum
 
 
-class StepResult(Enum):
-    """The result of running the frame on top of the stack."""
+class Advance(Enum):
+    """How the flow executor's loop goes on after running the frame on top of the stack (not
+    to be confused with an agent step's result, ``subagents.agents.plan.StepResult``)."""
 
     NEXT = "next"
     """The step is done; the flow moves on to its next step."""

@@ -7,7 +7,7 @@ from typing import Any
 from subagents.config.domain import Domain
 from subagents.dialogue.history import LoadEvents, Snapshot
 from subagents.dialogue.stack import Stack
-from subagents.types import EarlierEvents, OutputChannel
+from subagents.types import CallScope, EarlierEvents, OutputChannel
 
 
 def _initial_slots(domain: Domain) -> dict[str, Any]:
@@ -35,6 +35,8 @@ class Turn:
         domain: The project's domain (initial slot values).
         channel: Where messages go while the turn runs (None: recorded only).
         metadata: The message's metadata.
+        scope: What the turn's model and tool calls get: its deadline, where usage is counted
+            and, for a recorded conversation, where the calls are recorded.
         snapshot: The conversation's dialogue state after ``events`` (None: worked out from
             ``events``, which then are all of them).
         start: The position of ``events[0]`` in the conversation.
@@ -43,9 +45,11 @@ class Turn:
 
     def __init__(self, sender_id: str, events: list[dict[str, Any]], stack: Stack,
                  domain: Domain, channel: OutputChannel | None,
-                 metadata: dict[str, Any] | None = None, *, snapshot: Snapshot | None = None,
+                 metadata: dict[str, Any] | None = None, *,
+                 scope: CallScope | None = None, snapshot: Snapshot | None = None,
                  start: int = 0, load_events: LoadEvents | None = None) -> None:
         self.sender_id = sender_id
+        self.scope = scope or CallScope()
         self.start = start
         """The position of ``events[0]`` in the conversation (0 once all are loaded)."""
         self.previous_count = start + len(events)

@@ -1,10 +1,15 @@
 """Dialogue understanding: deterministic inputs first, then the LLM command generator.
 
-In this order: ``/SetSlots(...)`` and ``/intent`` payloads; an intent the client sent in the
-message metadata (``{"intent": "name"}`` or ``{"intent": {"name": ..., "confidence": ...}}``)
-when it triggers a flow; an empty or too long message (``user_input.max_characters``, default
-420, negative: no limit), which runs the internal-error pattern without a model call; then the
-model, with the built-in prompt or the project's own ``prompt_template``.
+In this order: ``/SetSlots(...)`` and ``/intent`` payloads; the message itself as the value of
+the slot a ``collect`` step with ``force_slot_filling: true`` asks for, when that slot has a
+``from_text`` mapping; an intent the client sent in the message metadata (``{"intent": "name"}``
+or ``{"intent": {"name": ..., "confidence": ...}}``) when it triggers a flow; an empty or too
+long message (``user_input.max_characters``, default 420, negative: no limit), which runs the
+internal-error pattern without a model call; then the model, with the built-in prompt or the
+project's own ``prompt_template``.
+
+While a ``collect`` step with ``force_slot_filling: true`` asks, only the model's ``set slot``
+commands for that slot are kept; without one, the message cannot be handled (as in Rasa).
 """
 
 from __future__ import annotations
@@ -17,18 +22,28 @@ import anyio
 import structlog
 
 from subagents.agents._history import hide_sign_in_links
+from subagents.config.flows import Step
 from subagents.config.project import Project
 from subagents.dialogue.command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt
+from subagents.dialogue.command_schema import (
+    JSON_INSTRUCTIONS,
+    Offer,
+    command_schema,
+    commands_from_json,
+)
 from subagents.dialogue.commands import (
     CannotHandle,
     Command,
     Intent,
     InternalError,
+    KnowledgeAnswer,
+    SetSlot,
     parse_commands,
     parse_deterministic,
 )
 from subagents.dialogue.stack import Stack
-from subagents.llm.client import LLMClient
+from subagents.llm import Model, schema_format, wants_schema
+from subagents.types import CallScope
 
 if TYPE_CHECKING:
     from subagents.dialogue.turn import Turn
@@ -67,8 +82,14 @@ PATTERN_COMMANDS = {
                                    "last message again\n",
     "pattern_skip_question": "- skip question: the user wants to skip the question being "
                              "asked\n",
+    "pattern_search": "- search and reply: no flow fits, and the user asks something the "
+                      "knowledge base may answer (a fact, a policy, how the service works)\n",
 }
 """Commands offered to the model only when the project has the pattern they run."""
+PATTERN_TAGS = {"pattern_repeat_bot_messages": "repeat message",
+                "pattern_skip_question": "skip question",
+                "pattern_search": "search and reply"}
+"""The JSON reply's tags of the argument-free pattern commands (see :mod:`.command_schema`)."""
 DEFAULT_MAX_CHARACTERS = 420
 USER_INPUT_TOO_LONG = "rasa_internal_error_user_input_too_long"
 USER_INPUT_EMPTY = "rasa_internal_error_user_input_empty"
@@ -78,9 +99,17 @@ BUILTIN_INTENTS = frozenset({"session_start", "session_end", "restart"})
 
 
 class CommandGenerator:
-    """Asks a model for commands; its caller name (fake server path) is ``command_generator``."""
+    """Asks a model for commands; its caller name (fake server path) is ``command_generator``.
 
-    def __init__(self, project: Project, llm: LLMClient) -> None:
+    A project may subclass it and name the subclass in ``config.yml`` by its module path
+    (``pipeline: - name: addons.routing.MyCommandGenerator``); Rasa's
+    ``CompactLLMCommandGenerator`` and its siblings resolve to this class, so a class written
+    against them subclasses it too. Override :meth:`understand`, :meth:`predict`,
+    :meth:`render` (the built-in prompt) or :meth:`parse_reply` (the model's answer to
+    commands); the constructor takes ``(project, llm)``.
+    """
+
+    def __init__(self, project: Project, llm: Model) -> None:
         self.project = project
         self.llm = llm
         found = project.pipeline.command_generator()
@@ -98,14 +127,34 @@ class CommandGenerator:
         fixed = parse_deterministic(text, set(self.project.flows))
         if fixed is not None:
             return fixed
+        forced = self.forced_slot(turn.stack)
+        if forced is not None and self._from_text(forced):
+            log.info("dialogue.slot.filled_from_text", slot=forced)
+            return [SetSlot(forced, text)]
         user = turn.events[-1] if turn.events and turn.events[-1].get("event") == "user" \
             else {}
         intent = self.metadata_intent(user.get("metadata"))
         if intent is not None:
             return [intent]
         return await self.predict(text, turn.stack, turn.slots, turn.events[:-1],
-                                  completed=turn.snapshot.completed_agents(),
+                                  scope=turn.scope, completed=turn.snapshot.completed_agents(),
                                   filled=set(turn.snapshot.filled))
+
+    def forced_slot(self, stack: Stack) -> str | None:
+        """The slot a ``collect`` step with ``force_slot_filling: true`` is asking for now."""
+        frame = stack.top_flow()
+        if frame is None or stack.top() is not frame or frame.awaiting is None:
+            return None
+        flow = self.project.flows.get(frame.flow_id)
+        step: Step | None = flow.step(frame.step_id) if flow is not None else None
+        if step is None or step.kind != "collect" or not step.model.force_slot_filling:
+            return None
+        return str(step.model.collect)
+
+    def _from_text(self, slot: str) -> bool:
+        definition = self.project.domain.slots.get(slot)
+        return definition is not None and any(
+            m.get("type") == "from_text" for m in definition.mappings or [])
 
     def metadata_intent(self, metadata: Any) -> Intent | None:
         """The intent a client sent with the message, if it triggers a flow (or is
@@ -186,9 +235,31 @@ class CommandGenerator:
                              pattern_commands=pattern_commands,
                              conversation=transcript(events, 20) or "(empty)", message=text)
 
+    def parse_reply(self, reply: str | None) -> list[Command]:
+        """The commands of the model's answer: its JSON form (constrained output), else its
+        lines (lines that are no command are ignored)."""
+        found = commands_from_json(reply, {"search and reply": KnowledgeAnswer()})
+        return parse_commands(reply) if found is None else found
+
+    def offer(self, stack: Stack, events: list[dict[str, Any]], *,
+              completed: list[str] | None = None) -> Offer:
+        """The commands the built-in prompt offers in this state (the reply schema's choices;
+        ``completed``: the agents whose latest run completed, None: found in ``events``)."""
+        flows = self.project.flows
+        return Offer(
+            flows=tuple(f for f in flows if not f.startswith("pattern_")),
+            slots=tuple((name, slot) for name, slot in self.project.domain.slots.items()
+                        if slot.llm_fillable()),
+            agent_waiting=stack.active_agent() is not None,
+            completed_agents=tuple(completed_agents(events) if completed is None
+                                   else completed),
+            extra=tuple(tag for flow, tag in PATTERN_TAGS.items() if flow in flows),
+            clarify="pattern_clarification" in flows)
+
     async def predict(self, text: str, stack: Stack, slots: dict[str, Any],
-                      events: list[dict[str, Any]], *, completed: list[str] | None = None,
-                      filled: set[str] | None = None) -> list[Command]:
+                      events: list[dict[str, Any]], *, scope: CallScope | None = None,
+                      completed: list[str] | None = None, filled: set[str] | None = None
+                      ) -> list[Command]:
         """Ask the model which commands the message ``text`` means.
 
         Args:
@@ -197,6 +268,7 @@ class CommandGenerator:
             slots: Every slot's value.
             events: The conversation's latest events before the message (all of them unless
                 ``completed`` and ``filled`` are given).
+            scope: The turn's deadline, usage tally and recording.
             completed: Agents whose latest run completed (None: found in ``events``).
             filled: Slots that were ever set (None: found in ``events``).
         """
@@ -208,8 +280,13 @@ class CommandGenerator:
                      length=len(text))
             return [error]
         custom = self.custom_prompt
+        options: dict[str, Any] | None = None
         if custom is None:
             prompt = self.render(text, stack, slots, events, completed=completed)
+            if wants_schema(self.llm):  # constrained output: the reply is JSON under a schema
+                prompt += JSON_INSTRUCTIONS
+                options = {"response_format": schema_format("commands", command_schema(
+                    self.offer(stack, events, completed=completed)))}
         else:
             try:
                 prompt = await anyio.to_thread.run_sync(functools.partial(
@@ -220,8 +297,17 @@ class CommandGenerator:
                 log.error("dialogue.command_prompt.render_failed", error_type=type(exc).__name__,
                           error=str(exc)[:200])
                 return [InternalError(PROMPT_FAILED)]
-        response = await self.llm.complete([{"role": "user", "content": prompt}], None)
-        commands = parse_commands(response.text)
+        response = await self.llm.complete([{"role": "user", "content": prompt}], None,
+                                           scope=scope, options=options)
+        commands = self.parse_reply(response.text)
+        forced = self.forced_slot(stack)
+        if forced is not None:  # as in Rasa: only the asked slot may be set, or nothing fits
+            kept: list[Command] = [c for c in commands
+                                   if isinstance(c, SetSlot) and c.name == forced]
+            if len(kept) < len(commands):
+                log.info("dialogue.commands.force_slot_filling", slot=forced,
+                         dropped=len(commands) - len(kept))
+            commands = kept
         if not commands:
             # as in Rasa: a reply with no command it can read means the message was not
             # understood, whether or not a flow is running
@@ -229,6 +315,13 @@ class CommandGenerator:
             return [CannotHandle()]
         log.info("dialogue.commands.predicted", commands=[type(c).__name__ for c in commands])
         return commands
+
+
+CompactLLMCommandGenerator = SearchReadyLLMCommandGenerator = CommandGenerator
+SingleStepLLMCommandGenerator = LLMCommandGenerator = LLMBasedCommandGenerator = CommandGenerator
+MultiStepLLMCommandGenerator = CommandGenerator
+"""Rasa's command generator names, for classes written against them (see
+:mod:`subagents.rasa_compat`)."""
 
 
 def transcript(events: list[dict[str, Any]], lines: int) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from subagents.config._base import resolve_env
 from subagents.config.project import Project
 from subagents.exceptions import ConfigError
-from subagents.llm.client import ModelSettings, resolve_model_settings
+from subagents.llm.settings import ModelSettings, resolve_model_settings
 
 OPENAI_BASE = "https://api.openai.com/v1"
 

@@ -1,7 +1,7 @@
 """Which model of a routed model group serves a call, and in what order the others take over.
 
 A model group with a ``router:`` mapping spreads its calls over its models. The policy here
-only decides; :class:`subagents.llm.client.RoutedLLMClient` makes the calls and reports back what
+only decides; :class:`subagents.llm.fallback.FallbackModel` makes the calls and reports back what
 happened (started, finished, failed, latency, tokens). The strategies, by their Rasa names:
 
 - ``simple-shuffle`` (default): a random model, weighted by ``weight``, else ``rpm``, else

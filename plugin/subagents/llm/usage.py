@@ -1,10 +1,10 @@
 """Token usage (and, with prices, cost) per turn and per conversation.
 
-Every model call of a turn adds its token counts to the turn's tally (a context variable, so
-calls made by agents in concurrent tasks of the same turn count too). The processor stores
-the tally in the metadata of the turn's closing ``action_listen`` event, so it lives with the
-tracker in any store; :func:`conversation_usage` adds the tallies of a conversation up for the
-HTTP API.
+Every model call of a turn adds its token counts to the turn's :class:`UsageTally`, which the
+turn hands each call in its :class:`~subagents.types.CallScope` (the model wrapper
+:class:`subagents.llm.wrappers.CountingModel` adds them). The processor stores the tally in the
+metadata of the turn's closing ``action_listen`` event, so it lives with the tracker in any
+store; :func:`conversation_usage` adds the tallies of a conversation up for the HTTP API.
 
 Prices are optional: ``SUBAGENTS_MODEL_PRICES`` holds JSON mapping a model name to its price
 in USD per million input and output tokens, e.g. ``{"gpt-4.1-mini": [0.4, 1.6]}``. Models
@@ -13,11 +13,9 @@ without a price count tokens only.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -29,43 +27,28 @@ PRICES_ENV = "SUBAGENTS_MODEL_PRICES"
 Tally = dict[str, dict[str, int]]
 """model -> {"calls", "input_tokens", "output_tokens"}."""
 
-_turn: contextvars.ContextVar[Tally | None] = contextvars.ContextVar("subagents_turn_usage",
-                                                                    default=None)
+class UsageTally:
+    """The token usage of one turn, per model."""
 
+    __slots__ = ("models",)
 
-@contextlib.contextmanager
-def turn_scope() -> Iterator[Tally]:
-    """Collect the usage of the model calls made inside (one user message)."""
-    tally: Tally = {}
-    token = _turn.set(tally)
-    try:
-        yield tally
-    finally:
-        _turn.reset(token)
+    def __init__(self) -> None:
+        self.models: Tally = {}
 
+    def add(self, model: str, input_tokens: int, output_tokens: int) -> None:
+        """Count one call of ``model``."""
+        entry = self.models.get(model)
+        if entry is None:
+            entry = self.models[model] = {"calls": 0, "input_tokens": 0, "output_tokens": 0}
+        entry["calls"] += 1
+        entry["input_tokens"] += max(0, int(input_tokens))
+        entry["output_tokens"] += max(0, int(output_tokens))
 
-def record(model: str, input_tokens: int, output_tokens: int) -> None:
-    """Add one model call to the current turn's tally (no-op outside a turn)."""
-    tally = _turn.get()
-    if tally is None:
-        return
-    entry = tally.setdefault(model, {"calls": 0, "input_tokens": 0, "output_tokens": 0})
-    entry["calls"] += 1
-    entry["input_tokens"] += max(0, int(input_tokens))
-    entry["output_tokens"] += max(0, int(output_tokens))
-
-
-def turn_metadata() -> dict[str, Any] | None:
-    """``{"usage": {model: {...}}}`` for the turn's closing event, or None without model calls."""
-    tally = _turn.get()
-    if not tally:
-        return None
-    return {"usage": {model: dict(counts) for model, counts in tally.items()}}
-
-
-def current_turn() -> Tally | None:
-    """The current turn's tally so far (None outside a turn)."""
-    return _turn.get()
+    def metadata(self) -> dict[str, Any] | None:
+        """``{"usage": {model: {...}}}`` for the turn's closing event, or None without calls."""
+        if not self.models:
+            return None
+        return {"usage": {model: dict(counts) for model, counts in self.models.items()}}
 
 
 def model_prices() -> dict[str, tuple[float, float]]:
@@ -85,7 +68,7 @@ def _prices() -> dict[str, tuple[float, float]]:
         return {}
 
 
-def conversation_usage(events: list[dict[str, Any]]) -> dict[str, Any]:
+def conversation_usage(events: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Totals over a conversation's events, per model and overall (with cost where priced)."""
     models: Tally = {}
     for event in events:

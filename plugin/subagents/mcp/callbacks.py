@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -66,11 +65,11 @@ class SamplingHandler:
 
     def _client(self) -> Any:
         if self._llm is None:
-            from subagents.llm.client import make_llm_client, resolve_model_settings
+            from subagents.llm import build_model, resolve_model_settings
 
             model = resolve_model_settings({"model_group": self.settings.model_group},
                                            self.endpoints, where="endpoints.yml")
-            self._llm = make_llm_client(model, name=f"mcp-sampling:{self.server}")
+            self._llm = build_model(model, name=f"mcp-sampling:{self.server}")
         return self._llm
 
     async def __call__(self, context: Any, params: Any) -> Any:
@@ -90,10 +89,8 @@ class SamplingHandler:
         max_tokens = min(int(params.max_tokens), self.settings.max_tokens)
         try:
             llm = self._client()
-            capped = dataclasses.replace(llm.settings, options={
-                **llm.settings.options, "max_completion_tokens": max_tokens})
-            llm.settings = capped
-            response = await llm.complete(messages, None)
+            response = await llm.complete(messages, None,
+                                          options={"max_completion_tokens": max_tokens})
         except Exception as exc:  # noqa: BLE001 - the server gets an error, the run goes on
             log.warning("mcp.sampling.failed", server=self.server, error=str(exc))
             return ErrorData(code=INTERNAL_ERROR, message="sampling failed")
@@ -149,8 +146,10 @@ def with_defaults(schema: dict[str, Any], content: dict[str, Any]) -> dict[str, 
 class _Flight:
     """One MCP call that may be asked for input, and its open question."""
 
-    def __init__(self, owner: ElicitationOwner) -> None:
+    def __init__(self, owner: ElicitationOwner, registry: ElicitationRegistry) -> None:
         self.owner = owner
+        self.registry = registry
+        """The registry that holds this call."""
         self.question: Any = None
         """The open ``ElicitRequestParams`` (None while no question waits)."""
         self.answer: asyncio.Future[Any] | None = None
@@ -217,7 +216,7 @@ class _Flight:
 
         if self.respond(ElicitResult(action="cancel")):
             log.info("mcp.elicitation.expired", key=self.owner.key, timeout=self.owner.timeout)
-        ELICITATIONS.forget(self.owner.key)
+        self.registry.forget(self.owner.key)
 
 
 class ElicitationHandler:
@@ -228,14 +227,15 @@ class ElicitationHandler:
     an owner; with none or several the request is cancelled (and logged).
     """
 
-    def __init__(self, server: str) -> None:
+    def __init__(self, server: str, registry: ElicitationRegistry) -> None:
         self.server = server
+        self.registry = registry
         self._flights: list[_Flight] = []
 
     @contextlib.contextmanager
     def track(self) -> Iterator[_Flight | None]:
         """Register the calling task's flight (if its call may ask) while the call runs."""
-        flight = ELICITATIONS.current()
+        flight = self.registry.current()
         if flight is not None:
             self._flights.append(flight)
         try:
@@ -273,7 +273,9 @@ class ElicitationRegistry:
 
     A call that elicits keeps running in a task of its own; the agent run that made it parks and
     a later run (the user's answer) finds it here. The registry lives in memory: after a restart
-    nothing is pending, and the run that resumes says so instead of waiting.
+    nothing is pending, and the run that resumes says so instead of waiting. The MCP pool owns
+    one (:attr:`subagents.mcp.pool.MCPPool.elicitations`) and hands it to its connections, the
+    agents' toolsets and the OAuth callback; nothing reaches it through a module global.
     """
 
     def __init__(self) -> None:
@@ -336,7 +338,7 @@ class ElicitationRegistry:
             return await start()
         flight = self._flights.get(owner.key)
         if flight is None or flight.task is None:
-            flight = _Flight(owner)
+            flight = _Flight(owner, self)
             token = self._current.set(flight)
             try:
                 flight.task = asyncio.ensure_future(start())  # copies the context: the flight
@@ -373,6 +375,4 @@ class ElicitationRegistry:
         if not flight.collecting and self._flights.get(flight.owner.key) is flight:
             del self._flights[flight.owner.key]
 
-
-ELICITATIONS = ElicitationRegistry()
 """The process-wide registry of calls waiting for the user's input."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import sys
@@ -34,14 +35,15 @@ from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.config.mcp_sessions import is_template, render_template
 from subagents.exceptions import MCPConnectionError, ToolInvocationError, ToolTimeoutError
 from subagents.mcp.callbacks import (
-    ELICITATIONS,
     ElicitationHandler,
+    ElicitationRegistry,
     SamplingHandler,
     roots_callback,
 )
 from subagents.mcp.content import contents_text, convert_result
 from subagents.mcp.oauth.auth import HeaderBuilder, oauth_provider
 from subagents.mcp.oauth.login import LoginHandlers, LoginRequiredError
+from subagents.mcp.oauth.policy import scope_refused
 from subagents.mcp.oauth.token_store import TokenStore
 from subagents.types import AgentToolResult
 
@@ -121,8 +123,11 @@ class MCPServerConnection:
                  endpoints: EndpointsConfig | None = None,
                  login: LoginHandlers | None = None,
                  template_values: Mapping[str, str] | None = None,
-                 oauth_user: str | None = None, tokens: TokenStore | None = None) -> None:
+                 oauth_user: str | None = None, tokens: TokenStore | None = None,
+                 elicitations: ElicitationRegistry | None = None) -> None:
         self.config = config
+        self.elicitations = elicitations or ElicitationRegistry()
+        """Where calls that wait for a user's answer are held (the pool's registry)."""
         self._template_values = template_values
         self._oauth_user = oauth_user
         """The user whose own authorization this session uses (``oauth.per_user``)."""
@@ -131,7 +136,7 @@ class MCPServerConnection:
         self.root = root or Path.cwd()
         self._headers = HeaderBuilder(config)
         self._sampling = SamplingHandler(config, endpoints) if config.sampling else None
-        self._elicitation = ElicitationHandler(config.name)
+        self._elicitation = ElicitationHandler(config.name, self.elicitations)
         self._oauth: Any = None
         self._login = login
         self._client: Any = None
@@ -146,6 +151,8 @@ class MCPServerConnection:
         self._http: Any = None
         self._session_lost = False
         self._last_status: int | None = None
+        self._refused_scope: str | None = None
+        """The scope of the latest 403 ``insufficient_scope`` no re-authorization answered."""
         self._resources: tuple[Any, list[str], list[str]] | None = None
         self._url_waits: dict[str, Any] = {}
         """Elicitation id -> the call (flight) waiting for the server to say it completed."""
@@ -172,22 +179,44 @@ class MCPServerConnection:
             from mcp.client.sse import sse_client
 
             return sse_client(str(cfg.url), headers=headers, timeout=cfg.timeout,
-                              sse_read_timeout=300, auth=self._oauth)
+                              sse_read_timeout=300, auth=self._oauth,
+                              httpx_client_factory=self._sse_http_client)
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
-        http = httpx2.AsyncClient(headers=headers, follow_redirects=True,
+        http = _observed_client()(self._on_final_response, headers=headers,
+                                  follow_redirects=True,
                                   timeout=httpx2.Timeout(cfg.timeout, read=300),
                                   auth=self._oauth,
                                   event_hooks={"response": [self._on_http_response]})
         self._http = http
         return streamable_http_client(str(cfg.url), http_client=http)
 
+    def _sse_http_client(self, headers: dict[str, str] | None = None, timeout: Any = None,
+                         auth: Any = None) -> Any:
+        """The HTTP client of the SSE transport."""
+        return _observed_client()(self._on_final_response, headers=headers, timeout=timeout,
+                                  auth=auth)
+
+    def _on_final_response(self, response: Any) -> None:
+        """A response as the transport gets it (after any re-authorization): a 403
+        ``insufficient_scope`` is remembered for the call it answers."""
+        if response.status_code != 403:
+            return
+        refused = scope_refused(response)
+        if refused is None:
+            return
+        self._refused_scope = refused
+        if self.config.type == "sse":
+            # the SDK's SSE transport sends nothing more after a refused message: the session
+            # ends, so the call fails now (see call_tool), not at its timeout
+            self._stop.set()
+
     def _auth(self) -> Any:
         oauth = self.config.oauth
         if oauth is None or not oauth.per_user or not self.config.url \
                 or self._login is not None:  # `subagents mcp login`: an operator signs in
-            return oauth_provider(self.config, self.root, self._login)
+            return oauth_provider(self.config, self.root, self._login, self._template_values)
         from subagents.mcp.oauth.consent import listing_provider, user_provider
 
         if self._oauth_user is None or self._tokens is None:
@@ -213,8 +242,8 @@ class MCPServerConnection:
     def _asking_flight(self) -> Any:
         """The call that may ask the user to sign in: the one call in flight on this session,
         else the call this session is being opened for."""
-        flight = self._elicitation.sole_flight() or ELICITATIONS.current()
-        return flight if flight is not None and ELICITATIONS.active(flight) else None
+        flight = self._elicitation.sole_flight() or self.elicitations.current()
+        return flight if flight is not None and self.elicitations.active(flight) else None
 
     async def _on_http_response(self, response: Any) -> None:
         status = response.status_code
@@ -258,6 +287,7 @@ class MCPServerConnection:
         self._dead = asyncio.Event()
         self._session_lost = False
         self._last_status = None
+        self._refused_scope = None
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._run(ready), name=f"mcp:{self.name}")
         try:
@@ -442,6 +472,9 @@ class MCPServerConnection:
             return await self._call_answering_urls(name, arguments, timeout, meta, on_progress)
         except _ConnectionLostError as exc:
             self._stop.set()
+            refused, self._refused_scope = self._refused_scope, None
+            if refused is not None:  # SSE: the refusal for lack of scope ended the session
+                raise self._scope_error(f"run {name!r}", refused) from exc
             if not read_only:
                 raise ToolInvocationError(
                     f"the connection to MCP server {self.name!r} was lost during the call to "
@@ -478,7 +511,7 @@ class MCPServerConnection:
     async def _complete_urls(self, name: str, elicitations: list[Any]) -> None:
         from mcp.types import ElicitRequestURLParams
 
-        flight = ELICITATIONS.current()
+        flight = self.elicitations.current()
         assert flight is not None  # checked before the error was raised
         for params in elicitations:
             question = ElicitRequestURLParams(message=params.message, url=params.url,
@@ -501,8 +534,8 @@ class MCPServerConnection:
         from mcp.types import ElicitResult
 
         flight = self._url_waits.get(elicitation_id)
-        if flight is not None and ELICITATIONS.answer(flight.owner.key,
-                                                      ElicitResult(action="accept")):
+        if flight is not None and self.elicitations.answer(flight.owner.key,
+                                                           ElicitResult(action="accept")):
             log.info("mcp.elicitation.url_completed", server=self.name, key=flight.owner.key)
 
     async def _call_fresh_session(self, name: str, arguments: dict[str, Any], timeout: float,
@@ -607,11 +640,14 @@ class MCPServerConnection:
         except MCPError as exc:
             if self._session_lost:
                 raise _SessionExpiredError(exc.message) from exc
-            if exc.code == URL_ELICITATION_REQUIRED and ELICITATIONS.current() is not None:
+            if exc.code == URL_ELICITATION_REQUIRED and self.elicitations.current() is not None:
                 from mcp import UrlElicitationRequiredError
 
                 raise _UrlElicitationRequiredError(
                     UrlElicitationRequiredError.from_error(exc.error).elicitations) from exc
+            refused, self._refused_scope = self._refused_scope, None
+            if refused is not None:
+                raise self._scope_error(f"run {name!r}", refused) from exc
             if self._last_status == 401:
                 raise ToolInvocationError(
                     f"MCP server {self.name!r} refused the call to {name!r}: unauthorized "
@@ -674,11 +710,35 @@ class MCPServerConnection:
             raise ToolTimeoutError(f"reading {uri!r} from MCP server {self.name!r} took longer "
                                    f"than {timeout:g}s") from exc
         except MCPError as exc:
+            refused, self._refused_scope = self._refused_scope, None
+            if refused is not None:
+                raise self._scope_error(f"read {uri!r}", refused) from exc
             raise ToolInvocationError(f"MCP server {self.name!r} could not read {uri!r}: "
                                       f"{exc.message}", code="mcp.resource_failed") from exc
         except MCPConnectionError as exc:
             raise ToolInvocationError(str(exc), code="tool.connection_lost") from exc
         return AgentToolResult(tool_name="read_resource", result=contents_text(result.contents))
+
+    def _scope_error(self, what: str, scope: str) -> ToolInvocationError:
+        """A refusal for lack of scope (403 ``insufficient_scope``): the server did nothing.
+
+        With an operator's login (a server process cannot sign anyone in again) the error says
+        which command to run (``mcp.login_required``); otherwise the credentials or the user's
+        grant lack the scope (``mcp.insufficient_scope``).
+        """
+        needed = f"the scope {scope!r}" if scope else "a larger scope"
+        text = (f"MCP server {self.name!r} refused to {what}: it needs {needed}, which this "
+                "assistant's authorization does not include. Nothing was run.")
+        oauth = self.config.oauth
+        if oauth is not None and oauth.grant == "authorization_code" \
+                and self._oauth_user is None:
+            return ToolInvocationError(
+                f"{text} An operator must sign in again with that scope: add it to oauth.scope "
+                f"of {self.name!r} in endpoints.yml and run `subagents mcp login {self.name}`",
+                code="mcp.login_required")
+        who = "the user's sign-in" if self._oauth_user is not None else "its credentials"
+        return ToolInvocationError(f"{text} The scope has to be granted to {who}",
+                                   code="mcp.insufficient_scope")
 
     def _timeout_text(self, name: str, timeout: float) -> str:
         return (f"tool {name!r} on MCP server {self.name!r} did not answer within {timeout:g}s "
@@ -690,6 +750,25 @@ _E = TypeVar("_E", bound=BaseException)
 
 ProgressCallback = Callable[[float, float | None, str | None], Awaitable[None]]
 """``(progress, total, message)`` of a running call."""
+
+
+@functools.cache
+def _observed_client() -> Any:
+    """``httpx2.AsyncClient`` that shows each final response (after the auth flow, unlike an
+    event hook, which also sees the responses the auth flow answers itself) to a callback."""
+    import httpx2
+
+    class _ObservedClient(httpx2.AsyncClient):
+        def __init__(self, on_response: Callable[[Any], None], **kwargs: Any) -> None:
+            super().__init__(**kwargs)
+            self._on_response = on_response
+
+        async def send(self, request: httpx2.Request, **kwargs: Any) -> httpx2.Response:
+            response = await super().send(request, **kwargs)
+            self._on_response(response)
+            return response
+
+    return _ObservedClient
 
 
 def _fill_templates(headers: dict[str, str],
@@ -709,9 +788,9 @@ def _connect_error(exc: BaseException) -> MCPConnectionError:
     """Why connecting failed, with the stable code of a login or credentials problem."""
     import httpx2
 
-    login = _find(exc, LoginRequiredError)
-    if login is not None:
-        return login
+    ours = _find(exc, MCPConnectionError)  # a login, consent or identity-assertion failure
+    if ours is not None:
+        return ours
     refused = _find(exc, httpx2.HTTPStatusError)  # SSE raises the status; HTTP is hooked
     if refused is not None and refused.response.status_code == 401:
         return MCPConnectionError(f"unauthorized (HTTP 401): {_describe(exc)}",

@@ -24,6 +24,7 @@ import structlog
 
 from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.exceptions import MCPConnectionError
+from subagents.mcp.callbacks import ElicitationRegistry
 from subagents.mcp.connection import MCPServerConnection
 from subagents.mcp.oauth.token_store import TokenStore, token_store
 
@@ -61,6 +62,8 @@ class MCPPool:
         self._starting: dict[str, asyncio.Task[None]] = {}
         self._keyed: dict[tuple[str, str], _Keyed] = {}
         self._keyed_lock = asyncio.Lock()
+        self.elicitations = ElicitationRegistry()
+        """The calls of this pool's sessions that wait for a user's answer."""
 
     def _config(self, name: str) -> McpServerConfig:
         config = self.endpoints.mcp_server(name)
@@ -89,6 +92,7 @@ class MCPPool:
             if self._tokens is None:
                 self._tokens = token_store(self.tokens_url)
         return MCPServerConnection(config, root=self.root, endpoints=self.endpoints,
+                                   elicitations=self.elicitations,
                                    template_values=values, oauth_user=user, tokens=self._tokens)
 
     async def start(self, name: str, *, attempts: int = 5, agent: str | None = None) -> None:

@@ -30,6 +30,12 @@ _SCHEMAS = dict.fromkeys(
     ("AgentInput", "AgentInputSlot", "AgentOutput", "AgentStatus", "AgentToolContext",
      "AgentToolResult", "AgentToolSchema", "CustomToolSchema"), "subagents.agents.schemas")
 
+_GENERATORS = dict.fromkeys(
+    ("CommandGenerator", "LLMBasedCommandGenerator", "LLMCommandGenerator",
+     "CompactLLMCommandGenerator", "SearchReadyLLMCommandGenerator",
+     "SingleStepLLMCommandGenerator", "MultiStepLLMCommandGenerator"),
+    "subagents.dialogue.understanding")
+
 MODULES: dict[str, dict[str, str]] = {
     "rasa": {},
     "rasa.agents": {},
@@ -52,15 +58,30 @@ MODULES: dict[str, dict[str, str]] = {
     "rasa.shared": {},
     "rasa.shared.core": {},
     "rasa.shared.core.events": dict.fromkeys(
-        ("Event", "SlotSet", "BotUttered", "UserUttered", "ActionExecuted", "FollowupAction"),
-        _SHIMS),
+        ("Event", "SlotSet", "BotUttered", "UserUttered", "ActionExecuted", "FollowupAction",
+         "McpToolExecuted"), "subagents.types"),
     "rasa.shared.exceptions": dict.fromkeys(
         ("RasaException", "FileNotFoundException", "FileIOException",
          "AgentInitializationException", "InvalidParameterException"), _SHIMS),
     "rasa.shared.utils": {},
     "rasa.shared.utils.io": {"read_json_file": _SHIMS, "write_text_file": _SHIMS},
+    "rasa.core": {},
+    "rasa.core.channels": {"OutputChannel": "subagents.types"},
+    "rasa.core.channels.channel": {"OutputChannel": "subagents.types"},
     "rasa.nlu": {},
     "rasa.nlu.utils": {"write_json_to_file": _SHIMS},
+    "rasa.dialogue_understanding": {},
+    "rasa.dialogue_understanding.generator": _GENERATORS,
+    "rasa.dialogue_understanding.generator.command_generator": _GENERATORS,
+    "rasa.dialogue_understanding.generator.llm_based_command_generator": _GENERATORS,
+    "rasa.dialogue_understanding.generator.llm_command_generator": _GENERATORS,
+    "rasa.dialogue_understanding.generator.single_step": {},
+    "rasa.dialogue_understanding.generator.single_step.compact_llm_command_generator":
+        _GENERATORS,
+    "rasa.dialogue_understanding.generator.single_step.search_ready_llm_command_generator":
+        _GENERATORS,
+    "rasa.dialogue_understanding.generator.single_step.single_step_llm_command_generator":
+        _GENERATORS,
 }
 """Every ``rasa.*`` module this layer provides: module -> {name: our module holding it}."""
 

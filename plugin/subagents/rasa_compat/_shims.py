@@ -1,107 +1,30 @@
-"""Rasa names that have no direct counterpart here: events as dicts, exceptions, JSON helpers.
+"""Rasa names that have no direct counterpart here: exceptions, JSON helpers, enums.
 
-Events are ``dict`` subclasses in the tracker format (``{"event": "slot", "name", "value"}``),
-so whatever a hook returns is recorded as it is; they also expose Rasa's attributes
-(``SlotSet.key``, ``.value``; ``BotUttered.text``, ...).
+Rasa's event classes are the package's own typed events (:mod:`subagents.types`): tracker-format
+dicts with Rasa's constructors and attributes (``SlotSet.key``, ``.value``; ``BotUttered.text``,
+...), re-exported here.
 """
 
 from __future__ import annotations
 
 import json
-import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from subagents.exceptions import AgentInitializationError
+from subagents.types import (
+    ActionExecuted,
+    BotUttered,
+    Event,
+    FollowupAction,
+    McpToolExecuted,
+    SlotSet,
+    UserUttered,
+)
 
-
-class Event(dict[str, Any]):
-    """Base of the event shims: a tracker-format dict."""
-
-    type_name = "event"
-
-    def __init__(self, timestamp: float | None = None,
-                 metadata: dict[str, Any] | None = None, **fields: Any) -> None:
-        super().__init__(event=self.type_name, timestamp=timestamp or time.time(), **fields)
-        if metadata is not None:
-            self["metadata"] = metadata
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self[name]
-        except KeyError as exc:
-            raise AttributeError(name) from exc
-
-    def as_dict(self) -> dict[str, Any]:
-        """The event as a plain dict."""
-        return dict(self)
-
-
-class SlotSet(Event):
-    """``SlotSet(key, value)``: set a slot."""
-
-    type_name = "slot"
-
-    def __init__(self, key: str, value: Any = None, timestamp: float | None = None,
-                 metadata: dict[str, Any] | None = None) -> None:
-        super().__init__(timestamp, metadata, name=key, value=value)
-
-    @property
-    def key(self) -> str:
-        """The slot's name."""
-        return str(self["name"])
-
-
-class BotUttered(Event):
-    """A bot message."""
-
-    type_name = "bot"
-
-    def __init__(self, text: str | None = None, data: dict[str, Any] | None = None,
-                 metadata: dict[str, Any] | None = None, timestamp: float | None = None) -> None:
-        super().__init__(timestamp, metadata or {}, text=text, data=data or {})
-
-
-class UserUttered(Event):
-    """A user message."""
-
-    type_name = "user"
-
-    def __init__(self, text: str | None = None, intent: dict[str, Any] | None = None,
-                 entities: list[dict[str, Any]] | None = None,
-                 parse_data: dict[str, Any] | None = None, timestamp: float | None = None,
-                 input_channel: str | None = None, message_id: str | None = None,
-                 metadata: dict[str, Any] | None = None, **_: Any) -> None:
-        parse = dict(parse_data or {})
-        if intent is not None:
-            parse.setdefault("intent", intent)
-        if entities is not None:
-            parse.setdefault("entities", entities)
-        super().__init__(timestamp, metadata or {}, text=text, parse_data=parse,
-                         input_channel=input_channel, message_id=message_id)
-
-
-class ActionExecuted(Event):
-    """An action ran."""
-
-    type_name = "action"
-
-    def __init__(self, action_name: str | None = None, policy: str | None = None,
-                 confidence: float | None = None, timestamp: float | None = None,
-                 metadata: dict[str, Any] | None = None, **_: Any) -> None:
-        super().__init__(timestamp, metadata, name=action_name, policy=policy,
-                         confidence=confidence)
-
-
-class FollowupAction(Event):
-    """Run this action next."""
-
-    type_name = "followup"
-
-    def __init__(self, name: str, timestamp: float | None = None,
-                 metadata: dict[str, Any] | None = None) -> None:
-        super().__init__(timestamp, metadata, name=name)
+__all__ = ["ActionExecuted", "BotUttered", "Event", "FollowupAction", "McpToolExecuted",
+           "SlotSet", "UserUttered"]
 
 
 class ProtocolType(StrEnum):

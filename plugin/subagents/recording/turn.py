@@ -3,15 +3,16 @@
 With recording on (``subagents serve --record`` for every conversation of a process, or the
 assistant's ``switch_recording`` for one), each turn collects what its model calls were asked
 and answered, what its tool calls were given and returned, and what remote A2A agents answered.
-The processor stores the collection in
-the metadata of the turn's closing ``action_listen`` event (key ``recording``), so it lives with
-the tracker in any store; ``subagents test export`` turns it into a conversation test.
+A recorded turn's :class:`TurnRecording` travels to its calls in
+the turn's :class:`~subagents.types.CallScope`; the processor stores the collection in the
+metadata of the turn's closing ``action_listen`` event (key ``recording``), so it lives with the
+tracker in any store; ``subagents test export`` turns it into a conversation test.
 
 The switch of one conversation is stored with the conversation, never in a process: an
 ``action_listen`` event whose metadata says ``record_conversation: true`` (or ``false``). Every
 worker that shares the tracker store sees it, and a restart keeps it. The conversation's
 dialogue-state snapshot carries its latest value, which a turn loads anyway
-(:func:`begin_turn`), so it costs no store round trip; a switch made while a turn runs waits
+(:func:`recorder_for`), so it costs no store round trip; a switch made while a turn runs waits
 for the conversation's lock and takes effect from the next turn on.
 
 Before anything is stored, values of sensitive fields (``password``, ``api_key``, ``token``, ...
@@ -22,12 +23,9 @@ so does every occurrence of the value of a secret-looking environment variable (
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import json
 import os
 import re
-from collections.abc import Iterator
 from typing import Any
 
 from subagents import events as ev
@@ -44,17 +42,7 @@ _SECRET_ENV = re.compile(r"(_KEY|_TOKEN|_SECRET)$|PASSWORD", re.IGNORECASE)
 _MIN_SECRET_LENGTH = 6
 
 _enabled_for_all = False
-_turn: contextvars.ContextVar[_TurnRecording | None] = contextvars.ContextVar(
-    "subagents_turn_recording", default=None)
-
-
-class _TurnRecording:
-    """What one turn records; ``entries`` is None while the turn is not recorded."""
-
-    __slots__ = ("entries",)
-
-    def __init__(self, entries: list[dict[str, Any]] | None) -> None:
-        self.entries = entries
+"""Set by ``serve --record``: a setting of the process, read when a turn starts."""
 
 
 def enable(*, all_conversations: bool = True) -> None:
@@ -106,101 +94,62 @@ def records_all() -> bool:
     return _enabled_for_all
 
 
-@contextlib.contextmanager
-def turn_scope(sender_id: str | None = None) -> Iterator[None]:
-    """Collect the model and tool calls made inside (one turn) when the turn is recorded.
-
-    With ``serve --record`` the turn is recorded from the start; otherwise :func:`begin_turn`
-    decides from the conversation's stored switch once the turn has loaded its events.
-    ``sender_id`` is accepted for the callers' convenience; nothing is kept per conversation.
-    """
-    del sender_id
-    token = _turn.set(_TurnRecording([] if _enabled_for_all else None))
-    try:
-        yield
-    finally:
-        _turn.reset(token)
+def recorder_for(switched_on: bool) -> TurnRecording | None:
+    """The recording of the next turn of a conversation whose stored switch is (or is not)
+    ``switched_on``, or None when that turn is not recorded."""
+    return TurnRecording() if _enabled_for_all or switched_on else None
 
 
-def begin_turn(switched_on: bool) -> bool:
-    """Called by the turn right after it loaded the conversation: start recording when the
-    conversation's stored switch is on. Returns whether the turn is recorded."""
-    current = _turn.get()
-    if current is None:
-        return False
-    if current.entries is None and switched_on:
-        current.entries = []
-    return current.entries is not None
+class TurnRecording:
+    """What one recorded turn's model, tool and A2A calls were asked and answered (a
+    :class:`~subagents.types.CallRecorder`); every entry is redacted as it is added."""
 
+    __slots__ = ("entries",)
 
-def _entries() -> list[dict[str, Any]] | None:
-    current = _turn.get()
-    return None if current is None else current.entries
+    def __init__(self) -> None:
+        self.entries: list[dict[str, Any]] = []
 
+    def _add(self, entry: dict[str, Any]) -> None:
+        self.entries.append(redact(entry))
 
-def active() -> bool:
-    """Whether the current turn is being recorded (cheap; call before building an entry)."""
-    return _entries() is not None
+    def record_model_call(self, caller: str, messages: list[dict[str, Any]],
+                          tools: list[dict[str, Any]] | None, response: Any) -> None:
+        """One model call: who asked, the request's messages and tool names, the reply."""
+        calls = [{"id": c.id, "name": c.name,
+                  "arguments": c.arguments if c.arguments is not None else c.raw_arguments}
+                 for c in getattr(response, "tool_calls", None) or []]
+        names = [str((t.get("function") or {}).get("name") or t.get("name"))
+                 for t in tools or [] if isinstance(t, dict)]
+        self._add({"kind": "model", "caller": caller,
+                   "request": {"messages": _plain(messages), "tools": names},
+                   "response": {"text": getattr(response, "text", None), "tool_calls": calls}})
 
+    def record_model_error(self, caller: str, error: BaseException) -> None:
+        """A model call that failed (the script then answers with an error)."""
+        status = getattr(error, "status_code", None) or getattr(error, "status", None)
+        self._add({"kind": "model", "caller": caller, "request": {},
+                   "error": {"status": int(status) if isinstance(status, int) else 500,
+                             "message": str(error)[:500]}})
 
-def _add(entry: dict[str, Any]) -> None:
-    entries = _entries()
-    if entries is not None:
-        entries.append(redact(entry))
+    def record_tool_call(self, tool: Any, arguments: Any, result: Any) -> None:
+        """One tool call: the tool (name, source, description, schema), arguments, result."""
+        schema = getattr(tool, "schema", None)
+        dumped = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
+        self._add({"kind": "tool", "tool_name": str(getattr(tool, "name", "unknown")),
+                   "source": str(getattr(tool, "source", "")),
+                   "description": getattr(schema, "description", None),
+                   "input_schema": getattr(schema, "parameters", None),
+                   "arguments": _plain(arguments), "result": _plain(dumped)})
 
+    def record_a2a_call(self, agent: str, reply: dict[str, Any]) -> None:
+        """What a remote A2A agent answered one call, as an ``a2a_script`` reply
+        (``message``, or ``state`` with ``text``, ``artifacts`` and ``working``; or
+        ``error``)."""
+        self._add({"kind": "a2a", "agent": agent, "reply": _plain(reply)})
 
-def record_model_call(caller: str, messages: list[dict[str, Any]],
-                      tools: list[dict[str, Any]] | None, response: Any) -> None:
-    """Record one model call: who asked, the request's messages and tool names, the reply."""
-    if not active():
-        return
-    calls = [{"id": c.id, "name": c.name,
-              "arguments": c.arguments if c.arguments is not None else c.raw_arguments}
-             for c in getattr(response, "tool_calls", None) or []]
-    names = [str((t.get("function") or {}).get("name") or t.get("name"))
-             for t in tools or [] if isinstance(t, dict)]
-    _add({"kind": "model", "caller": caller,
-          "request": {"messages": _plain(messages), "tools": names},
-          "response": {"text": getattr(response, "text", None), "tool_calls": calls}})
-
-
-def record_model_error(caller: str, error: BaseException) -> None:
-    """Record a model call that failed (the script then answers with an error)."""
-    if not active():
-        return
-    status = getattr(error, "status_code", None) or getattr(error, "status", None)
-    _add({"kind": "model", "caller": caller, "request": {},
-          "error": {"status": int(status) if isinstance(status, int) else 500,
-                    "message": str(error)[:500]}})
-
-
-def record_tool_call(tool: Any, arguments: Any, result: Any) -> None:
-    """Record one tool call: the tool (name, source, description, schema), arguments, result."""
-    if not active():
-        return
-    schema = getattr(tool, "schema", None)
-    dumped = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
-    _add({"kind": "tool", "tool_name": str(getattr(tool, "name", "unknown")),
-          "source": str(getattr(tool, "source", "")),
-          "description": getattr(schema, "description", None),
-          "input_schema": getattr(schema, "parameters", None),
-          "arguments": _plain(arguments), "result": _plain(dumped)})
-
-
-def record_a2a_call(agent: str, reply: dict[str, Any]) -> None:
-    """Record what a remote A2A agent answered one call, as an ``a2a_script`` reply
-    (``message``, or ``state`` with ``text``, ``artifacts`` and ``working``; or ``error``)."""
-    if not active():
-        return
-    _add({"kind": "a2a", "agent": agent, "reply": _plain(reply)})
-
-
-def turn_metadata(base: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``base`` plus this turn's recording (for the turn's closing event)."""
-    entries = _entries()
-    if entries is None:
-        return base
-    return {**(base or {}), METADATA_KEY: list(entries)}
+    def metadata(self, base: dict[str, Any] | None) -> dict[str, Any]:
+        """``base`` plus this turn's recording (for the turn's closing event)."""
+        return {**(base or {}), METADATA_KEY: list(self.entries)}
 
 
 def recorded_entries(events: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:

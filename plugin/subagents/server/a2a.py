@@ -37,9 +37,10 @@ from starlette.routing import Route
 from subagents.agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus
 from subagents.channels.collecting import CollectingOutputChannel
 from subagents.exceptions import AgentInitializationError
+from subagents.types import typed_events
 
 if TYPE_CHECKING:
-    from subagents.agents.base import MCPBaseAgent
+    from subagents.agents.protocol import SubAgent
     from subagents.dialogue.processor import Assistant
 
 log = structlog.get_logger("subagents.a2a")
@@ -112,7 +113,7 @@ def incoming_slots(context: RequestContext) -> dict[str, Any]:
 class SubAgentExecutor(AgentExecutor):
     """Answers A2A messages with one of our sub agents (an ``a2a-sdk`` ``AgentExecutor``)."""
 
-    def __init__(self, agent: MCPBaseAgent, slot_types: Mapping[str, str] | None = None) -> None:
+    def __init__(self, agent: SubAgent, slot_types: Mapping[str, str] | None = None) -> None:
         self.agent = agent
         self.slot_types = dict(slot_types or {})
         self._conversations: dict[str, _Conversation] = {}
@@ -187,7 +188,8 @@ class SubAgentExecutor(AgentExecutor):
                     "agent_id": self.agent.name, "model_id": self.agent.name}
         events = [*conversation.events, {"event": "user", "text": text}]
         return AgentInput(id=self.agent.name, user_message=text, slots=slots,
-                          conversation_history=_transcript(events), events=events,
+                          conversation_history=_transcript(events),
+                          events=typed_events(events),
                           metadata=metadata, recipient_id=context_id)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -235,21 +237,21 @@ async def cancel_task(context: RequestContext, event_queue: EventQueue) -> None:
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
-def sub_agent_card(agent: MCPBaseAgent) -> AgentCard:
+def sub_agent_card(agent: SubAgent) -> AgentCard:
     """The agent card of one of our sub agents."""
     return agent_card(agent.name, agent.description.strip(), AgentSkill(
         id=agent.name, name=agent.name, tags=["sub-agent"],
         description=agent.description.strip()))
 
 
-def published_agents(assistant: Assistant, names: Sequence[str] | None) -> list[MCPBaseAgent]:
+def published_agents(assistant: Assistant, names: Sequence[str] | None) -> list[SubAgent]:
     """The agents to publish: every sub agent a flow calls, or the named ones.
 
     Raises:
         AgentInitializationError: a named agent is not called by any flow (so it is not
             loaded); code ``a2a.serve.unknown_agent``.
     """
-    loaded: dict[str, MCPBaseAgent] = {}
+    loaded: dict[str, SubAgent] = {}
     for (name, protocol), agent in sorted(assistant.agents.items(),
                                           key=lambda item: item[0][1] != "mcp_open"):
         if protocol != "a2a":

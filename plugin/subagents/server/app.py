@@ -55,7 +55,6 @@ from subagents.dialogue.client_input import (
 )
 from subagents.dialogue.processor import Assistant
 from subagents.exceptions import SubagentsError
-from subagents.llm.client import model_http_client
 from subagents.mcp.oauth.relay import ConsentRelay
 from subagents.recording.export import ExportError, a2a_agent_names, build_fixture, dump_fixture
 from subagents.server.inspector import inspector_routes, wants_trace
@@ -490,7 +489,6 @@ def serve(assistant: Assistant, *, host: str = "127.0.0.1", port: int = 5005,
     import uvicorn
 
     thresholds = gc_thresholds_from_env()  # a wrong value stops serve before anything starts
-    model_http_client()  # so does a wrong SUBAGENTS_MODEL_HTTP_CLIENT
     failed: list[SubagentsError] = []
 
     class _Server(uvicorn.Server):

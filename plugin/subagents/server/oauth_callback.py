@@ -23,7 +23,6 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from subagents.mcp.callbacks import ELICITATIONS
 from subagents.mcp.oauth.consent import CALLBACK_PATH, CONSENTS
 from subagents.mcp.oauth.relay import PARAMS, CallbackOutcome, ConsentRelay
 
@@ -58,7 +57,8 @@ async def complete_callback(params: dict[str, str],
         return None
     if error or not code:
         return CallbackOutcome(consent.server, granted=False)
-    held = ELICITATIONS.held_call(consent.owner_key)
+    held = consent.elicitations.held_call(consent.owner_key) \
+        if consent.elicitations is not None else None
     if held is not None:
         await asyncio.wait({held}, timeout=CALL_WAIT)
     resumed = resume is not None and resume(consent.owner_key)

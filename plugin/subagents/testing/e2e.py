@@ -4,6 +4,10 @@ One assistant and one fake model server serve a whole run; every test case gets 
 conversation (in-memory tracker) and its own script. Test cases without ``llm_script`` use the
 configured real models, as in Rasa.
 
+With the response rephraser on (``nlg: {type: rephrase}``), a scripted case without a
+``rephraser`` script sends every response as written (the run's notices say so once); ``utter:``
+steps match a response whether or not it was rephrased.
+
 Matching follows Rasa's runner by default: a ``bot``/``utter``/slot step passes when some event
 of the latest user turn matches it (extra bot messages are fine), and a case with assertions on a
 user step is judged by its assertions only. Strict mode (``strict: true`` in a file, or
@@ -55,6 +59,11 @@ from subagents.testing.judge import (
 from subagents.testing.live_model import LiveModelCheck
 from subagents.testing.simulated_user import SIMULATED_USER_CALLER, SimulatedUser
 
+REPHRASER_CALLER = "rephraser"
+UNSCRIPTED_REPHRASER = ("the project rephrases responses (nlg: rephrase), and {count} scripted "
+                        "test case(s) have no rephraser script: their responses were sent as "
+                        "written; add rephraser replies to a case's llm_script to test "
+                        "rephrased text")
 INTERNAL_ERROR_PATTERN = "pattern_internal_error"
 INTERNAL_ERROR_UTTER = "utter_internal_error_rasa"
 OFFLINE_HINT = ("this test case has no llm_script and no API key is set: add an llm_script "
@@ -171,6 +180,17 @@ class Runner:
         self._standins: Any = None
         self._a2a_assistants: dict[tuple[bool, frozenset[str]], Any] = {}
         self._stack = contextlib.AsyncExitStack()
+        self.unscripted_rephraser: set[str] = set()
+        """Scripted cases (``file::name``) whose responses went out as written because they
+        script no rephraser."""
+
+    @property
+    def notices(self) -> list[str]:
+        """What the run as a whole should tell its reader, once (e.g. responses that were not
+        rephrased)."""
+        if not self.unscripted_rephraser:
+            return []
+        return [UNSCRIPTED_REPHRASER.format(count=len(self.unscripted_rephraser))]
 
     async def __aenter__(self) -> Runner:
         return self
@@ -283,7 +303,18 @@ class Runner:
             assistant = await self._assistant(scripted)
         self._load_script(case)
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
+        self._rephrasing(assistant, case)
         yield assistant
+
+    def _rephrasing(self, assistant: Any, case: TestCase) -> None:
+        """A scripted case without a ``rephraser`` script gets its responses as written."""
+        rephraser = assistant.executor.responder.rephraser
+        if rephraser is None:
+            return
+        rephraser.enabled = not self._scripted_case(case) or \
+            REPHRASER_CALLER in (case.llm_script or {})
+        if not rephraser.enabled:
+            self.unscripted_rephraser.add(f"{case.file}::{case.name}")
 
     def _scripted_case(self, case: TestCase) -> bool:
         return case.llm_script is not None and not self.live_model
@@ -328,6 +359,7 @@ class Runner:
             async with Assistant(project, **kwargs) as assistant:
                 self._count_hooks(assistant)
                 assistant.actions.stubs = dict(case.stubs) if case.stubs else None
+                self._rephrasing(assistant, case)
                 yield assistant
 
     async def _a2a_assistant(self, scripted: bool, script: dict[str, Any]) -> Any:
@@ -374,7 +406,7 @@ class Runner:
 
     def judge(self, case: TestCase, assistant: Any) -> Judge:
         """The judge for generative assertions of ``case`` (scripted when the case is)."""
-        from subagents.llm.client import make_llm_client, resolve_model_settings
+        from subagents.llm import build_model, resolve_model_settings
 
         config = case.judge or {}
         scripted = self._scripted_case(case)
@@ -390,13 +422,13 @@ class Runner:
                 self._judges[key] = Judge(factory(JUDGE_CALLER, llm),
                                           factory(EMBEDDINGS_CALLER, emb))
             else:
-                self._judges[key] = Judge(make_llm_client(llm, name=JUDGE_CALLER),
-                                          make_llm_client(emb, name=EMBEDDINGS_CALLER))
+                self._judges[key] = Judge(build_model(llm, name=JUDGE_CALLER),
+                                          build_model(emb, name=EMBEDDINGS_CALLER))
         return self._judges[key]
 
     def simulated_user_llm(self, case: TestCase, assistant: Any) -> Any:
         """The model that plays the simulated user of ``case`` (scripted when the case is)."""
-        from subagents.llm.client import make_llm_client, resolve_model_settings
+        from subagents.llm import build_model, resolve_model_settings
 
         spec = case.simulated_user or {}
         scripted = self._scripted_case(case)
@@ -407,7 +439,7 @@ class Runner:
             if scripted and self.fake is not None:
                 client = self.fake.llm_factory()(SIMULATED_USER_CALLER, settings)
             else:
-                client = make_llm_client(settings, name=SIMULATED_USER_CALLER)
+                client = build_model(settings, name=SIMULATED_USER_CALLER)
             self._simulators[key] = client
         return self._simulators[key]
 
@@ -883,7 +915,9 @@ def _bot_text_matches(expected: Any, message: dict[str, Any]) -> bool:
         if expected.get("any"):
             return bool(text)
         return text is not None and re.search(str(expected["matches"]), str(text)) is not None
-    return bool(text == str(expected).strip())
+    # Rasa strips only the expected text; both sides are stripped here, so an expected text
+    # written exactly as the bot says it (trailing space included) matches
+    return text is not None and str(text).strip() == str(expected).strip()
 
 
 def _bot_problem(expected: Any, messages: list[dict[str, Any]]) -> str:

@@ -6,7 +6,8 @@ point a client at ``fake.base_url(caller)``. Each request pops the caller's next
 (format: ``docs/conversation-tests.md``). Beyond the fixture format, a reply may carry ``stall``
 (send nothing more, until the client gives up) and ``drop`` (close the connection), both applied
 after the first streamed chunk when streaming. ``POST .../embeddings`` answers with deterministic
-bag-of-words vectors (:func:`embed_text`), unscripted.
+bag-of-words vectors (:func:`embed_text`), unscripted; the texts of each such request are kept in
+:attr:`FakeModelServer.embedding_inputs` (not in ``requests``).
 
 Strict: a request with no reply left gets HTTP 400 and is recorded as a problem, as are replies
 left unconsumed and failed ``expect`` checks; :meth:`FakeModelServer.problems` lists them and
@@ -209,6 +210,8 @@ class FakeModelServer:
         self.chunk_chars = chunk_chars
         self.model = model
         self.requests: list[RecordedRequest] = []
+        self.embedding_inputs: list[list[str]] = []
+        """The texts of each ``/embeddings`` request, in arrival order."""
         self._problems: list[str] = []
         self._queues: dict[str, list[Reply]] = {}
         self._counts: dict[str, int] = {}
@@ -232,6 +235,7 @@ class FakeModelServer:
         self._counts.clear()
         self._problems.clear()
         self.requests.clear()
+        self.embedding_inputs.clear()
         self._counter[0] = 0
 
     def base_url(self, caller: str = "default") -> str:
@@ -247,13 +251,13 @@ class FakeModelServer:
 
     def llm_factory(self, *, max_retries: int = 0) -> Callable[[str, Any], Any]:
         """An ``Assistant(llm_factory=...)`` that points every caller at its own path here."""
-        from subagents.llm.client import LLMClient, make_llm_client
+        from subagents.llm import Model, build_model
 
-        def factory(caller: str, settings: Any) -> LLMClient:
+        def factory(caller: str, settings: Any) -> Model:
             for model in settings.members():  # every model of a routed group
                 model.api_base, model.api_key = self.base_url(caller), None
                 model.max_retries, model.provider = max_retries, "openai"
-            return make_llm_client(settings, name=caller)
+            return build_model(settings, name=caller)
 
         return factory
 
@@ -323,7 +327,9 @@ class FakeModelServer:
                        writer: asyncio.StreamWriter) -> bool:
         method, path, headers, raw = request
         if method == "POST" and path.endswith("/embeddings"):
-            await _send_json(writer, 200, _embeddings(raw))
+            texts, payload = _embeddings(raw)
+            self.embedding_inputs.append(texts)
+            await _send_json(writer, 200, payload)
             return True
         route = path.split("?", 1)[0]  # an azure path carries ?api-version=
         if method != "POST" or not route.endswith("/chat/completions"):
@@ -451,17 +457,18 @@ def embed_text(text: str) -> list[float]:
     return [v / norm for v in vector]
 
 
-def _embeddings(raw: bytes) -> dict[str, Any]:
+def _embeddings(raw: bytes) -> tuple[list[str], dict[str, Any]]:
     try:
         body = json.loads(raw or b"{}")
     except json.JSONDecodeError:
         body = {}
     inputs = body.get("input") if isinstance(body, dict) else None
     texts = [inputs] if isinstance(inputs, str) else [str(i) for i in inputs or []]
-    return {"object": "list", "model": body.get("model", "fake-embeddings"),
-            "data": [{"object": "embedding", "index": i, "embedding": embed_text(t)}
-                     for i, t in enumerate(texts)],
-            "usage": {"prompt_tokens": 0, "total_tokens": 0}}
+    model = body.get("model", "fake-embeddings") if isinstance(body, dict) else "fake-embeddings"
+    return texts, {"object": "list", "model": model,
+                   "data": [{"object": "embedding", "index": i, "embedding": embed_text(t)}
+                            for i, t in enumerate(texts)],
+                   "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
 
 def _args_text(arguments: Any) -> str:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from subagents.exceptions import SubagentsError
-from subagents.llm.client import LLMClient
+from subagents.llm import Model
 from subagents.testing.assertions import AssertionFailed, Window, bot_messages
 
 JUDGE_CALLER = "judge"
@@ -50,8 +50,8 @@ Assistant message:
 class Judge:
     """A chat model and an embeddings model used to score bot messages."""
 
-    llm: LLMClient
-    embeddings: LLMClient
+    llm: Model
+    embeddings: Model
 
     async def close(self) -> None:
         """Close both clients."""
@@ -115,12 +115,10 @@ class Judge:
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
         try:
-            response = await self.embeddings.client.embeddings.create(
-                model=self.embeddings.settings.model, input=texts)
+            return await self.embeddings.embed(texts)
         except Exception as exc:  # any provider error fails the assertion
             raise AssertionFailed(f"the embeddings model failed: {type(exc).__name__}: "
                                   f"{exc}") from exc
-        return [list(item.embedding) for item in sorted(response.data, key=lambda d: d.index)]
 
 
 def _candidate(spec: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:

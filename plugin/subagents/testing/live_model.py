@@ -36,8 +36,8 @@ class LiveModelCheck:
 
 
 async def _problem(project_dir: Path | ProjectPaths) -> str | None:
-    from subagents.llm.preflight import check_models
     from subagents.config.project import load_project
+    from subagents.llm.preflight import check_models
 
     problems = await check_models(load_project(project_dir))
     if not problems:

@@ -21,6 +21,7 @@ from subagents.types import (
     AgentToolContext,
     AgentToolResult,
     AgentToolSchema,
+    CallScope,
     ChatMessage,
     JsonObject,
 )
@@ -49,12 +50,14 @@ class CallContext:
     """Slot values the running call sets (filled per call)."""
     on_progress: ProgressSink | None = None
     """Told about progress a running call reports (tool name, progress, total, message)."""
+    scope: CallScope | None = None
+    """The turn's scope: a recorded turn records the call in it."""
 
     def for_call(self, timeout: float | None = None) -> CallContext:
         """A context of its own for one call (its own effects list)."""
         return CallContext(self.agent_input, self.tool_context,
                            self.timeout if timeout is None else timeout,
-                           on_progress=self.on_progress)
+                           on_progress=self.on_progress, scope=self.scope)
 
 
 Runner = Callable[[JsonObject, CallContext], "AgentToolResult | Awaitable[AgentToolResult]"]

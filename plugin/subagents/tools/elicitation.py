@@ -3,16 +3,17 @@
 The innermost wrapper: it names the conversation and call an MCP call belongs to, so that a
 server's request for input during the call reaches this conversation's user. When the server
 asks, the call is deferred (:attr:`Deferral.ELICITATION`) while it goes on waiting in the
-background (:data:`subagents.mcp.callbacks.ELICITATIONS`); calling it again with the same call id
-(after the answer was sent) waits for that same call instead of starting a new one.
+background (held in the MCP pool's :class:`~subagents.mcp.callbacks.ElicitationRegistry`);
+calling it again with the same call id (after the answer was sent) waits for that same call
+instead of starting a new one.
 """
 
 from __future__ import annotations
 
 from subagents.mcp.callbacks import (
     ELICITATION_TIMEOUT,
-    ELICITATIONS,
     ElicitationOwner,
+    ElicitationRegistry,
     elicitation_owner,
 )
 from subagents.tools.base import (
@@ -35,8 +36,11 @@ def elicitation_key(agent_input: AgentInput, call_id: str) -> str:
 class ElicitationToolset(WrapperToolset):
     """Lets MCP calls ask the user; defers a call whose server asked."""
 
-    def __init__(self, inner: Toolset, timeout: float = ELICITATION_TIMEOUT) -> None:
+    def __init__(self, inner: Toolset, timeout: float = ELICITATION_TIMEOUT, *,
+                 registry: ElicitationRegistry) -> None:
         super().__init__(inner)
+        self.registry = registry
+        """Where the calls that wait for an answer are held (the MCP pool's)."""
         self.timeout = timeout
         """Seconds a question waits for the user's answer before it is cancelled."""
 
@@ -47,6 +51,6 @@ class ElicitationToolset(WrapperToolset):
         key = elicitation_key(ctx.agent_input, call.id)
         with elicitation_owner(ElicitationOwner(key, self.timeout)):
             outcome = await self.inner.call(call, ctx)
-        if ELICITATIONS.question(key) is not None:
+        if self.registry.question(key) is not None:
             return ToolOutcome.deferral(call, Deferral.ELICITATION)
         return outcome

@@ -1,7 +1,8 @@
 """Running one tool call: argument validation, the per-tool timeout, errors as results.
 
 The timeout is the tool's own (``configuration.tools.<name>.timeout``) or the agent's
-``tool_timeout``. Every failure becomes an error result the model reads; nothing raises.
+``tool_timeout``; each progress report of a running call restarts it, up to ten times the timeout
+in all. Every failure becomes an error result the model reads; nothing raises.
 How several calls of one response share time is in :mod:`subagents.tools.concurrency`.
 """
 
@@ -12,13 +13,15 @@ import functools
 import inspect
 import json
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import structlog
 
 from subagents.exceptions import ToolArgumentsError, ToolInvocationError, ToolTimeoutError
+from subagents.mcp.connection import PROGRESS_MAX_FACTOR
 from subagents.observability import traced_tool_call
-from subagents.tools.base import CallContext, PlannedCall, Tool, ToolOutcome
+from subagents.tools.base import CallContext, PlannedCall, ProgressSink, Tool, ToolOutcome
 from subagents.types import AgentToolResult, JsonObject
 
 log = structlog.get_logger("subagents.tools")
@@ -85,24 +88,66 @@ def validate_arguments(tool: Tool, arguments: JsonObject) -> JsonObject:
     return filled
 
 
-@traced_tool_call
+BACKSTOP_GRACE = 1.0
+"""Seconds the backstop gives a runner beyond its own timeout (the runner reports it first)."""
+
+
+class _Backstop:
+    """The executor's own limit on an awaited call: ``timeout`` (plus a grace) from the start,
+    restarted by each progress report the call makes, up to ``PROGRESS_MAX_FACTOR`` times the
+    timeout in all: the rule the MCP connection applies to the call itself."""
+
+    def __init__(self, timeout: float, sink: ProgressSink | None) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop, self._timeout, self._sink = loop, timeout, sink
+        self._limit = loop.time() + timeout * PROGRESS_MAX_FACTOR + BACKSTOP_GRACE
+        self.timer = asyncio.timeout_at(loop.time() + timeout + BACKSTOP_GRACE)
+        self._running = False
+
+    async def run(self, outcome: Awaitable[Any]) -> Any:
+        """Await ``outcome`` within the limit (TimeoutError when it is reached)."""
+        async with self.timer:
+            self._running = True
+            try:
+                return await outcome
+            finally:
+                self._running = False
+
+    async def on_progress(self, tool: str, progress: float, total: float | None,
+                          message: str | None) -> None:
+        """A progress report: the call has ``timeout`` again (within the limit)."""
+        if self._running:
+            self.timer.reschedule(min(self._loop.time() + self._timeout + BACKSTOP_GRACE,
+                                      self._limit))
+        if self._sink is not None:
+            await self._sink(tool, progress, total, message)
+
+
 async def invoke_tool(tool: Tool, arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
-    """Run one tool; every failure becomes an error result (never an exception)."""
+    """Run one tool; every failure becomes an error result (never an exception). A recorded
+    turn records the call and its result."""
+    result = await _invoke(tool, arguments, ctx)
+    recorder = None if ctx.scope is None else ctx.scope.recorder
+    if recorder is not None:
+        recorder.record_tool_call(tool, arguments, result)
+    return result
+
+
+@traced_tool_call
+async def _invoke(tool: Tool, arguments: JsonObject, ctx: CallContext) -> AgentToolResult:
     timeout = tool.timeout or ctx.timeout
     try:
         args = validate_arguments(tool, arguments)
         # the runner enforces `timeout`; this is a backstop. Only an awaitable can overrun it:
         # a runner that answers at once (a synchronous custom tool) needs no timer
-        deadline = asyncio.get_running_loop().time() + timeout + 1.0
-        if timeout != ctx.timeout:
-            ctx = CallContext(ctx.agent_input, ctx.tool_context, timeout, ctx.effects,
-                              ctx.on_progress)
+        backstop = _Backstop(timeout, ctx.on_progress)
+        ctx = CallContext(ctx.agent_input, ctx.tool_context, timeout, ctx.effects,
+                          backstop.on_progress, ctx.scope)
         outcome: Any = tool.run(args, ctx)
         if type(outcome) is AgentToolResult:  # answered at once (a plain result never awaits)
             result = outcome
         elif inspect.isawaitable(outcome):
-            async with asyncio.timeout_at(deadline):
-                result = await outcome
+            result = await backstop.run(outcome)
         else:
             result = outcome
         if not isinstance(result, AgentToolResult):

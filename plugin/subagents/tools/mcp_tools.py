@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
 
 import structlog
 
 from subagents.config.sub_agent import McpServerRef, ToolSettings
 from subagents.exceptions import MCPConnectionError, ToolInvocationError, ToolNotAvailableError
-from subagents.mcp.callbacks import ELICITATIONS
 from subagents.mcp.connection import MCPTool
 from subagents.mcp.identity import session_key, template_values
 from subagents.mcp.oauth.consent import CONSENT_CODES
@@ -19,6 +19,9 @@ from subagents.tools.mcp_resources import resource_tool
 from subagents.types import AgentInput, AgentToolResult, AgentToolSchema, JsonObject
 
 log = structlog.get_logger("subagents.tools")
+
+MetaHook = Callable[[str, AgentInput], JsonObject]
+"""``(server, agent input) -> _meta`` of an MCP tool call."""
 
 
 def allowed(ref: McpServerRef, tool_name: str) -> bool:
@@ -61,8 +64,12 @@ class MCPToolset:
     """The MCP tools one agent may use, and the call-time enforcement of the filter."""
 
     def __init__(self, pool: MCPPool, refs: list[McpServerRef], *, agent_name: str,
-                 settings: dict[str, ToolSettings] | None = None) -> None:
+                 settings: dict[str, ToolSettings] | None = None,
+                 meta: MetaHook | None = None) -> None:
         self.pool = pool
+        self.meta = meta
+        """Gives the ``_meta`` of a call (the agent's ``_get_meta_for_mcp_server`` hook);
+        without it, :func:`build_meta`."""
         self.refs = refs
         self.agent_name = agent_name
         self.settings = settings or {}
@@ -129,7 +136,8 @@ class MCPToolset:
         """Call ``name`` on the server of ``ref``, enforcing the include/exclude filter."""
         if not allowed(ref, name):
             raise ToolNotAvailableError(f"tool {name!r} is not available to this agent")
-        meta = build_meta(self.pool, ref.name, ctx.agent_input, name, self.agent_name)
+        meta = dict(self.meta(ref.name, ctx.agent_input)) if self.meta is not None else \
+            build_meta(self.pool, ref.name, ctx.agent_input, name, self.agent_name)
         config = self.pool.endpoints.mcp_server(ref.name)
         if config is not None and config.pre_call_hook:
             hook_ctx = {"sender_id": ctx.agent_input.recipient_id, "server_name": ref.name,
@@ -157,10 +165,10 @@ class MCPToolset:
                         raise ToolInvocationError(str(exc), code=exc.code) from exc
                     raise
 
-            result = await ELICITATIONS.call(keyed)
+            result = await self.pool.elicitations.call(keyed)
         else:
             connection = self.pool.connection(ref.name)
-            result = await ELICITATIONS.call(lambda: connection.call_tool(
+            result = await self.pool.elicitations.call(lambda: connection.call_tool(
                 name, arguments, timeout=ctx.timeout, read_only=read_only, meta=meta,
                 on_progress=progress))
         # None: the server asked the user for input; the call goes on in the background

@@ -32,8 +32,15 @@ import structlog
 
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig
-from subagents.mcp.callbacks import ELICITATIONS, _Flight
-from subagents.mcp.oauth.login import LoginRequiredError, authorization_code_provider, token_file
+from subagents.mcp.callbacks import ElicitationRegistry, _Flight
+from subagents.mcp.oauth.login import (
+    ConfiguredLogin,
+    LoginRequiredError,
+    authorization_code_provider,
+    configured_client,
+    token_file,
+)
+from subagents.mcp.oauth.policy import StepUpWatch
 from subagents.mcp.oauth.token_store import SHARED, TokenStore
 
 log = structlog.get_logger("subagents.mcp")
@@ -42,6 +49,8 @@ CALLBACK_PATH = "/oauth/callback"
 """The route of ``subagents serve`` that users' browsers return to."""
 CONSENT_MESSAGE = ("{server} needs your permission before I can continue. Open this link, sign "
                    "in and allow access, then come back here.")
+STEP_UP_MESSAGE = ("{server} needs more access before I can continue ({scope}). Open this link, "
+                   "sign in again and allow it, then come back here.")
 
 
 class ConsentRequiredError(LoginRequiredError):
@@ -80,6 +89,8 @@ class PendingConsent:
     """The SDK's ``AuthorizationCodeResult``, or the reason it failed."""
     asking: asyncio.Future[Any] | None = field(default=None, repr=False)
     """The question put to the user in the conversation (settled by the chat or the browser)."""
+    elicitations: ElicitationRegistry | None = field(default=None, repr=False)
+    """The registry holding the call (the MCP pool's)."""
 
 
 class ConsentRegistry:
@@ -88,10 +99,12 @@ class ConsentRegistry:
     def __init__(self) -> None:
         self._by_state: dict[str, PendingConsent] = {}
 
-    def open(self, state: str, server: str, owner_key: str) -> PendingConsent:
-        """Remember a link just sent for the call ``owner_key``."""
+    def open(self, state: str, server: str, owner_key: str,
+             elicitations: ElicitationRegistry | None = None) -> PendingConsent:
+        """Remember a link just sent for the call ``owner_key`` (held in ``elicitations``)."""
         consent = PendingConsent(state, server, owner_key,
-                                 asyncio.get_running_loop().create_future())
+                                 asyncio.get_running_loop().create_future(),
+                                 elicitations=elicitations)
         self._by_state[state] = consent
         return consent
 
@@ -117,13 +130,15 @@ class ConsentRegistry:
             return None
         if code and not error:
             consent.result.set_result(AuthorizationCodeResult(code=code, state=state, iss=iss))
-            ELICITATIONS.answer(consent.owner_key, ElicitResult(action="accept"))
+            if consent.elicitations is not None:
+                consent.elicitations.answer(consent.owner_key, ElicitResult(action="accept"))
             log.info("mcp.oauth.consent_given", server=consent.server)
         else:
             consent.result.set_exception(ConsentDeniedError(
                 f"the user did not authorize MCP server {consent.server!r} "
                 f"({error or 'no code'})"))
-            ELICITATIONS.answer(consent.owner_key, ElicitResult(action="decline"))
+            if consent.elicitations is not None:
+                consent.elicitations.answer(consent.owner_key, ElicitResult(action="decline"))
             log.info("mcp.oauth.consent_refused", server=consent.server, error=error)
         return consent
 
@@ -146,7 +161,7 @@ class UserTokenStorage:
     def __init__(self, store: TokenStore, user: str, config: McpServerConfig,
                  redirect_uri: str) -> None:
         self.store, self.user, self.server = store, user, config.name
-        self._configured = _configured_client(config, redirect_uri)
+        self._configured = configured_client(config, redirect_uri)
 
     async def get_tokens(self) -> Any:
         """The user's tokens, or None (also when the stored value does not parse)."""
@@ -212,20 +227,6 @@ class UserTokenStorage:
                              client_info.model_dump(mode="json", exclude_none=True))
 
 
-def _configured_client(config: McpServerConfig, redirect_uri: str) -> Any:
-    from mcp.shared.auth import OAuthClientInformationFull
-
-    oauth = config.oauth
-    if oauth is None or not oauth.client_id:
-        return None
-    secret = resolve_env(oauth.client_secret, what=f"oauth.client_secret of MCP server "
-                         f"{config.name!r}") if oauth.client_secret else None
-    return OAuthClientInformationFull.model_validate({
-        "client_id": oauth.client_id, "client_secret": secret, "redirect_uris": [redirect_uri],
-        "token_endpoint_auth_method": oauth.auth_method if secret else "none",
-        "grant_types": ["authorization_code", "refresh_token"]})
-
-
 def callback_url(config: McpServerConfig) -> str:
     """``<public_url>/oauth/callback`` of the server's consent."""
     oauth = config.oauth
@@ -262,15 +263,18 @@ def user_provider(config: McpServerConfig, *, user: str, store: TokenStore,
     assert oauth is not None
     redirect = callback_url(config)
     storage = UserTokenStorage(store, user, config, redirect)
-    secret = bool(oauth.client_id and oauth.client_secret)
+    client = configured_client(config, redirect)
     metadata = OAuthClientMetadata.model_validate({
         "redirect_uris": [redirect], "client_name": "subagents",
         "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
-        "token_endpoint_auth_method": oauth.auth_method if secret else "none",
+        "token_endpoint_auth_method": client.token_endpoint_auth_method if client else "none",
         "scope": oauth.scope})
     server = config.name
+    method, scope = oauth.auth_method, oauth.scope
 
-    class _UserProvider(OAuthClientProvider):
+    class _UserProvider(ConfiguredLogin, StepUpWatch, OAuthClientProvider):
+        configured_auth = (client.client_id, method) if client else None
+        configured_scope = scope
         waiting_for_user = False
         """True while a sign-in link waits for the user's browser (connecting waits too)."""
         _consent: PendingConsent | None = None
@@ -325,14 +329,16 @@ def user_provider(config: McpServerConfig, *, user: str, store: TokenStore,
                     f"MCP server {server!r} needs the user's authorization, and no agent call "
                     "can ask the user for it now; call a tool of the server again to ask")
             state = parse_qs(urlparse(url).query).get("state", [""])[0]
-            consent = CONSENTS.open(state, server, flight.owner.key)
+            consent = CONSENTS.open(state, server, flight.owner.key, flight.registry)
             self._consent = consent
             self.waiting_for_user = True
-            params = ElicitRequestURLParams(message=CONSENT_MESSAGE.format(server=server),
-                                            url=url, elicitation_id=state)
+            message = CONSENT_MESSAGE.format(server=server) if self.step_up is None else \
+                STEP_UP_MESSAGE.format(server=server, scope=self.step_up or "a larger scope")
+            params = ElicitRequestURLParams(message=message, url=url, elicitation_id=state)
             consent.asking = asking = asyncio.ensure_future(flight.ask(params))
             asking.add_done_callback(lambda task: _answered_in_chat(consent, task))
-            log.info("mcp.oauth.consent_asked", server=server, key=flight.owner.key)
+            log.info("mcp.oauth.consent_asked", server=server, key=flight.owner.key,
+                     step_up=self.step_up is not None)
 
         async def wait_for_browser(self) -> Any:
             consent = self._consent

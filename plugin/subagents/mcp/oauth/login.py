@@ -1,8 +1,10 @@
 """OAuth authorization-code login for MCP servers that need a person to sign in.
 
 ``subagents mcp login <server>`` runs the flow once, in a terminal: discovery, dynamic client
-registration (unless ``client_id`` is configured), PKCE, the browser sign-in with a local callback
-on 127.0.0.1, and the token exchange. The client registration and tokens are stored in
+registration (unless ``client_id`` is configured: then that client is used from the first request
+and registration is never called), PKCE, the browser sign-in with a local callback on 127.0.0.1,
+and the token exchange (a configured client's secret sent as ``auth_method`` says, or as the
+server's metadata allows). The client registration and tokens are stored in
 ``<project>/.subagents/mcp-auth/<server>.json`` (readable by the owner only), where the server
 process finds them; the MCP SDK's provider refreshes the access token from there. A server process
 never opens a browser: without a usable login, connecting fails with the command to run.
@@ -25,6 +27,7 @@ import structlog
 from subagents.config._base import resolve_env
 from subagents.config.endpoints import McpServerConfig
 from subagents.exceptions import MCPConnectionError
+from subagents.mcp.oauth.policy import StepUpWatch, token_auth_method
 
 if TYPE_CHECKING:
     pass
@@ -118,6 +121,63 @@ class FileTokenStorage:
         self._write("client_info", client_info)
 
 
+def configured_client(config: McpServerConfig, redirect_uri: str) -> Any:
+    """The client configured with ``oauth.client_id`` (None without one), as the SDK's client
+    information: with a secret, confidential (its token-endpoint authentication is settled per
+    request, see :class:`ConfiguredLogin`); without one, public."""
+    from mcp.shared.auth import OAuthClientInformationFull
+
+    oauth = config.oauth
+    if oauth is None or not oauth.client_id:
+        return None
+    secret = resolve_env(oauth.client_secret, what=f"oauth.client_secret of MCP server "
+                         f"{config.name!r}") if oauth.client_secret else None
+    return OAuthClientInformationFull.model_validate({
+        "client_id": oauth.client_id, "client_secret": secret, "redirect_uris": [redirect_uri],
+        "token_endpoint_auth_method": (oauth.auth_method or "client_secret_basic") if secret
+        else "none", "grant_types": ["authorization_code", "refresh_token"]})
+
+
+class ConfiguredLogin:
+    """What the configuration settles in a sign-in, for a provider (the SDK's
+    ``OAuthClientProvider``): the sign-in asks for the configured ``scope`` as well as what the
+    server asks for (the SDK alone would ask only for the latter), and the token requests (code
+    exchange and refresh) of a configured confidential client authenticate it as ``auth_method``
+    says, or, without one, as the authorization server's metadata allows (Basic by default)."""
+
+    context: Any
+    configured_auth: tuple[str, str | None] | None = None
+    """(client id, configured ``auth_method``) of the configured client; None: none configured."""
+    configured_scope: str | None = None
+
+    async def _perform_authorization(self) -> Any:
+        from mcp.client.auth.utils import union_scopes
+
+        metadata = self.context.client_metadata
+        metadata.scope = union_scopes(self.configured_scope, metadata.scope)
+        return await super()._perform_authorization()  # type: ignore[misc]
+
+    def _settle_auth_method(self) -> None:
+        client = self.context.client_info
+        if self.configured_auth is None or client is None or not client.client_secret \
+                or client.client_id != self.configured_auth[0]:
+            return
+        method = token_auth_method(self.configured_auth[1], self.context.oauth_metadata)
+        if client.token_endpoint_auth_method != method:
+            self.context.client_info = client.model_copy(
+                update={"token_endpoint_auth_method": method})
+
+    async def _exchange_token_authorization_code(self, auth_code: str,
+                                                 code_verifier: str) -> Any:
+        self._settle_auth_method()
+        return await super()._exchange_token_authorization_code(  # type: ignore[misc]
+            auth_code, code_verifier)
+
+    async def _refresh_token(self) -> Any:
+        self._settle_auth_method()
+        return await super()._refresh_token()  # type: ignore[misc]
+
+
 @dataclass
 class LoginHandlers:
     """How a login reaches the person: open the sign-in page, then wait for the redirect."""
@@ -131,21 +191,20 @@ def authorization_code_provider(config: McpServerConfig, root: Path,
                                 login: LoginHandlers | None) -> Any:
     """The SDK's ``OAuthClientProvider`` for ``config``, storing its state next to the project."""
     from mcp.client.auth import OAuthClientProvider
-    from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata
+    from mcp.shared.auth import OAuthClientMetadata
 
     oauth = config.oauth
     assert oauth is not None
     storage = FileTokenStorage(token_file(root, config.name))
-    secret = resolve_env(oauth.client_secret, what=f"oauth.client_secret of MCP server "
-                         f"{config.name!r}") if oauth.client_secret else None
-    method: Any = oauth.auth_method if secret else "none"
     redirect = login.redirect_uri if login else f"http://127.0.0.1:{oauth.redirect_port}/callback"
+    client = configured_client(config, redirect)
     metadata = OAuthClientMetadata.model_validate({
         "redirect_uris": [redirect], "client_name": "subagents",
         "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
-        "token_endpoint_auth_method": method, "scope": oauth.scope})
+        "token_endpoint_auth_method": client.token_endpoint_auth_method if client else "none",
+        "scope": oauth.scope})
     server = config.name
-    client_id = oauth.client_id
+    method, scope = oauth.auth_method, oauth.scope
 
     async def login_required(_url: str = "") -> None:
         raise LoginRequiredError(
@@ -154,11 +213,19 @@ def authorization_code_provider(config: McpServerConfig, root: Path,
     async def no_callback() -> Any:
         raise LoginRequiredError(f"MCP server {server!r} needs a login")
 
-    class _Provider(OAuthClientProvider):
+    class _Provider(ConfiguredLogin, StepUpWatch, OAuthClientProvider):
+        configured_auth = (client.client_id, method) if client else None
+        configured_scope = scope
+        # a server process has nobody to sign in again: a step-up's 403 is the answer, and the
+        # call fails naming the scope (MCPServerConnection); an interactive login re-authorizes
+        reauthorize_on_step_up = login is not None
+
         async def _initialize(self) -> None:
             if login is None and await storage.get_tokens() is None:
                 await login_required()  # before anything is registered or stored
             await super()._initialize()
+            if client is not None:  # the configured client, never a registration
+                self.context.client_info = client
             # the SDK forgets when a stored token expires; without this an expired token is
             # sent, refused, and the refresh token never tried
             self.context.token_expiry_time = storage.expires_at()
@@ -173,11 +240,6 @@ def authorization_code_provider(config: McpServerConfig, root: Path,
             await super()._handle_token_response(response)
             storage.save_metadata(self.context.oauth_metadata,
                                   self.context.protected_resource_metadata)
-            if client_id and self.context.client_info is None:
-                self.context.client_info = OAuthClientInformationFull.model_validate({
-                    "client_id": client_id, "client_secret": secret,
-                    "redirect_uris": [redirect], "token_endpoint_auth_method": method,
-                    "grant_types": ["authorization_code", "refresh_token"]})
 
     return _Provider(server_url=str(config.url), client_metadata=metadata, storage=storage,
                      client_metadata_url=oauth.client_metadata_url,

@@ -3,7 +3,7 @@
 ``GET /inspect`` answers the page (its stylesheet and script inlined, so a token given as
 ``?token=`` covers everything it loads). The page talks to the same routes as any client:
 ``POST /webhooks/stream/webhook?inspect=true`` (the SSE stream, plus the agent step records
-that :mod:`subagents.agents._trace` emits) and ``GET /conversations/{sender}/tracker``. It makes
+that :mod:`subagents.agents.trace` emits) and ``GET /conversations/{sender}/tracker``. It makes
 no other request: its Content-Security-Policy allows nothing but its own origin.
 """
 

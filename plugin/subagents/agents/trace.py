@@ -10,10 +10,11 @@ arguments) nor credentials (model settings are not traced).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from subagents.agents._plan import AgentRun
-from subagents.llm.client import LLMResponse
+from subagents.agents.run import Run
+from subagents.llm import LLMResponse
 from subagents.tools.base import Deferral, ToolOutcome
 from subagents.types import AgentOutput, ChatMessage, JsonObject, TrackerEvent
 
@@ -24,15 +25,12 @@ _TEXT_KINDS = {"filler_message": "filler", "input_required": "question",
                "final_response": "final"}
 
 
-def tracing(run: AgentRun) -> bool:
+def tracing(run: Run) -> bool:
     """Whether the run's channel wants trace records."""
-    if run.traced is None:
-        run.traced = (run.channel is not None and run.recipient_id is not None
-                      and getattr(run.channel, "wants_trace", False) is True)
-    return run.traced
+    return run.tracing
 
 
-async def _emit(run: AgentRun, kind: str, data: JsonObject) -> None:
+async def _emit(run: Run, kind: str, data: JsonObject) -> None:
     assert run.channel is not None
     assert run.recipient_id is not None
     await run.channel.send_trace(run.recipient_id, kind, data)  # type: ignore[attr-defined]
@@ -45,13 +43,13 @@ def _capped(value: Any) -> Any:
     return {"truncated": True, "chars": len(text), "head": text[:RAW_LIMIT]}
 
 
-async def run_started(run: AgentRun, agent: str) -> None:
+async def run_started(run: Run, agent: str) -> None:
     """The run begins: its agent and the tools it may call."""
     if tracing(run):
         await _emit(run, "agent_run_start", {"agent": agent, "tools": sorted(run.tools)})
 
 
-async def model_call(run: AgentRun, agent: str, messages: list[ChatMessage],
+async def model_call(run: Run, agent: str, messages: list[ChatMessage],
                      offered: list[JsonObject], response: LLMResponse) -> None:
     """One model call: duration, tokens, offered tools, what came back, and the raw exchange."""
     if not tracing(run):
@@ -77,7 +75,7 @@ def _overlaps(one: ToolOutcome, others: list[ToolOutcome]) -> bool:
                for o in others)
 
 
-async def tool_calls(run: AgentRun, agent: str, outcomes: list[ToolOutcome]) -> None:
+async def tool_calls(run: Run, agent: str, outcomes: list[ToolOutcome]) -> None:
     """Each call of a step: server, arguments, result or error, duration, parallel or alone;
     deferred calls become waits (approval, client tool)."""
     if not tracing(run):
@@ -104,7 +102,7 @@ async def tool_calls(run: AgentRun, agent: str, outcomes: list[ToolOutcome]) -> 
             "parallel": _overlaps(outcome, ran)})
 
 
-async def resumed_calls(run: AgentRun, agent: str, events: list[TrackerEvent]) -> None:
+async def resumed_calls(run: Run, agent: str, events: Sequence[TrackerEvent]) -> None:
     """Calls run when the run resumed (approved calls), before its first step (step 0)."""
     if not tracing(run):
         return
@@ -124,7 +122,7 @@ async def resumed_calls(run: AgentRun, agent: str, events: list[TrackerEvent]) -
             "parallel": False, "resumed": True})
 
 
-async def texts(run: AgentRun, agent: str, events: list[TrackerEvent]) -> None:
+async def texts(run: Run, agent: str, events: Sequence[TrackerEvent]) -> None:
     """The texts a step recorded, each with its kind (filler, question, final)."""
     if not tracing(run):
         return
@@ -138,7 +136,7 @@ async def texts(run: AgentRun, agent: str, events: list[TrackerEvent]) -> None:
                                         "kind": _TEXT_KINDS.get(kind, kind or "text")})
 
 
-async def run_finished(run: AgentRun, agent: str, output: AgentOutput) -> None:
+async def run_finished(run: Run, agent: str, output: AgentOutput) -> None:
     """The run ends: status, exit reason, steps, calls, tokens."""
     if tracing(run):
         await _emit(run, "agent_run_end", {

@@ -1,30 +1,14 @@
-"""The state of one run, a model response parsed into a plan, and what a step returns."""
+"""A model response parsed into a plan, what a step's calls did, and what a step returns."""
 
 from __future__ import annotations
 
 import json
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
-from subagents.llm.client import LLMResponse, ToolCall, Usage
-from subagents.tools.approvals import ApprovalToolset
-from subagents.tools.base import Deferral, PlannedCall, Tool, ToolOutcome, Toolset
-from subagents.types import (
-    AgentInput,
-    AgentStatus,
-    AgentToolContext,
-    AgentToolResult,
-    ChatMessage,
-    ExitReason,
-    JsonObject,
-    OutputChannel,
-    TrackerEvent,
-)
-
-if TYPE_CHECKING:
-    from subagents.agents.budgets import BudgetGuard
-    from subagents.agents.fillers import ProgressReporter
+from subagents.llm import LLMResponse, ToolCall
+from subagents.tools.base import Deferral, PlannedCall, ToolOutcome
+from subagents.types import AgentStatus, ChatMessage, ExitReason, JsonObject
 
 _NAME_RUN = re.compile(r"^[A-Za-z0-9_.\-]+")
 _SANITISE = re.compile(r"[^A-Za-z0-9_\-]")
@@ -124,91 +108,6 @@ class Executed:
     def succeeded(self, name: str) -> bool:
         """Whether a call of ``name`` ran without an error."""
         return any(o.call.name == name and not o.result.is_error for o in self.ran)
-
-
-# ---------------------------------------------------------------------------- the run
-@dataclass
-class AgentRun:
-    """State that lives for one invocation only."""
-
-    input: AgentInput
-    channel: OutputChannel | None
-    toolset: Toolset | None = None
-    """The composed toolset of this run (features wrapped around the plain tools)."""
-    approvals: ApprovalToolset | None = None
-    tools: dict[str, Tool] = field(default_factory=dict)
-    """The offered tools by name."""
-    tool_messages: list[ChatMessage] = field(default_factory=list)
-    events: list[TrackerEvent] = field(default_factory=list)
-    results: dict[str, AgentToolResult] = field(default_factory=dict)
-    structured: list[JsonObject] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    model_usage: dict[str, Usage] = field(default_factory=dict)
-    """The run's usage by the model that answered (a routed group may use several)."""
-    steps: int = 0
-    unavailable_rounds: int = 0
-    completion_pending: bool = False
-    tool_counts: dict[str, int] = field(default_factory=dict)
-    slot_values: dict[str, Any] = field(default_factory=dict)
-    initial_slot_values: dict[str, Any] = field(default_factory=dict)
-    slot_set_by_hook: set[str] = field(default_factory=set)
-    recorded_slots: dict[str, Any] = field(default_factory=dict)
-    """Slots whose SlotSet was recorded during the run, with the value recorded last."""
-    output_metadata: JsonObject = field(default_factory=dict)
-    elicitation: Any = None
-    """The MCP server's request for input this run waits on (``agents._elicitation``)."""
-    progress: ProgressReporter | None = None
-    """Turns progress of running calls into messages (None when they are off)."""
-    budget: BudgetGuard | None = None
-    """Checks the run against ``configuration.budgets`` (None without caps)."""
-    prompt_cache: tuple[dict[str, Any], str] | None = None
-    """The last prompt context and the system prompt rendered from it."""
-    history_cache: tuple[tuple[Any, ...], list[ChatMessage]] | None = None
-    """The history messages and what they were built from."""
-    filler_wordings: set[str] = field(default_factory=set)
-    """Wordings of the fillers sent in the conversation so far (``fillers.said_before``)."""
-    filler_scan: tuple[int, int] = (0, 0)
-    """How many input and run events ``filler_wordings`` has looked at."""
-    traced: bool | None = None
-    """Whether the channel wants trace records (looked up once per run)."""
-    tool_output_hook: bool = True
-    """Whether the agent's ``process_tool_output`` is more than the default (which adds
-    nothing); looked up once per run."""
-    handled: set[str] = field(default_factory=set)
-    """Built-in tool names the agent handles itself (``task_completed``)."""
-    offered_cache: tuple[tuple[Tool, ...], list[JsonObject]] | None = None
-    """The offered tools and their schemas in the model's format."""
-    tool_context: AgentToolContext | None = None
-    """The tool context of the last step's calls (a copy of the input metadata)."""
-
-    @property
-    def recipient_id(self) -> str | None:
-        """Who the agent talks to (for the output channel)."""
-        return self.input.recipient_id or self.input.metadata.get("sender_id")
-
-    def add_usage(self, usage: Usage, model: str | None) -> None:
-        """Count one model reply's tokens, in total and for the model that gave it."""
-        self.usage.add(usage)
-        if model is not None:
-            counted = self.model_usage.get(model)
-            if counted is None:
-                counted = self.model_usage[model] = Usage()
-            counted.add(usage)
-
-    def count_tool(self, name: str) -> None:
-        """Count one executed call of ``name``."""
-        self.tool_counts[name] = self.tool_counts.get(name, 0) + 1
-
-    def note(self, text: str) -> None:
-        """Add a system message for the model's next call."""
-        self.tool_messages.append({"role": "system", "content": text})
-
-    def release(self) -> None:
-        """Drop the run's toolset and progress reporter once the run is over: they point back
-        at the run, and without this every finished run is left for the cyclic garbage
-        collector instead of being freed at once."""
-        self.toolset = self.approvals = self.progress = self.offered_cache = None
-        self.tools = {}
 
 
 def repair_name(name: str, offered: set[str], taken: set[str]) -> tuple[str, bool]:

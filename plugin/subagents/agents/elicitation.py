@@ -2,12 +2,13 @@
 
 The run parks like a client tool: the user gets the server's question (form fields listed, a URL
 as a link), the model gets a placeholder result for the call, and the exchange is saved in the
-output metadata under ``pending_elicitation``. The MCP call itself stays open in this process
-(:data:`subagents.mcp.callbacks.ELICITATIONS`). On the user's next message the model is offered
-``answer_server_request``: it sends the answer (accept with content, decline or cancel) and
-returns what the call finally produced. A run that ends without answering, other than by asking
-the user again, cancels the request. When the call is gone (the question timed out, or the
-process restarted in between) the resumed run ends with an error instead of waiting forever.
+output metadata under ``pending_elicitation``. The MCP call itself stays open in this process,
+held in the MCP pool's registry (:attr:`subagents.agents.run.Run.elicitations`). On the user's
+next message the model is offered ``answer_server_request``: it sends the answer (accept with
+content, decline or cancel) and returns what the call finally produced. A run that ends without
+answering, other than by asking the user again, cancels the request. When the call is gone (the
+question timed out, or the process restarted in between) the resumed run ends with an error
+instead of waiting forever.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ import structlog
 from pydantic import BaseModel, Field
 
 from subagents.agents._images import without_images
-from subagents.agents._model_io import send_event
-from subagents.agents._plan import AgentRun, Executed, Outcome, Park, tool_message
-from subagents.agents._recording import record_tool
+from subagents.agents.plan import Executed, Outcome, Park, tool_message
+from subagents.agents.run import Run
 from subagents.exceptions import ToolArgumentsError, ToolInvocationError
-from subagents.mcp.callbacks import ELICITATIONS, with_defaults
+from subagents.mcp.callbacks import with_defaults
 from subagents.mcp.oauth.consent import CONSENTS
 from subagents.tools.base import CallContext, Deferral, PendingCall, PlannedCall, Tool
 from subagents.tools.elicitation import elicitation_key
@@ -120,7 +120,7 @@ def _field_line(name: str, spec: JsonObject, required: bool) -> str:
 
 
 # ---------------------------------------------------------------------------- parking
-async def park_on_elicitation(run: AgentRun, executed: Executed,
+async def park_on_elicitation(run: Run, executed: Executed,
                               ask: Callable[[str], Awaitable[None]]) -> Park | None:
     """Park on the first call whose server asked for input; None when no server asked.
 
@@ -130,12 +130,12 @@ async def park_on_elicitation(run: AgentRun, executed: Executed,
     if not elicited:
         return None
     first = elicited[0]
-    params = ELICITATIONS.question(elicitation_key(run.input, first.id))
+    params = run.elicitations.question(elicitation_key(run.input, first.id))
     for outcome in executed.outcomes:
         if outcome.deferred is None or outcome.call is first:
             continue
         if outcome.deferred == Deferral.ELICITATION:
-            ELICITATIONS.forget(elicitation_key(run.input, outcome.call.id))
+            run.elicitations.forget(elicitation_key(run.input, outcome.call.id))
         run.tool_messages.append(tool_message(outcome.call.id, NOT_RUN))
     if params is None:  # expired in the meantime
         run.tool_messages.append(tool_message(first.id, LOST.format(tool=first.name)))
@@ -155,23 +155,23 @@ async def park_on_elicitation(run: AgentRun, executed: Executed,
     return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.ELICITATION))
 
 
-def settle(run: AgentRun, outcome: Outcome) -> None:
+def settle(run: Run, outcome: Outcome) -> None:
     """At the end of a run: keep waiting while the user is asked, else cancel the request."""
     pending: PendingElicitation | None = run.elicitation
     if pending is None:
         return
     key = elicitation_key(run.input, pending.call.id)
-    if outcome.status == AgentStatus.INPUT_REQUIRED and ELICITATIONS.question(key) is not None:
+    if outcome.status == AgentStatus.INPUT_REQUIRED and run.elicitations.question(key) is not None:
         run.output_metadata[PENDING_KEY] = pending.model_copy(
             update={"messages": without_images(run.tool_messages)}).model_dump()
         return
-    ELICITATIONS.forget(key)
+    run.elicitations.forget(key)
     log.info("agent.elicitation.cancelled", tool=pending.call.name, server=pending.server,
              status=outcome.status.value)
 
 
 # ---------------------------------------------------------------------------- resuming
-async def resume(run: AgentRun, ctx: CallContext, *, agent_id: str,
+async def resume(run: Run, ctx: CallContext, *, agent_id: str,
                  agent_name: str) -> Outcome | None:
     """Restore a parked request and offer the answer tool; an error outcome when the request
     is gone. A call whose answer came while no run waited (a sign-in finished in the browser)
@@ -181,11 +181,11 @@ async def resume(run: AgentRun, ctx: CallContext, *, agent_id: str,
         return None
     pending = PendingElicitation.model_validate(saved)
     key = elicitation_key(run.input, pending.call.id)
-    if ELICITATIONS.answered(key):
+    if run.elicitations.answered(key):
         run.tool_messages = list(pending.messages)
         await _collect(run, pending, ctx, agent_id=agent_id, agent_name=agent_name)
         return None
-    if ELICITATIONS.question(key) is None and pending.consent:
+    if run.elicitations.question(key) is None and pending.consent:
         # the sign-in link expired (or the assistant restarted): the model reads a tool error
         # and can call the tool again for a new link
         run.tool_messages = _answer_call(pending.messages, pending.call.id, "Error: " +
@@ -193,7 +193,7 @@ async def resume(run: AgentRun, ctx: CallContext, *, agent_id: str,
         log.info("agent.elicitation.consent_expired", agent=agent_name, tool=pending.call.name,
                  server=pending.server)
         return None
-    if ELICITATIONS.question(key) is None:
+    if run.elicitations.question(key) is None:
         log.warning("agent.elicitation.lost", agent=agent_name, tool=pending.call.name,
                     server=pending.server)
         return Outcome.fatal(LOST.format(tool=pending.call.name))
@@ -202,7 +202,7 @@ async def resume(run: AgentRun, ctx: CallContext, *, agent_id: str,
     return None
 
 
-async def _collect(run: AgentRun, pending: PendingElicitation, ctx: CallContext, *,
+async def _collect(run: Run, pending: PendingElicitation, ctx: CallContext, *,
                    agent_id: str, agent_name: str) -> None:
     result = await _finish_call(run, pending, ctx, agent_id=agent_id, agent_name=agent_name)
     text = f"Error: {result.error_message}" if result.is_error else str(result.result or "")
@@ -218,14 +218,14 @@ def _answer_call(messages: list[ChatMessage], call_id: str, text: str) -> list[C
             for m in messages]
 
 
-def _offer(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
+def _offer(run: Run, pending: PendingElicitation, *, agent_id: str,
            agent_name: str) -> None:
     run.elicitation = pending
     tool = answer_tool(run, pending, agent_id=agent_id, agent_name=agent_name)
     run.tools[tool.name] = tool
 
 
-def answer_tool(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
+def answer_tool(run: Run, pending: PendingElicitation, *, agent_id: str,
                 agent_name: str) -> Tool:
     """The built-in tool that sends the user's answer and returns the call's result."""
     properties: JsonObject = {"action": {
@@ -256,14 +256,14 @@ def answer_tool(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
                 raise ToolArgumentsError(f"the answer does not fit the server's question: "
                                          f"{errors[0].message}. Ask the user again or decline")
         result = ElicitResult.model_validate({"action": action, "content": content})
-        if ELICITATIONS.answered(key):  # signed in since the run resumed
+        if run.elicitations.answered(key):  # signed in since the run resumed
             run.elicitation = None
             return await _finish_call(run, pending, ctx, agent_id=agent_id,
                                       agent_name=agent_name)
         if action == "accept" and CONSENTS.for_owner(key) is not None:
             raise ToolInvocationError(CONSENT_PENDING.format(server=pending.server),
                                       code="mcp.consent_pending")
-        if not ELICITATIONS.answer(key, result):
+        if not run.elicitations.answer(key, result):
             raise ToolInvocationError("the server no longer waits for this answer",
                                       code="mcp.elicitation_expired")
         log.info("agent.elicitation.answered", agent=agent_name, tool=pending.call.name,
@@ -274,7 +274,7 @@ def answer_tool(run: AgentRun, pending: PendingElicitation, *, agent_id: str,
     return Tool(schema=schema, run=answer, source="builtin")
 
 
-async def _finish_call(run: AgentRun, pending: PendingElicitation, ctx: CallContext, *,
+async def _finish_call(run: Run, pending: PendingElicitation, ctx: CallContext, *,
                        agent_id: str, agent_name: str) -> AgentToolResult:
     """Wait for the answered call (through the run's toolset) and record it."""
     saved = pending.call
@@ -285,16 +285,16 @@ async def _finish_call(run: AgentRun, pending: PendingElicitation, ctx: CallCont
         run.approvals.approve([call.id])  # it was approved (or needed none) before it asked
     outcome = await run.toolset.call(call, ctx)
     if outcome.deferred == Deferral.ELICITATION:
-        params = ELICITATIONS.question(elicitation_key(run.input, call.id))
+        params = run.elicitations.question(elicitation_key(run.input, call.id))
         if params is not None:
             again = PendingElicitation.of(call, params)
             _offer(run, again, agent_id=agent_id, agent_name=agent_name)
             return AgentToolResult(tool_name=ANSWER_TOOL,
                                    result=ASKED_AGAIN.format(question=again.question()))
         raise ToolInvocationError(LOST.format(tool=call.name), code="mcp.elicitation_expired")
-    text, event = record_tool(run, outcome, agent_id=agent_id, agent_name=agent_name)
+    text, event = run.record_tool(outcome, agent_id=agent_id, agent_name=agent_name)
     if event is not None:
-        await send_event(run, event)
+        await run.send_event(event)
     if outcome.result.is_error:
         return AgentToolResult(tool_name=ANSWER_TOOL, is_error=True,
                                error_message=outcome.result.error_message)

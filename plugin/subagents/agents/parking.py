@@ -10,19 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from subagents import events as ev
-from subagents.agents._elicitation import park_on_elicitation
 from subagents.agents._images import without_images
-from subagents.agents._model_io import send_event
-from subagents.agents._plan import AgentRun, Continue, Executed, Outcome, Park, tool_message
-from subagents.agents._recording import record_tool
+from subagents.agents.elicitation import park_on_elicitation
+from subagents.agents.plan import Continue, Executed, Outcome, Park, tool_message
+from subagents.agents.run import Run
 from subagents.tools import approvals, client_tools
 from subagents.tools.base import CallContext, Deferral, PendingCalls
 from subagents.tools.concurrency import execute_calls
-from subagents.types import AgentStatus, ExitReason
+from subagents.types import AgentEvent, AgentStatus, ExitReason, McpToolExecuted
 
 
-async def park(run: AgentRun, executed: Executed, *, agent_name: str,
+async def park(run: Run, executed: Executed, *, agent_name: str,
                ask: Callable[[str], Awaitable[None]]) -> Park:
     """Park on the deferred calls: a server's request for input is put to the user first
     (one question at a time); client tools are requested from the client; otherwise the user
@@ -33,11 +31,10 @@ async def park(run: AgentRun, executed: Executed, *, agent_name: str,
     waiting = executed.deferred(Deferral.CLIENT)
     if waiting:
         for call in waiting:
-            event = ev.agent_event("agent_client_tool_requested", agent_name, None,
-                                   tool_call_id=call.id, tool_name=call.name,
-                                   arguments=call.arguments)
+            event = AgentEvent("agent_client_tool_requested", agent_name, None, extra={
+                "tool_call_id": call.id, "tool_name": call.name, "arguments": call.arguments})
             run.events.append(event)
-            await send_event(run, event)
+            await run.send_event(event)
         run.output_metadata[client_tools.PENDING_KEY] = PendingCalls.of(
             without_images(run.tool_messages), waiting).to_metadata()
         return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.CLIENT_TOOL))
@@ -48,7 +45,7 @@ async def park(run: AgentRun, executed: Executed, *, agent_name: str,
     return Park(Outcome(AgentStatus.INPUT_REQUIRED, ExitReason.APPROVAL))
 
 
-async def resume_client_tools(run: AgentRun, *, agent_id: str) -> Continue | Park:
+async def resume_client_tools(run: Run, *, agent_id: str) -> Continue | Park:
     """Restore a parked exchange and answer its calls with the client's results; park again
     while results are missing and the user has not said anything new."""
     saved = run.input.metadata.get(client_tools.PENDING_KEY)
@@ -59,9 +56,8 @@ async def resume_client_tools(run: AgentRun, *, agent_id: str) -> Continue | Par
         pending, dict(run.input.metadata.get(client_tools.RESULTS_KEY) or {}))
     run.tool_messages = delivered.messages
     for call, text in delivered.results:
-        run.events.append(ev.mcp_tool_executed(
-            call.name, call.arguments, text, is_error=False, error_message=None,
-            agent_id=agent_id))
+        run.events.append(McpToolExecuted(call.name, call.arguments, text, is_error=False,
+                                          error_message=None, agent_id=agent_id))
         run.tool_messages.append(tool_message(call.id, text))
         run.structured.append({"name": call.name, "result": text})
     if delivered.waiting and not run.input.user_message.strip():
@@ -73,7 +69,7 @@ async def resume_client_tools(run: AgentRun, *, agent_id: str) -> Continue | Par
     return Continue()
 
 
-async def resume_approval(run: AgentRun, ctx: CallContext, *, agent_id: str, agent_name: str,
+async def resume_approval(run: Run, ctx: CallContext, *, agent_id: str, agent_name: str,
                           max_parallel: int) -> None:
     """The user answered an approval question: run the calls on a yes, else decline them."""
     saved = run.input.metadata.get(approvals.PENDING_KEY)
@@ -87,8 +83,8 @@ async def resume_approval(run: AgentRun, ctx: CallContext, *, agent_id: str, age
                                                          max_parallel=max_parallel)}
     for call_id in answered.order:
         if call_id in outcomes:
-            answer, _ = record_tool(run, outcomes[call_id], agent_id=agent_id,
-                                    agent_name=agent_name)
+            answer, _ = run.record_tool(outcomes[call_id], agent_id=agent_id,
+                                        agent_name=agent_name)
         else:
             answer = approvals.DECLINED
         run.tool_messages.append(tool_message(call_id, answer))

@@ -1,0 +1,97 @@
+"""The one retry helper: every retried operation of the package goes through it.
+
+Model calls, MCP and A2A connections and agent attempts each describe *what* to retry in a
+:class:`RetryPolicy` (how many attempts, which failures, how long to wait, by when to give
+up); tenacity does the retrying. The first attempt runs before tenacity is involved: building
+tenacity's state costs about 20 µs, which a model call that succeeds (nearly all of them)
+should not pay.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_any,
+)
+from tenacity.stop import stop_base
+
+T = TypeVar("T")
+
+MAX_BACKOFF = 8.0
+"""Seconds: the longest pause :func:`backoff` makes between two attempts."""
+
+
+def backoff(attempt: int, *, first: float = 0.5, longest: float = MAX_BACKOFF) -> float:
+    """The pause after failed attempt number ``attempt`` (1-based): doubling from ``first``,
+    at most ``longest``, with up to a quarter taken off at random so that many clients that
+    failed together do not come back together."""
+    return min(first * 2.0 ** min(attempt - 1, 64), longest) * (1 - 0.25 * random.random())
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How one operation is retried.
+
+    Attributes:
+        attempts: Attempts in all (1 = never retried).
+        retry_on: Whether a failure is worth another attempt.
+        delay: Seconds to wait after failed attempt ``n`` (1-based) that raised ``error``.
+        deadline: A ``time.monotonic()`` value: no attempt starts after it, and a wait that
+            would end after it is not made (the last failure is raised instead).
+    """
+
+    attempts: int
+    retry_on: Callable[[BaseException], bool]
+    delay: Callable[[int, BaseException], float] = lambda attempt, _error: backoff(attempt)
+    deadline: float | None = None
+
+
+async def retry_call(operation: Callable[[], Awaitable[T]], policy: RetryPolicy) -> T:
+    """Run ``operation``, retried as ``policy`` says; the last failure is raised as it is."""
+    try:
+        return await operation()
+    except Exception as error:
+        first_delay = policy.delay(1, error)
+        if policy.attempts <= 1 or not policy.retry_on(error) or not _has_time(
+                policy, first_delay):
+            raise
+    delays: dict[int, float] = {}
+
+    def delay_after(state: RetryCallState) -> float:
+        """The pause after the state's attempt (tenacity counts from the second one)."""
+        attempt = state.attempt_number + 1
+        if attempt not in delays:
+            error = state.outcome.exception() if state.outcome is not None else None
+            delays[attempt] = policy.delay(attempt, error) if error is not None else 0.0
+        return delays[attempt]
+
+    class OutOfTime(stop_base):
+        """Stops when the next pause would end after the deadline."""
+
+        def __call__(self, retry_state: RetryCallState) -> bool:
+            return not _has_time(policy, delay_after(retry_state))
+
+    await asyncio.sleep(first_delay)
+    retrying = AsyncRetrying(
+        stop=stop_any(stop_after_attempt(policy.attempts - 1), OutOfTime()),
+        wait=delay_after, retry=retry_if_exception(policy.retry_on), reraise=True,
+        sleep=asyncio.sleep)
+
+    async def attempt() -> T:  # a coroutine function: tenacity awaits what it returns
+        return await operation()
+
+    return await retrying(attempt)
+
+
+def _has_time(policy: RetryPolicy, wait: float) -> bool:
+    return policy.deadline is None or time.monotonic() + wait < policy.deadline

@@ -1,0 +1,154 @@
+"""Constrained output (``structured_output``) against the fake model server, over real HTTP."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from subagents.config.endpoints import EndpointsConfig, model_key_problems
+from subagents.exceptions import LLMError
+from subagents.llm import ModelSettings, build_model, resolve_model_settings, schema_format
+from subagents.testing import FakeModelServer
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+USER = [{"role": "system", "content": "You help with the weather."},
+        {"role": "user", "content": "weather in Berlin?"}]
+SCHEMA = schema_format("commands", {"type": "object", "properties": {
+    "commands": {"type": "array", "items": {"type": "string"}}}, "required": ["commands"]})
+
+
+def model(fake: FakeModelServer, mode: str, provider: str = "self-hosted"):
+    return build_model(ModelSettings(model="m", provider=provider, api_base=fake.base_url(),
+                                     max_retries=0, structured_output=mode), name="tester")
+
+
+def reply(value: dict) -> str:
+    return json.dumps({"reply": value})
+
+
+async def test_json_schema_mode_turns_tools_into_a_reply_schema_and_back_into_a_call():
+    async with FakeModelServer({"default": [
+            reply({"tool": "get_weather", "arguments": {"city": "Berlin"}})]}) as fake:
+        llm = model(fake, "json_schema")
+        response = await llm.complete(USER, TOOLS)
+        await llm.close()
+    body = fake.requests[0].body
+    assert "tools" not in body
+    choices = body["response_format"]["json_schema"]["schema"]["properties"]["reply"]["anyOf"]
+    assert [c["properties"].get("tool", {}).get("const") for c in choices] == [
+        "get_weather", None]
+    assert choices[0]["properties"]["arguments"] == TOOLS[0]["function"]["parameters"]
+    assert "get_weather: The weather in a city." in body["messages"][0]["content"]
+    assert body["messages"][0]["content"].startswith("You help with the weather.")
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [
+        ("get_weather", {"city": "Berlin"})]
+    assert response.text is None
+
+
+async def test_an_answer_in_the_json_form_is_text_and_reaches_a_streaming_caller():
+    pieces: list[str] = []
+
+    async def on_text(delta: str) -> None:
+        pieces.append(delta)
+
+    async with FakeModelServer({"default": [reply({"answer": "Sunny."})]}) as fake:
+        llm = model(fake, "json_schema")
+        response = await llm.complete(USER, TOOLS, stream=True, on_text=on_text)
+        await llm.close()
+    assert (response.text, response.tool_calls, pieces) == ("Sunny.", [], ["Sunny."])
+
+
+async def test_earlier_calls_and_results_are_sent_in_the_json_form():
+    history = [*USER,
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "call_1", "type": "function", "function": {
+                       "name": "get_weather", "arguments": "{\"city\": \"Berlin\"}"}}]},
+               {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 21 C"}]
+    async with FakeModelServer({"default": [reply({"answer": "Sunny, 21 C."})]}) as fake:
+        llm = model(fake, "json_schema")
+        await llm.complete(history, TOOLS)
+        await llm.close()
+    sent = fake.requests[0].body["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "user"]
+    assert json.loads(sent[2]["content"]) == {
+        "reply": {"tool": "get_weather", "arguments": {"city": "Berlin"}}}
+    assert sent[3]["content"] == "Result of get_weather: sunny, 21 C"
+
+
+async def test_a_reply_that_is_not_the_json_form_is_an_empty_reply():
+    async with FakeModelServer({"default": ['{"reply": {"tool": "get_wea']}) as fake:
+        llm = model(fake, "json_schema")
+        response = await llm.complete(USER, TOOLS)
+        await llm.close()
+    assert (response.text, response.tool_calls) == (None, [])
+
+
+async def test_auto_drops_a_refused_reply_format_and_stops_asking_for_it():
+    refused = {"error": {"status": 400, "message": "response_format is not supported"}}
+    async with FakeModelServer({"default": [refused, "start flow weather", "cancel flow"]}
+                               ) as fake:
+        llm = model(fake, "auto")
+        first = await llm.complete(USER, None, options={"response_format": SCHEMA})
+        second = await llm.complete(USER, None, options={"response_format": SCHEMA})
+        await llm.close()
+        fake.assert_done()
+    assert [("response_format" in r.body) for r in fake.requests] == [True, False, False]
+    assert (first.text, second.text) == ("start flow weather", "cancel flow")
+
+
+async def test_auto_answers_with_the_json_form_once_native_tools_are_refused():
+    refused = {"error": {"status": 500, "message": "tools param requires --jinja flag"}}
+    call = reply({"tool": "get_weather", "arguments": {"city": "Riga"}})
+    async with FakeModelServer({"default": [refused, call, call]}) as fake:
+        llm = model(fake, "auto")
+        first = await llm.complete(USER, TOOLS)
+        second = await llm.complete(USER, TOOLS)
+        await llm.close()
+        fake.assert_done()
+    assert [("tools" in r.body, "response_format" in r.body) for r in fake.requests] == [
+        (True, False), (False, True), (False, True)]
+    assert first.tool_calls[0].arguments == second.tool_calls[0].arguments == {"city": "Riga"}
+
+
+async def test_auto_keeps_other_errors():
+    failed = {"error": {"status": 400, "message": "the context is too long"}}
+    async with FakeModelServer({"default": [failed]}) as fake:
+        llm = model(fake, "auto")
+        with pytest.raises(LLMError) as info:
+            await llm.complete(USER, TOOLS, options={"response_format": SCHEMA})
+        await llm.close()
+    assert info.value.code == "llm.http_400"
+
+
+async def test_off_sends_native_tools_and_no_reply_format():
+    async with FakeModelServer({"default": ["ok"]}) as fake:
+        llm = model(fake, "off")
+        await llm.complete(USER, TOOLS, options={"response_format": SCHEMA})
+        await llm.close()
+    body = fake.requests[0].body
+    assert body["tools"] == TOOLS
+    assert "response_format" not in body
+
+
+def test_self_hosted_models_default_to_auto_and_hosted_ones_to_off():
+    endpoints = EndpointsConfig.model_validate({"model_groups": [
+        {"id": "local", "models": [{"provider": "self-hosted", "model": "m",
+                                    "api_base": "http://127.0.0.1:1/v1"}]},
+        {"id": "hosted", "models": [{"provider": "openai", "model": "gpt-4.1-mini"}]},
+        {"id": "forced", "models": [{"provider": "openai", "model": "gpt-4.1-mini",
+                                     "structured_output": "json_schema"}]}]})
+    modes = [resolve_model_settings({"model_group": g}, endpoints).structured_output
+             for g in ("local", "hosted", "forced")]
+    assert modes == ["auto", "off", "json_schema"]
+    assert "structured_output" not in resolve_model_settings(
+        {"model_group": "forced"}, endpoints).options
+
+
+def test_an_unknown_mode_is_a_configuration_problem():
+    problems = model_key_problems({"provider": "openai", "model": "m",
+                                   "structured_output": "always"})
+    assert [(key, code) for key, code, _, _ in problems] == [
+        ("structured_output", "llm.structured_output.invalid")]
