@@ -134,6 +134,25 @@ class AgentInputSlot(BaseModel):
     """The model must confirm the value with the user before setting it."""
 
 
+class EarlierEvents(BaseModel):
+    """What the conversation's events before ``AgentInput.events`` add up to.
+
+    An agent gets the latest events of a conversation (the window a turn loads, the latest 20
+    transcript lines and the events between them at least), not all of them; this sums up
+    the others."""
+
+    count: int = 0
+    """How many events come before ``AgentInput.events``."""
+    usage: dict[str, dict[str, int]] = Field(default_factory=dict)
+    """Model -> ``calls``, ``input_tokens``, ``output_tokens`` recorded by their turns."""
+    tool_calls: int = 0
+    """``mcp_tool_executed`` events among them."""
+    fillers: list[str] = Field(default_factory=list)
+    """Texts of the latest filler messages among them (at most 50)."""
+    open_runs: list[str] = Field(default_factory=list)
+    """Agents whose run had started and not yet completed where ``events`` begin."""
+
+
 class AgentInput(BaseModel):
     """Everything an agent gets for one invocation; it never sees tracker or stack."""
 
@@ -145,12 +164,15 @@ class AgentInput(BaseModel):
     slots: list[AgentInputSlot] = Field(default_factory=list)
     conversation_history: str = ""
     events: list[Event] = Field(default_factory=list)
-    """The conversation's tracker events as typed events (:class:`Event`: Rasa's classes,
-    which are also the rasa-sdk-style dicts, ``{"event": "user", "text": ...}``); plain dicts
-    given here become typed events."""
+    """The conversation's latest tracker events (see ``earlier``) as typed events
+    (:class:`Event`: Rasa's classes, which are also the rasa-sdk-style dicts,
+    ``{"event": "user", "text": ...}``); plain dicts given here become typed events."""
     metadata: JsonObject = Field(default_factory=dict)
     timestamp: float | None = None
     recipient_id: str | None = None
+    earlier: EarlierEvents = Field(default_factory=EarlierEvents)
+    """What the conversation's events before ``events`` add up to (nothing when ``events``
+    hold them all)."""
     _call_scope: CallScope | None = PrivateAttr(default=None)
     _exit_conditions: list[Any] | None = PrivateAttr(default=None)
 

@@ -65,4 +65,5 @@ def copy_input(agent_input: AgentInput) -> AgentInput:
     return agent_input.model_copy(update={
         "slots": [_copy_slot(slot) for slot in agent_input.slots],
         "events": typed_events(fast_copy(agent_input.events)),
-        "metadata": json_copy(agent_input.metadata)})
+        "metadata": json_copy(agent_input.metadata),
+        "earlier": agent_input.earlier.model_copy(deep=True)})

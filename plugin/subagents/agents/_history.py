@@ -33,8 +33,11 @@ def _bot_text(event: TrackerEvent) -> str:
     return text
 
 
-def previous_run_region(events: Sequence[TrackerEvent], agent: str) -> tuple[int, int] | None:
-    """Indexes (start, end) of the agent's last completed run in ``events``."""
+def previous_run_region(events: Sequence[TrackerEvent], agent: str, *,
+                        open_before: bool = False) -> tuple[int, int] | None:
+    """Indexes (start, end) of the agent's last completed run in ``events``; with
+    ``open_before`` (a run of the agent had started before ``events`` begin) a run that
+    started before them starts at 0."""
     end = next((i for i in range(len(events) - 1, -1, -1)
                 if events[i].get("event") == "agent_completed"
                 and events[i].get("agent_id") == agent), None)
@@ -46,9 +49,11 @@ def previous_run_region(events: Sequence[TrackerEvent], agent: str) -> tuple[int
         if event.get("agent_id") != agent:
             continue
         if event.get("event") == "agent_completed":
-            break
+            return (start, end) if start is not None else None
         if event.get("event") == "agent_started":
             start = i
+    if open_before:  # the run started before the first of ``events``
+        start = 0
     return (start, end) if start is not None else None
 
 
@@ -57,7 +62,8 @@ def history_messages(context: AgentInput, agent: str, turns: int) -> list[ChatMe
     events = context.events
     indexed = [(i, e) for i, e in enumerate(events) if e.get("event") in ("user", "bot")]
     window = indexed[-turns:] if turns else []
-    region = previous_run_region(events, agent) if context.metadata.get("restarted") else None
+    region = previous_run_region(events, agent, open_before=agent in context.earlier.open_runs) \
+        if context.metadata.get("restarted") else None
     messages: list[ChatMessage] = []
     in_region: list[int] = []
     for index, event in window:

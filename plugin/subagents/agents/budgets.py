@@ -95,14 +95,19 @@ class BudgetGuard:
         return (input_tokens * price[0] + output_tokens * price[1]) / 1e6
 
     def _earlier_usage(self, agent_input: AgentInput) -> _Used:
-        """What the conversation used before this turn (its stored events)."""
+        """What the conversation used before this turn (its stored events: those the input
+        holds, and the summary of the earlier ones)."""
         used = _Used()
         totals = usage_tally.conversation_usage(agent_input.events)
-        for model, counts in totals["models"].items():
-            used.tokens += counts["input_tokens"] + counts["output_tokens"]
-            used.calls += counts["calls"]
-            used.cost += self._cost(model, counts["input_tokens"], counts["output_tokens"])
-        used.tools = sum(1 for event in agent_input.events if event.get("event") == _TOOL_EVENT)
+        for models in (totals["models"], agent_input.earlier.usage):
+            for model, counts in models.items():
+                tokens_in, tokens_out = counts.get("input_tokens", 0), counts.get(
+                    "output_tokens", 0)
+                used.tokens += tokens_in + tokens_out
+                used.calls += counts.get("calls", 0)
+                used.cost += self._cost(model, tokens_in, tokens_out)
+        used.tools = agent_input.earlier.tool_calls + sum(
+            1 for event in agent_input.events if event.get("event") == _TOOL_EVENT)
         return used
 
     def _run_usage(self, run: RunUsage) -> _Used:

@@ -77,13 +77,16 @@ class FillerMemory:
         self._scan = (0, 0)
 
     def said_before(self, text: str, earlier: Sequence[TrackerEvent],
-                    this_run: Sequence[TrackerEvent]) -> bool:
+                    this_run: Sequence[TrackerEvent], before: Sequence[str] = ()) -> bool:
         """Whether a filler worded like ``text`` was already sent: in the conversation's
-        ``earlier`` events or in the events ``this_run`` recorded."""
+        ``earlier`` events, in the events ``this_run`` recorded, or among the filler texts
+        ``before`` (those of the conversation's events before ``earlier``)."""
         wording = _wording(text)
         if not wording:
             return False
         seen_input, seen_run = self._scan
+        if not seen_input:  # the first look: the fillers before the earlier events too
+            self._wordings.update(_wording(before_text) for before_text in before)
         _collect_fillers(earlier, seen_input, self._wordings)
         _collect_fillers(this_run, seen_run, self._wordings)
         self._scan = (len(earlier), len(this_run))

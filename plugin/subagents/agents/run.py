@@ -215,7 +215,8 @@ class Run:
 
     def said_before(self, text: str) -> bool:
         """Whether a filler worded like ``text`` was already sent in this conversation."""
-        return self.fillers.said_before(text, self.input.events, self.events)
+        return self.fillers.said_before(text, self.input.events, self.events,
+                                        self.input.earlier.fillers)
 
     # ------------------------------------------------------------------ tools
     def call_context(self, timeout: float) -> CallContext:

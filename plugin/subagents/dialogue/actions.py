@@ -48,7 +48,8 @@ class ActionRunner:
         self._executor: Any = None
 
     def tracker_state(self, turn: Turn) -> dict[str, Any]:
-        """The conversation in the tracker shape rasa-sdk actions receive."""
+        """The conversation in the tracker shape rasa-sdk actions receive (with the turn's
+        events: every one after :meth:`Turn.all_events`)."""
         latest: dict[str, Any] = next((e for e in reversed(turn.events)
                                        if e.get("event") == "user"), {})
         action = next((e.get("name") for e in reversed(turn.events)
@@ -74,6 +75,7 @@ class ActionRunner:
         if self.stubs is not None and name in self.stubs:
             stub = self.stubs[name] or {}
             return list(stub.get("responses") or []), list(stub.get("events") or [])
+        await turn.all_events()  # rasa-sdk's tracker holds every event of the conversation
         call = {"next_action": name, "sender_id": turn.sender_id,
                 "tracker": self.tracker_state(turn), "domain": self.domain_dict(),
                 "version": "3.21.0"}

@@ -67,6 +67,15 @@ def agent_protocol(step: Step, project: Project | None = None) -> str:
     return "mcp_task" if step.model.exit_if else "mcp_open"
 
 
+def _up_to_own_message(events: list[dict[str, Any]], agent: str) -> list[dict[str, Any]] | None:
+    """``events`` up to the agent's own latest message (None when they hold none)."""
+    for index in range(len(events) - 1, -1, -1):
+        meta = events[index].get("metadata") or {}
+        if events[index].get("event") == "bot" and meta.get("agent_name") == agent:
+            return events[:index + 1]
+    return None
+
+
 class AgentSteps:
     """Runs sub agents for call steps and maps their results onto the stack.
 
@@ -124,7 +133,7 @@ class AgentSteps:
         turn.agent_ran = True
         if frame is not None and frame.state == FrameState.RESUMING:
             turn.add(ev.agent_event("agent_resumed", name, flow.id))
-            agent_input = self._resume_input(turn, agent, step, frame)
+            agent_input = await self._resume_input(turn, agent, step, frame)
         else:
             agent_input = self._start_input(turn, agent, flow, step, frame, protocol)
         why = self.unavailable(name)
@@ -146,8 +155,7 @@ class AgentSteps:
         name = agent.name
         restarted = bool(frame and frame.is_restart and not frame.metadata.get("_restart_done"))
         if frame is None:
-            restarted = any(e.get("event") == "agent_completed" and e.get("agent_id") == name
-                            and e.get("flow_id") == flow.id for e in turn.events)
+            restarted = turn.snapshot.completed_in_flow(name, flow.id)
         exit_if = list(step.model.exit_if or [])
         exit_slots = referenced_slots(step.exit_if)
         if exit_if and restarted:
@@ -179,18 +187,16 @@ class AgentSteps:
             started["exit_conditions"] = exit_if
         return started
 
-    def _resume_input(self, turn: Turn, agent: SubAgent, step: Step,
-                      frame: AgentFrame) -> AgentInput:
+    async def _resume_input(self, turn: Turn, agent: SubAgent, step: Step,
+                            frame: AgentFrame) -> AgentInput:
         """The resumed agent is told its pending question; the digression is cut away."""
         last_request = str(frame.metadata.get("agent_response") or "")
         ask = (f'Ask again: "{last_request}"' if last_request else
                "Ask again for what you still need.")
-        events = list(turn.events)
-        for index in range(len(events) - 1, -1, -1):
-            meta = events[index].get("metadata") or {}
-            if events[index].get("event") == "bot" and meta.get("agent_name") == agent.name:
-                events = events[:index + 1]
-                break
+        events = _up_to_own_message(turn.events, agent.name)
+        if events is None and turn.start > 0:  # a digression longer than the window
+            events = _up_to_own_message(await turn.all_events(), agent.name)
+        events = list(turn.events) if events is None else events
         metadata = {k: v for k, v in frame.metadata.items() if not k.startswith("_")}
         metadata.update(self._base_metadata(turn))
         metadata.update({"resumed_after_interruption": True, "agent_response": last_request})
@@ -228,10 +234,11 @@ class AgentSteps:
         agent_input = AgentInput(id=name, user_message=user_message, slots=slots,
                                  conversation_history=transcript(events, 20), metadata=metadata,
                                  recipient_id=turn.sender_id)
-        # not validated (a copy of every event of the conversation): each attempt gets its own
-        # deep copy of them as typed events (_call_with_retries), and until then nothing
+        # not validated (a copy of the conversation's latest events): each attempt gets its
+        # own deep copy of them as typed events (_call_with_retries), and until then nothing
         # changes them
         agent_input.events = events  # type: ignore[assignment]
+        agent_input.earlier = turn.earlier()
         if step.exit_if:  # parsed when the project loaded: the agent does not parse them again
             agent_input.attach_exit_conditions(list(step.exit_if))
         return agent_input

@@ -34,7 +34,8 @@ log = structlog.get_logger("subagents.dialogue")
 BuiltinAction = Callable[[Turn, FlowFrame], Awaitable[Advance]]
 SearchHandler = Callable[[Turn, FlowFrame], Awaitable[Advance]]
 """Answers a knowledge question when ``action_trigger_search`` runs: it receives the turn (the
-user's message is ``turn.user_text``, the conversation ``turn.events``) and the frame of the
+user's message is ``turn.user_text``, the conversation's latest events ``turn.events``, every
+event after ``await turn.all_events()``) and the frame of the
 step, sends its answer (or pushes a pattern, e.g. ``pattern_cannot_handle`` with reason
 ``cannot_handle_no_relevant_answer``) and returns the step's result (usually ``NEXT``)."""
 NO_KNOWLEDGE_BASE = "utter_no_knowledge_base"

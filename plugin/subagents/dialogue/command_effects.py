@@ -52,7 +52,6 @@ from subagents.dialogue.patterns import (
 )
 from subagents.dialogue.stack import AgentFrame, FlowFrame, FrameType
 from subagents.dialogue.turn import Turn
-from subagents.dialogue.understanding import completed_agents
 
 log = structlog.get_logger("subagents.dialogue")
 
@@ -197,7 +196,7 @@ class CommandEffects:
             return turn.stack.active_agent() is not None
         if isinstance(command, RestartAgent):
             return (command.agent in self.project.agents
-                    and command.agent in completed_agents(turn.events))
+                    and command.agent in turn.snapshot.completed_agents())
         if isinstance(command, SetSlot) and command.name in self.agent_owned:
             log.warning("dialogue.slot.agent_owned", slot=command.name)
             return False
@@ -364,9 +363,7 @@ class CommandEffects:
 
     def restart_agent(self, turn: Turn, agent: str) -> None:
         """Run a completed agent's call step again, in the flow that last started it."""
-        started = [e for e in turn.events if e.get("event") == "agent_started"
-                   and e.get("agent_id") == agent]
-        flow_id = started[-1].get("flow_id") if started else None
+        flow_id = turn.snapshot.started_in.get(agent)
         flow = self.flows.get(str(flow_id)) if flow_id else None
         steps = flow.call_steps_for(agent) if flow else []
         if flow is None or not steps:

@@ -106,29 +106,33 @@ class CustomCommandPrompt:
             return None
 
     def render(self, text: str, stack: Stack, slots: dict[str, Any],
-               events: list[dict[str, Any]], *, conversation: str, completed: list[str]) -> str:
+               events: list[dict[str, Any]], *, conversation: str, completed: list[str],
+               filled: set[str] | None = None) -> str:
         """The prompt for the message ``text``.
 
         Args:
             text: The user's message.
             stack: The dialogue stack.
             slots: The current slot values.
-            events: The conversation's events before the message.
+            events: The conversation's latest events before the message.
             conversation: The transcript before the message.
             completed: The sub agents that completed and may be restarted.
+            filled: The slots that were ever set (None: those set in ``events``).
         """
         return str(self.template.render(**self.variables(
-            text, stack, slots, events, conversation=conversation, completed=completed)))
+            text, stack, slots, events, conversation=conversation, completed=completed,
+            filled=filled)))
 
     def variables(self, text: str, stack: Stack, slots: dict[str, Any],
                   events: list[dict[str, Any]], *, conversation: str,
-                  completed: list[str]) -> dict[str, Any]:
+                  completed: list[str], filled: set[str] | None = None) -> dict[str, Any]:
         """The template's variables (see the module docstring and :meth:`render`)."""
         frame = stack.top_user_flow()
         flow = self.project.flows.get(frame.flow_id) if frame is not None else None
         step = flow.step(frame.step_id) if flow is not None and frame is not None else None
         current = step if step is not None and step.kind == "collect" else None
-        filled = {str(e.get("name")) for e in events if e.get("event") == "slot"}
+        if filled is None:
+            filled = {str(e.get("name")) for e in events if e.get("event") == "slot"}
         values: dict[str, Any] = {
             "available_flows": [self._flow_entry(f, slots, filled, current)
                                 for f in self.project.flows.values()

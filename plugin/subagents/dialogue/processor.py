@@ -1,12 +1,14 @@
 """``Assistant``: loads a project and handles one user turn end to end.
 
-lock(sender) -> load tracker -> user event -> commands -> stack -> flow executor (agents run
-inside call steps) -> save the turn's events and the stack in one transaction -> unlock.
+lock(sender) -> load the snapshot and the latest events -> user event -> commands -> stack ->
+flow executor (agents run inside call steps) -> save the turn's events, the stack and the
+snapshot in one transaction -> unlock.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import time
 import uuid
@@ -36,6 +38,7 @@ from subagents.dialogue.client_input import (
 from subagents.dialogue.commands import CannotHandle, Command, ContinueAgent
 from subagents.dialogue.dependencies import Dependencies
 from subagents.dialogue.flow_executor import FlowExecutor
+from subagents.dialogue.history import WINDOW_LINES, load_conversation
 from subagents.dialogue.proactive import (
     ReachableChannels,
     latest_metadata,
@@ -125,6 +128,9 @@ class Assistant:
         self.dependencies = Dependencies(self.pool)
         """Agents whose remote dependency did not answer at start (``start(strict=False)``)."""
         self.executor.agent_steps.unavailable = self.dependencies.reason
+        rephraser = self.executor.responder.rephraser
+        self.window_lines = max(WINDOW_LINES, 2 * rephraser.max_turns if rephraser else 0)
+        """Transcript lines the window of a turn holds (the most any prompt reads)."""
         self._started = False
 
     @classmethod
@@ -221,23 +227,22 @@ class Assistant:
         recorded."""
         return time.monotonic() + _model_deadline(self.turn_timeout)
 
-    def turn_scope(self, events: list[dict[str, Any]], deadline: float) -> CallScope:
+    def turn_scope(self, switched_on: bool, deadline: float) -> CallScope:
         """What the model and tool calls of a turn get: its deadline, a fresh usage tally and,
-        when the conversation (with these stored events) is recorded, its recording."""
-        return CallScope(deadline, UsageTally(), recording.recorder_for(events))
+        when the conversation is recorded (its stored switch is ``switched_on``, or every
+        conversation is), its recording."""
+        return CallScope(deadline, UsageTally(), recording.recorder_for(switched_on))
 
     async def _run_turn(self, sender_id: str, text: str, client: ClientMetadata,
                         output_channel: OutputChannel | None,
                         message_id: str | None, deadline: float) -> list[dict[str, Any]]:
-        record = await self.tracker_store.load(sender_id)
-        if message_id is not None and await replay_answer(record.events, message_id, sender_id,
+        turn = await self.open_turn(sender_id, output_channel, dict(client.for_agents),
+                                    deadline=deadline)
+        if message_id is not None and await replay_answer(turn.events, message_id, sender_id,
                                                           output_channel):
             log.info("dialogue.turn.replayed", sender=sender_id)
             return []
-        stack = Stack.from_list(record.stack)
-        results = accept_client_results(client.tool_results, stack)
-        turn = Turn(sender_id, record.events, stack, self.project.domain, output_channel,
-                    dict(client.for_agents), scope=self.turn_scope(record.events, deadline))
+        results = accept_client_results(client.tool_results, turn.stack)
         turn.user_text = text
         for call_id, result in results.items():
             turn.add(ev.client_tool_result(call_id, result))
@@ -247,7 +252,7 @@ class Assistant:
         if result_only:
             commands: list[Command] = [ContinueAgent()]
         else:
-            if not record.events:  # a new conversation starts its first session, as in Rasa
+            if not turn.previous_count:  # a new conversation starts its first session (Rasa)
                 await self.executor.start_session(turn, client.recorded)
             user = turn.add(ev.user_uttered(text, metadata=dict(client.recorded)))
             user["message_id"] = message_id
@@ -278,10 +283,30 @@ class Assistant:
         finally:
             turn.stack = stack
 
+    async def open_turn(self, sender_id: str, channel: OutputChannel | None,
+                        metadata: dict[str, Any] | None = None, *,
+                        deadline: float | None = None) -> Turn:
+        """A turn of ``sender_id``'s conversation: its stack, snapshot and latest events
+        loaded (the caller holds the conversation's lock); with a ``deadline``, its calls get
+        the turn's scope (:meth:`turn_scope`)."""
+        loaded = await load_conversation(self.tracker_store, sender_id, self.window_lines)
+        scope = None if deadline is None else self.turn_scope(
+            loaded.snapshot.recording is True, deadline)
+        return Turn(sender_id, loaded.events, Stack.from_list(loaded.record.stack),
+                    self.project.domain, channel, metadata, scope=scope,
+                    snapshot=loaded.snapshot, start=loaded.start,
+                    load_events=functools.partial(self.tracker_store.load_events, sender_id))
+
+    async def save(self, turn: Turn) -> None:
+        """Store the turn's events, the stack and the snapshot (one transaction)."""
+        state, window_start = turn.stored_state()
+        await self.tracker_store.save_turn(turn.sender_id, turn.new_events,
+                                           turn.stack.to_list(), turn.previous_count,
+                                           state=state, window_start=window_start)
+
     async def _save(self, turn: Turn) -> list[dict[str, Any]]:
         turn.add(ev.action_executed("action_listen", metadata=_closing_metadata(turn.scope)))
-        await self.tracker_store.save_turn(turn.sender_id, turn.new_events,
-                                           turn.stack.to_list(), turn.previous_count)
+        await self.save(turn)
         return turn.new_events
 
     async def _turn_failed(self, sender_id: str, exc: Exception,
@@ -343,14 +368,11 @@ class Assistant:
         no events when the agent no longer waits for that call (the user's own message resumed
         it first, or the conversation moved on). The agent gets the metadata of the
         conversation's latest user message, so it acts for the same user."""
-        record = await self.tracker_store.load(sender_id)
-        stack = Stack.from_list(record.stack)
-        if not parked_on(stack, call_id):
+        turn = await self.open_turn(sender_id, channel, deadline=deadline)
+        if not parked_on(turn.stack, call_id):
             log.info("dialogue.resume.nothing_parked", sender=sender_id)
             return []
-        metadata = latest_metadata(record.events, self.client_metadata_keys)
-        turn = Turn(sender_id, record.events, stack, self.project.domain, channel, metadata,
-                    scope=self.turn_scope(record.events, deadline))
+        turn.metadata = latest_metadata(turn.events, self.client_metadata_keys)
         self.executor.apply_commands(turn, self.executor.clean_commands(turn, [ContinueAgent()]))
         await self.executor.advance(turn)
         log.info("dialogue.resume.ran", sender=sender_id)
@@ -367,17 +389,36 @@ class Assistant:
         return await self.understanding.understand(turn, text)
 
     async def tracker(self, sender_id: str) -> list[dict[str, Any]]:
-        """The stored events of a conversation."""
-        return (await self.tracker_store.load(sender_id)).events
+        """Every stored event of a conversation."""
+        return await (await self.open_turn(sender_id, None)).all_events()
 
     async def state(self, sender_id: str) -> dict[str, Any]:
-        """Events, current slot values and the stack of a conversation."""
-        from subagents.dialogue.turn import slots_from_events
+        """Every event, current slot values and the stack of a conversation."""
+        turn = await self.open_turn(sender_id, None)
+        events = await turn.all_events()
+        return {"sender_id": sender_id, "events": events, "slots": turn.slots,
+                "stack": turn.stack.to_list(), "usage": conversation_usage(events)}
 
-        record = await self.tracker_store.load(sender_id)
-        return {"sender_id": sender_id, "events": record.events,
-                "slots": slots_from_events(self.project.domain, record.events),
-                "stack": record.stack, "usage": conversation_usage(record.events)}
+    async def recording_on(self, sender_id: str) -> bool:
+        """Whether the next turn of the conversation is recorded."""
+        turn = await self.open_turn(sender_id, None)
+        return recording.records_all() or turn.snapshot.recording is True
+
+    async def switch_recording(self, sender_id: str, on: bool) -> bool:
+        """Record (or stop recording) the conversation from its next turn on. The switch is
+        stored with the conversation, so every worker sharing the store sees it; a turn in
+        progress ends first (the conversation's lock). Switching to the state the
+        conversation is already in stores nothing.
+
+        Returns:
+            Whether the next turn is recorded (``serve --record`` records it anyway).
+        """
+        async with self.lock_store.lock(sender_id):
+            turn = await self.open_turn(sender_id, None)
+            if (turn.snapshot.recording is True) != on:
+                turn.add(recording.switch_event(on))
+                await self.save(turn)
+        return recording.records_all() or on
 
 
 def _env_turn_timeout() -> float:

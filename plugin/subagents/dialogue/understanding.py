@@ -139,7 +139,9 @@ class CommandGenerator:
             return [intent]
         started = time.perf_counter()
         commands = await self.predict(text, turn.stack, turn.slots, turn.events[:-1],
-                                      scope=turn.scope)
+                                      scope=turn.scope,
+                                      completed=turn.snapshot.completed_agents(),
+                                      filled=set(turn.snapshot.filled))
         if getattr(turn.channel, "wants_trace", False) is True:  # the inspector's timeline
             await turn.channel.send_trace(turn.sender_id, "command_generation", {  # type: ignore[union-attr]
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
@@ -199,7 +201,7 @@ class CommandGenerator:
             lines.append(line)
         return "\n".join(lines) or "(none)"
 
-    def _state(self, stack: Stack, slots: dict[str, Any], events: list[dict[str, Any]]
+    def _state(self, stack: Stack, slots: dict[str, Any], completed: list[str]
                ) -> tuple[str, str]:
         lines = []
         agent_commands = ""
@@ -223,7 +225,6 @@ class CommandGenerator:
             lines.append(f"- active sub agent: {active.agent_id} ({description})")
             agent_commands += ("- continue agent: the message is for the active sub agent "
                                "(answers its question or continues its task)\n")
-        completed = completed_agents(events)
         if completed:
             lines.append(f"- completed sub agents: {', '.join(completed)}")
             agent_commands += ("- restart agent <agent_name>: the user wants a completed sub "
@@ -231,9 +232,11 @@ class CommandGenerator:
         return ("\n".join(lines) or "- no active flow"), agent_commands
 
     def render(self, text: str, stack: Stack, slots: dict[str, Any],
-               events: list[dict[str, Any]]) -> str:
-        """The prompt for the message ``text`` in the given conversation state."""
-        state, agent_commands = self._state(stack, slots, events)
+               events: list[dict[str, Any]], *, completed: list[str] | None = None) -> str:
+        """The prompt for the message ``text`` in the given conversation state (``events``:
+        the latest ones, all of them unless ``completed`` names the completed agents)."""
+        state, agent_commands = self._state(
+            stack, slots, completed_agents(events) if completed is None else completed)
         pattern_commands = "".join(line for flow_id, line in PATTERN_COMMANDS.items()
                                    if flow_id in self.project.flows)
         return PROMPT.format(flows=self._flows(), state=state, agent_commands=agent_commands,
@@ -246,23 +249,39 @@ class CommandGenerator:
         found = commands_from_json(reply, {"search and reply": KnowledgeAnswer()})
         return parse_commands(reply) if found is None else found
 
-    def offer(self, stack: Stack, events: list[dict[str, Any]]) -> Offer:
-        """The commands the built-in prompt offers in this state (the reply schema's choices)."""
+    def offer(self, stack: Stack, events: list[dict[str, Any]], *,
+              completed: list[str] | None = None) -> Offer:
+        """The commands the built-in prompt offers in this state (the reply schema's choices;
+        ``completed``: the agents whose latest run completed, None: found in ``events``)."""
         flows = self.project.flows
         return Offer(
             flows=tuple(f for f in flows if not f.startswith("pattern_")),
             slots=tuple((name, slot) for name, slot in self.project.domain.slots.items()
                         if slot.llm_fillable()),
             agent_waiting=stack.active_agent() is not None,
-            completed_agents=tuple(completed_agents(events)),
+            completed_agents=tuple(completed_agents(events) if completed is None
+                                   else completed),
             extra=tuple(tag for flow, tag in PATTERN_TAGS.items() if flow in flows),
             clarify="pattern_clarification" in flows)
 
     async def predict(self, text: str, stack: Stack, slots: dict[str, Any],
-                      events: list[dict[str, Any]], *, scope: CallScope | None = None
+                      events: list[dict[str, Any]], *, scope: CallScope | None = None,
+                      completed: list[str] | None = None, filled: set[str] | None = None
                       ) -> list[Command]:
-        """Ask the model which commands the message ``text`` means (within ``scope``: the
-        turn's deadline, usage tally and recording)."""
+        """Ask the model which commands the message ``text`` means.
+
+        Args:
+            text: The message.
+            stack: The dialogue stack.
+            slots: Every slot's value.
+            events: The conversation's latest events before the message (all of them unless
+                ``completed`` and ``filled`` are given).
+            scope: The turn's deadline, usage tally and recording.
+            completed: Agents whose latest run completed (None: found in ``events``).
+            filled: Slots that were ever set (None: found in ``events``).
+        """
+        if completed is None:
+            completed = completed_agents(events)
         error = self.input_error(text)
         if error is not None:
             log.info("dialogue.user_input.refused", error_type=error.error_type,
@@ -271,17 +290,17 @@ class CommandGenerator:
         custom = self.custom_prompt
         options: dict[str, Any] | None = None
         if custom is None:
-            prompt = self.render(text, stack, slots, events)
+            prompt = self.render(text, stack, slots, events, completed=completed)
             if wants_schema(self.llm):  # constrained output: the reply is JSON under a schema
                 prompt += JSON_INSTRUCTIONS
-                options = {"response_format": schema_format(
-                    "commands", command_schema(self.offer(stack, events)))}
+                options = {"response_format": schema_format("commands", command_schema(
+                    self.offer(stack, events, completed=completed)))}
         else:
             try:
                 prompt = await anyio.to_thread.run_sync(functools.partial(
                     custom.render, text, stack, slots, events,
                     conversation=transcript(events, TRANSCRIPT_LINES - 1),
-                    completed=completed_agents(events)))
+                    completed=completed, filled=filled))
             except Exception as exc:  # noqa: BLE001 - a template error must not end the turn
                 log.error("dialogue.command_prompt.render_failed", error_type=type(exc).__name__,
                           error=str(exc)[:200])

@@ -1,8 +1,8 @@
 """Recording conversations: every model, tool and A2A call of a turn, kept with the tracker.
 
-With recording on (``subagents serve --record`` for every conversation of a process, or
-:func:`switch_conversation` for one), each turn collects what its model calls were asked and
-answered, what its tool calls were given and returned, and what remote A2A agents answered.
+With recording on (``subagents serve --record`` for every conversation of a process, or the
+assistant's ``switch_recording`` for one), each turn collects what its model calls were asked
+and answered, what its tool calls were given and returned, and what remote A2A agents answered.
 A recorded turn's :class:`TurnRecording` travels to its calls in
 the turn's :class:`~subagents.types.CallScope`; the processor stores the collection in the
 metadata of the turn's closing ``action_listen`` event (key ``recording``), so it lives with the
@@ -10,9 +10,10 @@ tracker in any store; ``subagents test export`` turns it into a conversation tes
 
 The switch of one conversation is stored with the conversation, never in a process: an
 ``action_listen`` event whose metadata says ``record_conversation: true`` (or ``false``). Every
-worker that shares the tracker store sees it, and a restart keeps it. A turn reads it from the
-events it loads anyway (:func:`recorder_for`), so it costs no store round trip; a switch made while
-a turn runs waits for the conversation's lock and takes effect from the next turn on.
+worker that shares the tracker store sees it, and a restart keeps it. The conversation's
+dialogue-state snapshot carries its latest value, which a turn loads anyway
+(:func:`recorder_for`), so it costs no store round trip; a switch made while a turn runs waits
+for the conversation's lock and takes effect from the next turn on.
 
 Before anything is stored, values of sensitive fields (``password``, ``api_key``, ``token``, ...
 plus the names in ``SUBAGENTS_RECORD_REDACT_FIELDS``, comma-separated) become ``[redacted]``, and
@@ -25,12 +26,9 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from subagents import events as ev
-
-if TYPE_CHECKING:
-    from subagents.stores import LockStore, TrackerStore
 
 METADATA_KEY = "recording"
 SWITCH_KEY = "record_conversation"
@@ -68,8 +66,8 @@ def switch_event(on: bool) -> dict[str, Any]:
 
 
 def conversation_switch(events: list[dict[str, Any]]) -> bool | None:
-    """The conversation's latest recording switch (None when it was never switched)."""
-    for event in reversed(events):  # every turn scans the whole conversation: cheapest test first
+    """The latest recording switch among ``events`` (None when they hold none)."""
+    for event in reversed(events):  # the cheapest test first
         metadata = event.get("metadata")
         if metadata and isinstance(metadata, dict) and SWITCH_KEY in metadata \
                 and event.get("event") == "action":
@@ -86,32 +84,20 @@ def is_switch_event(event: dict[str, Any]) -> bool:
 
 
 def is_recording(events: list[dict[str, Any]]) -> bool:
-    """Whether the next turn of the conversation with these stored events is recorded."""
+    """Whether the next turn of the conversation with these events (all of them) is
+    recorded."""
     return _enabled_for_all or conversation_switch(events) is True
 
 
-async def switch_conversation(tracker_store: TrackerStore, lock_store: LockStore,
-                              sender_id: str, on: bool) -> bool:
-    """Record (or stop recording) one conversation from its next turn on, in the tracker store.
-
-    Takes the conversation's lock, so a turn in progress ends first. Switching to the state the
-    conversation is already in stores nothing.
-
-    Returns:
-        Whether the conversation's next turn is recorded (``serve --record`` records it anyway).
-    """
-    async with lock_store.lock(sender_id):
-        record = await tracker_store.load(sender_id)
-        if (conversation_switch(record.events) is True) != on:
-            await tracker_store.save_turn(sender_id, [switch_event(on)], record.stack,
-                                          len(record.events))
-    return _enabled_for_all or on
+def records_all() -> bool:
+    """Whether every conversation of this process is recorded (``serve --record``)."""
+    return _enabled_for_all
 
 
-def recorder_for(events: list[dict[str, Any]]) -> TurnRecording | None:
-    """The recording of the next turn of the conversation with these stored events, or None
-    when that turn is not recorded."""
-    return TurnRecording() if is_recording(events) else None
+def recorder_for(switched_on: bool) -> TurnRecording | None:
+    """The recording of the next turn of a conversation whose stored switch is (or is not)
+    ``switched_on``, or None when that turn is not recorded."""
+    return TurnRecording() if _enabled_for_all or switched_on else None
 
 
 class TurnRecording:

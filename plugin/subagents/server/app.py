@@ -55,7 +55,6 @@ from subagents.dialogue.client_input import (
 from subagents.dialogue.processor import Assistant
 from subagents.exceptions import SubagentsError
 from subagents.mcp.oauth.relay import ConsentRelay
-from subagents.recording import turn as recording
 from subagents.recording.export import ExportError, a2a_agent_names, build_fixture, dump_fixture
 from subagents.server.inspector import inspector_routes, wants_trace
 from subagents.server.oauth_callback import consent_relay, consent_routes
@@ -250,20 +249,19 @@ class _Api:
     async def recording(self, request: Request) -> Response:
         """Turn recording of one conversation on (PUT) or off (DELETE); GET tells."""
         sender = check_sender_id(request.path_params["sender"])
-        stores = self.assistant.tracker_store, self.assistant.lock_store
         if request.method == "GET":
-            on = recording.is_recording((await stores[0].load(sender)).events)
+            on = await self.assistant.recording_on(sender)
         else:  # stored with the conversation, so every worker sharing the store records it
-            on = await recording.switch_conversation(*stores, sender, request.method == "PUT")
+            on = await self.assistant.switch_recording(sender, request.method == "PUT")
         return JSONResponse({"sender": sender, "recording": on})
 
     async def recorded_test(self, request: Request) -> Response:
         """The recorded conversation as a conversation test (YAML), for "save as test"."""
         sender = check_sender_id(request.path_params["sender"])
-        record = await self.assistant.tracker_store.load(sender)
+        events = await self.assistant.tracker(sender)
         try:
             text = dump_fixture(build_fixture(
-                sender, record.events, a2a_agent_names(self.assistant.project)), sender)
+                sender, events, a2a_agent_names(self.assistant.project)), sender)
         except ExportError as exc:
             status = 404 if exc.code == "export.no_conversation" else 409
             return JSONResponse({"error": exc.issue.message, "code": exc.code},

@@ -39,6 +39,8 @@ class _PendingTurn:
     stack: list[dict[str, Any]]
     previous_count: int
     done: asyncio.Future[None]
+    state: dict[str, Any] | None = None
+    window_start: int = 0
 
 
 def _store_error(exc: BaseException) -> Exception:
@@ -75,26 +77,42 @@ def _accept(batch: list[_PendingTurn], stored: dict[str, int]
                    for i, e in enumerate(item.events)]
         conversations[item.sender_id] = {
             "sender_id": item.sender_id, "stack": json.dumps(item.stack, default=str),
-            "event_count": count + len(item.events), "updated_at": now}
+            "event_count": count + len(item.events), "updated_at": now,
+            "state": None if item.state is None else json.dumps(item.state, default=str),
+            "window_start": item.window_start if item.state is not None else 0}
     return refused, list(conversations.values()), events
 
 
 _sql_log = logging.getLogger("subagents.stores.sql")
-# one statement (one snapshot, no transaction needed): the stack as row seq -1, then the
-# events in order
-_LOAD = ("SELECT stack, -1 AS seq FROM subagents_conversations WHERE sender_id = {sender} "
-         "UNION ALL SELECT data, seq FROM subagents_events WHERE sender_id = {sender} "
-         "ORDER BY seq")
+# one statement (one snapshot, no transaction needed): the conversation row (stack, state,
+# event count) as row seq -1, then the events of its window in order
+_LOAD = ("SELECT stack, state, -1 AS seq, event_count FROM subagents_conversations "
+         "WHERE sender_id = {sender} "
+         "UNION ALL SELECT data, NULL, seq, NULL FROM subagents_events "
+         "WHERE sender_id = {sender} AND seq >= (SELECT window_start "
+         "FROM subagents_conversations WHERE sender_id = {sender}) ORDER BY seq")
 _PG_LOAD = _LOAD.format(sender="$1")
 _SQLITE_LOAD = _LOAD.format(sender=":sender")
+_EVENTS = ("SELECT data FROM subagents_events WHERE sender_id = {sender} AND seq >= {start} "
+           "AND seq < {stop} ORDER BY seq")
+_PG_EVENTS = _EVENTS.format(sender="$1", start="$2", stop="$3")
+_SQLITE_EVENTS_RANGE = _EVENTS.format(sender=":sender", start=":start", stop=":stop")
+# a write without a snapshot (state NULL) keeps the stored one and its window
+_KEEP_STATE = ("state = coalesce({new}.state, subagents_conversations.state), "
+               "window_start = CASE WHEN {new}.state IS NULL "
+               "THEN subagents_conversations.window_start ELSE {new}.window_start END")
 _SQLITE_COUNTS = ("SELECT sender_id, event_count FROM subagents_conversations "
                   "WHERE sender_id IN ({marks})")
+_MAX_SEQ = 2**31 - 1
+"""The end of every conversation (seq is a 32-bit integer column)."""
 _SQLITE_BATCH = 500
 """Senders per counts statement (old SQLite builds allow 999 parameters per statement)."""
 _SQLITE_UPSERT = ("INSERT INTO subagents_conversations (sender_id, stack, event_count, "
-                  "updated_at) VALUES (:sender_id, :stack, :event_count, :updated_at) "
+                  "updated_at, state, window_start) VALUES (:sender_id, :stack, "
+                  ":event_count, :updated_at, :state, :window_start) "
                   "ON CONFLICT (sender_id) DO UPDATE SET stack = excluded.stack, "
-                  "event_count = excluded.event_count, updated_at = excluded.updated_at")
+                  "event_count = excluded.event_count, updated_at = excluded.updated_at, "
+                  + _KEEP_STATE.format(new="excluded"))
 _SQLITE_EVENTS = ("INSERT INTO subagents_events (sender_id, seq, data) "
                   "VALUES (:sender_id, :seq, :data)")
 # one statement (atomic on its own, one round trip): the stored counts of the turns'
@@ -102,8 +120,9 @@ _SQLITE_EVENTS = ("INSERT INTO subagents_events (sender_id, seq, data) "
 # append their events; the counts come back, to tell the others why they were refused
 _PG_WRITE = """\
 WITH turn AS (
-    SELECT * FROM unnest($1::varchar[], $2::int[], $3::text[], $4::int[], $5::float8[])
-        AS t(sender_id, previous_count, stack, event_count, updated_at)),
+    SELECT * FROM unnest($1::varchar[], $2::int[], $3::text[], $4::int[], $5::float8[],
+                         $6::text[], $7::int[])
+        AS t(sender_id, previous_count, stack, event_count, updated_at, state, window_start)),
 stored AS (
     SELECT turn.sender_id, coalesce(c.event_count, 0) AS event_count
     FROM turn LEFT JOIN subagents_conversations c ON c.sender_id = turn.sender_id),
@@ -111,15 +130,17 @@ accepted AS (
     SELECT turn.* FROM turn JOIN stored ON stored.sender_id = turn.sender_id
     WHERE stored.event_count = turn.previous_count),
 upserted AS (
-    INSERT INTO subagents_conversations (sender_id, stack, event_count, updated_at)
-    SELECT sender_id, stack, event_count, updated_at FROM accepted
+    INSERT INTO subagents_conversations (sender_id, stack, event_count, updated_at, state,
+                                         window_start)
+    SELECT sender_id, stack, event_count, updated_at, state, window_start FROM accepted
     ON CONFLICT (sender_id) DO UPDATE SET stack = EXCLUDED.stack,
-        event_count = EXCLUDED.event_count, updated_at = EXCLUDED.updated_at),
+        event_count = EXCLUDED.event_count, updated_at = EXCLUDED.updated_at,
+        {keep}),
 inserted AS (
     INSERT INTO subagents_events (sender_id, seq, data)
-    SELECT * FROM unnest($6::varchar[], $7::int[], $8::text[]) AS e(sender_id, seq, data)
+    SELECT * FROM unnest($8::varchar[], $9::int[], $10::text[]) AS e(sender_id, seq, data)
     WHERE e.sender_id IN (SELECT sender_id FROM accepted))
-SELECT sender_id, event_count FROM stored"""
+SELECT sender_id, event_count FROM stored""".format(keep=_KEEP_STATE.format(new="EXCLUDED"))
 
 
 def _distinct_runs(batch: list[_PendingTurn]) -> list[tuple[int, list[_PendingTurn]]]:
@@ -141,13 +162,21 @@ def _columns(rows: list[dict[str, Any]], *keys: str) -> list[list[Any]]:
 
 
 def _record(sender_id: str, rows: Any) -> ConversationRecord:
-    """The conversation from the rows of the load statement (none without its stack row)."""
-    if not rows or rows[0][1] != -1:
+    """The conversation from the rows of the load statement (none without its own row)."""
+    if not rows or rows[0][2] != -1:
         return ConversationRecord(sender_id)
+    stack, state, _, count = rows[0]
     # one parse of all the events: half the CPU of a parse per event, and their keys are
-    # shared (a long conversation's load is most of its turn)
-    events = json.loads("[" + ",".join([row[0] for row in rows[1:]]) + "]")
-    return ConversationRecord(sender_id, events, json.loads(rows[0][0]))
+    # shared
+    events = _parse_events(rows[1:])
+    start = rows[1][2] if len(rows) > 1 else count
+    return ConversationRecord(sender_id, events, json.loads(stack),
+                              json.loads(state) if state is not None else None, start)
+
+
+def _parse_events(rows: Any) -> list[dict[str, Any]]:
+    """The events of rows whose first column is an event's JSON, in one parse."""
+    return list(json.loads("[" + ",".join([row[0] for row in rows]) + "]"))
 
 
 def _log_statement(statement: str) -> None:
@@ -191,6 +220,13 @@ def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
 def _sqlite_load(sender_id: str, driver: Any) -> ConversationRecord:
     _log_statement(_SQLITE_LOAD)
     return _record(sender_id, driver.execute(_SQLITE_LOAD, {"sender": sender_id}).fetchall())
+
+
+def _sqlite_events(sender_id: str, start: int, stop: int, driver: Any
+                   ) -> list[dict[str, Any]]:
+    _log_statement(_SQLITE_EVENTS_RANGE)
+    return _parse_events(driver.execute(_SQLITE_EVENTS_RANGE, {
+        "sender": sender_id, "start": start, "stop": stop}).fetchall())
 
 
 def _sqlite_write(batch: list[_PendingTurn], driver: Any) -> dict[int, str]:
@@ -354,13 +390,16 @@ class _DriverConnections:
 
 
 class SQLTrackerStore(TrackerStore):
-    """Tables ``subagents_conversations`` (stack, event count) and ``subagents_events``.
+    """Tables ``subagents_conversations`` (stack, event count, the dialogue-state snapshot and
+    where the window of the next load starts) and ``subagents_events`` (one row per event,
+    appended, never rewritten).
 
     A turn is one transaction: its events are inserted and the conversation row updated
     together, so a crash mid-turn leaves the previous turn's state.
 
-    A load is one statement; concurrent turns share one write (on SQLite a transaction of
-    three statements, on PostgreSQL a single statement). SQLite runs on the stdlib driver in
+    A load is one statement (the conversation row and the events of its window); concurrent
+    turns share one write (on SQLite a transaction of three statements, on PostgreSQL a
+    single statement). SQLite runs on the stdlib driver in
     one dedicated thread (a load or a batch of writes is one hop to that thread, not one per
     cursor call). SQLAlchemy keeps the schema and the connection (pool); a turn's statements
     run on the driver's connection directly (``sqlite3`` on the store's thread; on
@@ -425,7 +464,10 @@ class SQLTrackerStore(TrackerStore):
             Column("sender_id", String(255), primary_key=True),
             Column("stack", Text, nullable=False),
             Column("event_count", Integer, nullable=False),
-            Column("updated_at", Float, nullable=False))
+            Column("updated_at", Float, nullable=False),
+            # added by the snapshot format (tables of earlier versions get them at start-up)
+            Column("state", Text, nullable=True),
+            Column("window_start", Integer, nullable=False, server_default="0"))
         self.events = Table(
             "subagents_events", self.meta,
             Column("id", Integer, primary_key=True, autoincrement=True),
@@ -482,7 +524,22 @@ class SQLTrackerStore(TrackerStore):
         async with self._init_lock:
             if not self._ready:
                 await self._run(self.meta.create_all, write=True)
+                await self._run(self._upgrade, write=True)
                 self._ready = True
+
+    def _upgrade(self, conn: Connection) -> None:
+        """Add the snapshot's columns to a table an earlier version created. Its
+        conversations load whole on their next turn, which writes their first snapshot."""
+        from sqlalchemy import inspect, text
+
+        columns = {c["name"] for c in inspect(conn).get_columns("subagents_conversations")}
+        # IF NOT EXISTS: another worker may add them at the same time (PostgreSQL)
+        guard = "" if self.sqlite else "IF NOT EXISTS "
+        for name, kind in (("state", "TEXT"), ("window_start", "INTEGER NOT NULL DEFAULT 0")):
+            if name not in columns:
+                conn.execute(text(f"ALTER TABLE subagents_conversations ADD COLUMN {guard}"
+                                  f"{name} {kind}"))
+                log.info("store.sql.schema_upgraded", column=name)
 
     async def load(self, sender_id: str) -> ConversationRecord:
         """The conversation of ``sender_id``; empty when there is none."""
@@ -493,13 +550,25 @@ class SQLTrackerStore(TrackerStore):
                                           retry=True)
         return await self._on_thread(functools.partial(_sqlite_load, sender_id))
 
+    async def load_events(self, sender_id: str, start: int = 0,
+                          stop: int | None = None) -> list[dict[str, Any]]:
+        """The stored events of ``sender_id`` from ``start`` up to ``stop`` (excluded)."""
+        await self._init()
+        end = _MAX_SEQ if stop is None else stop
+        if not self.sqlite:
+            assert self._driver is not None
+            return await self._driver.run(
+                functools.partial(self._pg_events, sender_id, start, end), retry=True)
+        return await self._on_thread(functools.partial(_sqlite_events, sender_id, start, end))
+
     async def save_turn(self, sender_id: str, new_events: list[dict[str, Any]],
-                        stack: list[dict[str, Any]], previous_count: int) -> None:
-        """Append the turn's events and replace the stack atomically (concurrent turns share
-        one commit)."""
+                        stack: list[dict[str, Any]], previous_count: int, *,
+                        state: dict[str, Any] | None = None, window_start: int = 0) -> None:
+        """Append the turn's events and replace the stack (and the snapshot) atomically
+        (concurrent turns share one commit)."""
         await self._init()
         item = _PendingTurn(sender_id, new_events, stack, previous_count,
-                            asyncio.get_running_loop().create_future())
+                            asyncio.get_running_loop().create_future(), state, window_start)
         # group commit: concurrent turns share one transaction (SQLite has a single writer;
         # on PostgreSQL it saves a round trip per turn). Turns of one sender never meet in a
         # batch when a lock store serialises them (they are written in order if they do).
@@ -550,6 +619,11 @@ class SQLTrackerStore(TrackerStore):
         _log_statement(_PG_LOAD)
         return _record(sender_id, await driver.fetch(_PG_LOAD, sender_id))
 
+    async def _pg_events(self, sender_id: str, start: int, stop: int, driver: Any
+                         ) -> list[dict[str, Any]]:
+        _log_statement(_PG_EVENTS)
+        return _parse_events(await driver.fetch(_PG_EVENTS, sender_id, start, stop))
+
     async def _pg_write(self, batch: list[_PendingTurn], driver: Any) -> dict[int, str]:
         """One statement per run of distinct senders; several in one transaction."""
         runs = _distinct_runs(batch)
@@ -566,7 +640,8 @@ class SQLTrackerStore(TrackerStore):
         _log_statement(_PG_WRITE)
         rows = await driver.fetch(
             _PG_WRITE, [item.sender_id for item in run], [item.previous_count for item in run],
-            *_columns(conversations, "stack", "event_count", "updated_at"),
+            *_columns(conversations, "stack", "event_count", "updated_at", "state",
+                      "window_start"),
             *_columns(events, "sender_id", "seq", "data"))
         stored = {row[0]: row[1] for row in rows}
         return {index: _refusal(item, stored[item.sender_id]) for index, item in enumerate(run)

@@ -26,7 +26,7 @@ async def load_events(project_dir: Path, sender_id: str) -> list[dict[str, Any]]
     project = load_project(project_dir)
     store = create_tracker_store(project.endpoints.tracker_store, project.root)
     try:
-        return list((await store.load(sender_id)).events)
+        return await store.load_events(sender_id)
     finally:
         await store.close()
 
