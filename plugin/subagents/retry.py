@@ -1,6 +1,7 @@
 """The one retry helper: every retried operation of the package goes through it.
 
-Model calls, MCP and A2A connections and agent attempts each describe *what* to retry in a
+Model calls and a group's failover, MCP and A2A connections, agent attempts and the
+background reconnection of what did not answer each describe *what* to retry in a
 :class:`RetryPolicy` (how many attempts, which failures, how long to wait, by when to give
 up); tenacity does the retrying. The first attempt runs before tenacity is involved: building
 tenacity's state costs about 20 µs, which a model call that succeeds (nearly all of them)
@@ -22,6 +23,7 @@ from tenacity import (
     retry_if_exception,
     stop_after_attempt,
     stop_any,
+    stop_never,
 )
 from tenacity.stop import stop_base
 
@@ -43,14 +45,15 @@ class RetryPolicy:
     """How one operation is retried.
 
     Attributes:
-        attempts: Attempts in all (1 = never retried).
+        attempts: Attempts in all (1 = never retried); None retries until an attempt succeeds
+            (or fails in a way ``retry_on`` refuses, or the deadline comes).
         retry_on: Whether a failure is worth another attempt.
         delay: Seconds to wait after failed attempt ``n`` (1-based) that raised ``error``.
         deadline: A ``time.monotonic()`` value: no attempt starts after it, and a wait that
             would end after it is not made (the last failure is raised instead).
     """
 
-    attempts: int
+    attempts: int | None
     retry_on: Callable[[BaseException], bool]
     delay: Callable[[int, BaseException], float] = lambda attempt, _error: backoff(attempt)
     deadline: float | None = None
@@ -62,18 +65,19 @@ async def retry_call(operation: Callable[[], Awaitable[T]], policy: RetryPolicy)
         return await operation()
     except Exception as error:
         first_delay = policy.delay(1, error)
-        if policy.attempts <= 1 or not policy.retry_on(error) or not _has_time(
-                policy, first_delay):
+        if (policy.attempts is not None and policy.attempts <= 1) \
+                or not policy.retry_on(error) or not _has_time(policy, first_delay):
             raise
-    delays: dict[int, float] = {}
+    chosen = [0, 0.0]  # the attempt whose pause was chosen, and that pause
 
     def delay_after(state: RetryCallState) -> float:
-        """The pause after the state's attempt (tenacity counts from the second one)."""
+        """The pause after the state's attempt (tenacity counts from the second one), chosen
+        once: the deadline's check and the wait see the same value."""
         attempt = state.attempt_number + 1
-        if attempt not in delays:
+        if chosen[0] != attempt:
             error = state.outcome.exception() if state.outcome is not None else None
-            delays[attempt] = policy.delay(attempt, error) if error is not None else 0.0
-        return delays[attempt]
+            chosen[:] = attempt, policy.delay(attempt, error) if error is not None else 0.0
+        return chosen[1]
 
     class OutOfTime(stop_base):
         """Stops when the next pause would end after the deadline."""
@@ -83,7 +87,8 @@ async def retry_call(operation: Callable[[], Awaitable[T]], policy: RetryPolicy)
 
     await asyncio.sleep(first_delay)
     retrying = AsyncRetrying(
-        stop=stop_any(stop_after_attempt(policy.attempts - 1), OutOfTime()),
+        stop=stop_any(stop_never if policy.attempts is None
+                      else stop_after_attempt(policy.attempts - 1), OutOfTime()),
         wait=delay_after, retry=retry_if_exception(policy.retry_on), reraise=True,
         sleep=asyncio.sleep)
 

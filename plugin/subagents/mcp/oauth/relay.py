@@ -34,6 +34,7 @@ from typing import Any
 import structlog
 
 from subagents.mcp.oauth.consent import CONSENTS
+from subagents.retry import RetryPolicy, retry_call
 
 log = structlog.get_logger("subagents.mcp")
 
@@ -51,6 +52,11 @@ MAX_CONNECTIONS = 16
 """Redis connections the relay of one worker uses at most (its listener's included)."""
 POOL_WAIT = 5.0
 """Seconds a callback waits for one of them before it gets the "expired" page."""
+LISTEN_RETRY_DELAY = 1.0
+"""Seconds between a failure of the listener's connection and listening again."""
+LISTEN_POLICY = RetryPolicy(attempts=None, retry_on=lambda error: isinstance(error, Exception),
+                            delay=lambda _n, _error: LISTEN_RETRY_DELAY)
+"""The listener never gives up: any failure of its connection is listened past."""
 
 
 def _state_key(state: str) -> str:
@@ -143,15 +149,17 @@ class ConsentRelay:
             await self.redis.aclose()
 
     async def _listen(self) -> None:
-        while True:
+        """Hear the channel until the relay closes; a broken connection is listened on again
+        :data:`LISTEN_RETRY_DELAY` seconds later (the client reconnects on the next read)."""
+        async def listen() -> None:
             try:
                 async for message in self._pubsub.listen():
                     self._received(message)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a broken connection must not end it
+            except Exception as exc:
                 log.warning("mcp.oauth.relay_listen_failed", error_type=type(exc).__name__)
-                await asyncio.sleep(1.0)  # the client reconnects on the next read
+                raise
+
+        await retry_call(listen, LISTEN_POLICY)
 
     def _received(self, message: dict[str, Any]) -> None:
         if message.get("type") != "message":
