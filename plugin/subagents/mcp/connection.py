@@ -42,6 +42,7 @@ from subagents.mcp.callbacks import (
 )
 from subagents.mcp.content import contents_text, convert_result
 from subagents.mcp.oauth.auth import HeaderBuilder, oauth_provider
+from subagents.mcp.oauth.consent import ConsentRegistry
 from subagents.mcp.oauth.login import LoginHandlers, LoginRequiredError
 from subagents.mcp.oauth.policy import scope_refused
 from subagents.mcp.oauth.token_store import TokenStore
@@ -127,10 +128,13 @@ class MCPServerConnection:
                  login: LoginHandlers | None = None,
                  template_values: Mapping[str, str] | None = None,
                  oauth_user: str | None = None, tokens: TokenStore | None = None,
-                 elicitations: ElicitationRegistry | None = None) -> None:
+                 elicitations: ElicitationRegistry | None = None,
+                 consents: ConsentRegistry | None = None) -> None:
         self.config = config
         self.elicitations = elicitations or ElicitationRegistry()
         """Where calls that wait for a user's answer are held (the pool's registry)."""
+        self.consents = consents or ConsentRegistry()
+        """Where the user's sign-in links wait for the browser (the pool's registry)."""
         self._template_values = template_values
         self._oauth_user = oauth_user
         """The user whose own authorization this session uses (``oauth.per_user``)."""
@@ -225,7 +229,7 @@ class MCPServerConnection:
         if self._oauth_user is None or self._tokens is None:
             return listing_provider(self.config, self.root)
         return user_provider(self.config, user=self._oauth_user, store=self._tokens,
-                             flights=self._asking_flight)
+                             flights=self._asking_flight, consents=self.consents)
 
     @property
     def lists_only(self) -> bool:

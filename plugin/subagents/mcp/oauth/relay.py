@@ -33,7 +33,7 @@ from typing import Any
 
 import structlog
 
-from subagents.mcp.oauth.consent import CONSENTS
+from subagents.mcp.oauth.consent import ConsentRegistry
 from subagents.retry import RetryPolicy, retry_call
 
 log = structlog.get_logger("subagents.mcp")
@@ -91,14 +91,18 @@ Completer = Callable[[dict[str, str]], Awaitable[CallbackOutcome | None]]
 class ConsentRelay:
     """Hands callbacks between the workers sharing one Redis (see the module's docstring)."""
 
-    def __init__(self, redis: Any, complete: Completer) -> None:
+    def __init__(self, redis: Any, complete: Completer, consents: ConsentRegistry) -> None:
         """Args:
             redis: A ``redis.asyncio.Redis`` client (the lock store's): its settings are used
                 for a bounded pool of the relay's own.
-            complete: Finishes a callback locally (:func:`~.consent_route.complete_callback`).
+            complete: Finishes a callback locally
+                (:func:`subagents.server.oauth_callback.complete_callback`).
+            consents: The sign-in links this worker sent that wait for a browser (the MCP
+                pool's): the states it registers and the callbacks it takes over.
         """
         self.redis = bounded_client(redis)
         self.complete = complete
+        self.consents = consents
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None
         self._serving: set[asyncio.Task[None]] = set()
@@ -110,7 +114,7 @@ class ConsentRelay:
         self._pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         await self._pubsub.subscribe(CHANNEL)
         self._listener = asyncio.ensure_future(self._listen())
-        CONSENTS.watch(self._opened, self._closed)
+        self.consents.watch(self._opened, self._closed)
 
     def _opened(self, state: str) -> None:
         self._in_background(self.redis.set(_state_key(state), b"1", ex=STATE_TTL))
@@ -131,7 +135,7 @@ class ConsentRelay:
 
     async def close(self) -> None:
         """Stop listening; callbacks being finished here run to their end first."""
-        CONSENTS.unwatch(self._opened)
+        self.consents.unwatch(self._opened)
         if self._registering:
             await asyncio.wait(set(self._registering), timeout=POOL_WAIT)
         if self._listener is not None:
@@ -171,7 +175,7 @@ class ConsentRelay:
         except (KeyError, TypeError, ValueError):
             log.warning("mcp.oauth.relay_bad_message")
             return
-        consent = CONSENTS.pending(params.get("state", ""))
+        consent = self.consents.pending(params.get("state", ""))
         if consent is None:
             return  # another worker's (or nobody's)
         task = asyncio.ensure_future(self._serve(params, reply, consent.server))
