@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from subagents.retry import RetryPolicy, retry_call
 from subagents.stores.base import ConversationRecord, StoreError, TrackerStore
 
 if TYPE_CHECKING:
@@ -322,6 +323,11 @@ def _serve_calls(calls: queue.SimpleQueue[_Call | None]) -> None:
         del call, function, future, result, error  # held by nothing while the thread waits
 
 
+def _no_pause(_attempt: int, _error: BaseException) -> float:
+    """A dead connection is replaced at once: the fresh one is opened without waiting."""
+    return 0.0
+
+
 class _DriverConnections:
     """asyncpg connections of the engine's pool, kept checked out between turns.
 
@@ -349,26 +355,31 @@ class _DriverConnections:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # first use, or used again (after close()) on another loop
             self._loop, self._idle, self._slots = loop, [], asyncio.Semaphore(self._size)
+        dead = False
+
+        async def attempt() -> _T:
+            nonlocal dead
+            generation = self._generation
+            conn, driver = self._idle.pop() if self._idle else await self._open()
+            try:
+                result = await work(driver)
+            except BaseException:
+                if driver is not None and not driver.is_closed():
+                    await conn.close()  # back to the engine's pool, which resets it
+                    raise
+                await self._drop_all(conn)
+                dead = True
+                raise
+            if generation == self._generation:
+                self._idle.append((conn, driver))
+            else:  # the store was closed meanwhile
+                await conn.close()
+            return result
+
         async with self._slots:
-            while True:
-                generation = self._generation
-                conn, driver = self._idle.pop() if self._idle else await self._open()
-                try:
-                    result = await work(driver)
-                except BaseException as exc:
-                    if driver is not None and not driver.is_closed():
-                        await conn.close()  # back to the engine's pool, which resets it
-                        raise
-                    await self._drop_all(conn)
-                    if not (retry and isinstance(exc, Exception)):
-                        raise
-                    retry = False
-                    continue
-                if generation == self._generation:
-                    self._idle.append((conn, driver))
-                else:  # the store was closed meanwhile
-                    await conn.close()
-                return result
+            return await retry_call(attempt, RetryPolicy(
+                attempts=2 if retry else 1, delay=_no_pause,
+                retry_on=lambda error: dead and isinstance(error, Exception)))
 
     async def _open(self) -> tuple[AsyncConnection, Any]:
         conn = await self._reader.connect()
