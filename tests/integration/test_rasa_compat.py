@@ -170,6 +170,29 @@ def test_only_the_listed_rasa_modules_are_provided(clean_rasa):
         import rasa.core.policies  # type: ignore  # noqa: F401
 
 
+def test_rasas_tool_format_constants_build_a_tool_the_agent_accepts(clean_rasa):
+    """Rasa's car-purchase sample builds its ``task_completed`` tool from these names."""
+    assert rasa_compat.activate()
+    from rasa.agents.constants import (  # type: ignore
+        TOOL_DESCRIPTION_KEY,
+        TOOL_NAME_KEY,
+        TOOL_PARAMETERS_KEY,
+        TOOL_PROPERTIES_KEY,
+        TOOL_REQUIRED_KEY,
+        TOOL_TYPE_FUNCTION_KEY,
+        TOOL_TYPE_KEY,
+    )
+    from subagents.agents.schemas import AgentToolSchema
+
+    tool = {TOOL_TYPE_KEY: TOOL_TYPE_FUNCTION_KEY, TOOL_TYPE_FUNCTION_KEY: {
+        TOOL_NAME_KEY: "task_completed", TOOL_DESCRIPTION_KEY: "Say the task is done.",
+        TOOL_PARAMETERS_KEY: {"type": "object", TOOL_PROPERTIES_KEY: {
+            "message": {"type": "string"}}, TOOL_REQUIRED_KEY: ["message"]}}}
+    schema = AgentToolSchema.from_openai_json_format(tool)
+    assert schema.name == "task_completed"
+    assert schema.parameters["required"] == ["message"]
+
+
 def test_with_the_real_rasa_installed_its_classes_are_refused_with_the_reason(
         tmp_path, tools_url, clean_rasa, monkeypatch):
     site = tmp_path / "site"
