@@ -114,6 +114,48 @@ async def test_a_stalled_model_times_out(stream):
     assert info.value.code == "llm.timeout"
 
 
+async def test_a_stream_that_trickles_is_cut_at_the_timeout():
+    """Each chunk comes well within the timeout, the whole reply does not: ``timeout`` is a
+    deadline for the whole reply, not for the wait between bytes."""
+    text = "x" * 40  # 20 chunks of 2 characters, 0.25 s apart: 5 s in all
+    script = {"default": [{"text": text, "delay_ms": 250}]}
+    async with FakeModelServer(script, chunk_chars=2) as fake:
+        llm = client(fake, timeout=1.0, max_retries=0)
+        with anyio.fail_after(4), pytest.raises(LLMError) as info:
+            await llm.complete(USER, None, stream=True)
+        await llm.close()
+    assert info.value.code == "llm.timeout"
+
+
+async def test_a_plain_reply_that_trickles_is_cut_at_the_timeout():
+    """A plain reply whose body arrives a few bytes at a time, each well within the timeout."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import StreamingResponse
+    from starlette.routing import Route
+    from subagents.testing.mcp_http import serve_app
+
+    body = ('{"id": "c1", "object": "chat.completion", "model": "m", "choices": [{"index": 0, '
+            '"message": {"role": "assistant", "content": "hello"}, "finish_reason": "stop"}]}')
+
+    async def slowly():
+        for start in range(0, len(body), 8):  # about 20 pieces, 0.25 s apart
+            yield body[start:start + 8].encode()
+            await anyio.sleep(0.25)
+
+    async def completions(request: Request) -> StreamingResponse:
+        return StreamingResponse(slowly(), media_type="application/json")
+
+    app = Starlette(routes=[Route("/v1/chat/completions", completions, methods=["POST"])])
+    async with serve_app(app) as base:
+        llm = LLMClient(ModelSettings(model="m", api_base=f"{base}/v1", timeout=1.0,
+                                      max_retries=0))
+        with anyio.fail_after(4), pytest.raises(LLMError) as info:
+            await llm.complete(USER, None)
+        await llm.close()
+    assert info.value.code == "llm.timeout"
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_dropped_connection_is_a_connection_error(stream):
     script = {"default": [{"text": "partial answer here", "drop": True}]}
