@@ -119,6 +119,20 @@ async def test_progress_keeps_an_agents_call_alive_and_a_silent_call_still_times
     assert "waited" not in waited
 
 
+async def test_progress_extends_a_call_at_most_ten_times_its_timeout():
+    # tool_timeout 0.3 s: progress may keep the call alive for about 3 s. Thirty steps of 0.2 s
+    # (6 s) each report progress, yet the call is cut once the cap is reached.
+    script = [{"tool_calls": [{"crawl_with_progress": {"steps": 30, "step_ms": 200}}]},
+              {"text": "Done.", "tool_calls": [{"task_completed": {}}]}]
+    _, fake = await run_agent_on_features(
+        script, transport="http",
+        configuration={"tool_timeout": 0.3, "progress_messages": False})
+    last = fake.requests_of("reader")[-1]
+    (crawled,) = [str(m["content"]) for m in last.messages if m.get("role") == "tool"]
+    assert "crawled 30 pages" not in crawled
+    assert "did not answer" in crawled
+
+
 @pytest.fixture
 def mcp_log_level_info():
     logger = logging.getLogger("subagents.mcp")
