@@ -51,6 +51,8 @@ from .errors import SEARCH_EXTRA, IndexCorruptError, SearchError, extra_missing,
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from ..types import CallScope
+
 __all__ = ["DEFAULT_TOP_K", "INDEX_FORMAT", "LocalIndex", "SearchHit", "VectorIndex",
            "content_hash", "require_numpy"]
 
@@ -232,12 +234,14 @@ class LocalIndex:
                                                                                self.splitter)
 
     async def search(self, query: str, k: int = DEFAULT_TOP_K,
-                     min_score: float | None = None) -> list[SearchHit]:
-        """Embed ``query`` and return the ``k`` nearest documents (builds the index first)."""
+                     min_score: float | None = None, *,
+                     scope: CallScope | None = None) -> list[SearchHit]:
+        """Embed ``query`` and return the ``k`` nearest documents (builds the index first);
+        ``scope`` is the calling turn's."""
         if not query.strip():
             return []
         index = self.index if self.index is not None else await self.ensure()
-        [vector] = await self.embedder.embed([query])
+        [vector] = await self.embedder.embed([query], scope=scope)
         return index.search(vector, k, min_score)
 
     def _check_source(self) -> None:
