@@ -196,7 +196,7 @@ class LocalIndex:
 
     async def ensure(self) -> VectorIndex:
         """Load the persisted index if it matches the documents, else build and persist it."""
-        self._check_source()
+        self.check_source()
         digest = self.content_hash()
         index = self._load_matching(digest)
         self.rebuilt = index is None
@@ -207,7 +207,7 @@ class LocalIndex:
 
     async def build(self, digest: str | None = None) -> VectorIndex:
         """Chunk, embed and persist the documents now, whatever is on disk."""
-        self._check_source()
+        self.check_source()
         digest = digest or self.content_hash()
         started = time.perf_counter()
         documents = self.documents()
@@ -244,7 +244,8 @@ class LocalIndex:
         [vector] = await self.embedder.embed([query], scope=scope)
         return index.search(vector, k, min_score)
 
-    def _check_source(self) -> None:
+    def check_source(self) -> None:
+        """Raise :class:`ConfigError` when the documents folder is missing or has no file."""
         if not self.source.is_dir():
             raise ConfigError(issue("search.source_missing",
                                     f"the documents folder {self.source} does not exist",
