@@ -227,3 +227,47 @@ async def test_serve_answers_a_knowledge_question_over_rest(tmp_path):
     assert response.json()[0]["text"] == "Returns are accepted within thirty days."
     # the retrieval that grounded the answer reached the search model
     assert RETURNS in fake.requests_of("search")[0].messages[0]["content"]
+
+
+async def stream_frames(client: httpx2.AsyncClient, body: dict[str, Any]
+                        ) -> list[tuple[str | None, Any]]:
+    frames: list[tuple[str | None, Any]] = []
+    async with client.stream("POST", "/webhooks/stream/webhook", json=body) as response:
+        assert response.status_code == 200
+        event = None
+        async for line in response.aiter_lines():
+            if line.startswith("event: "):
+                event = line[len("event: "):]
+            elif line.startswith("data: "):
+                frames.append((event, json.loads(line[len("data: "):])))
+    return frames
+
+
+@pytest.mark.parametrize("check_relevancy", [False, True])
+async def test_a_generative_answer_streams_unless_it_must_be_checked_first(tmp_path,
+                                                                         check_relevancy):
+    policy = "check_relevancy: true" if check_relevancy else ""
+    root = write_search_project(tmp_path / "assistant", policy)
+    answer = "Shipping takes three working days, express arrives the next day."
+    script = {"command_generator": ["search and reply"], "search": [answer]}
+    async with FakeModelServer(script) as fake, assistant_for(root, fake) as assistant, \
+            serve_app(create_app(assistant)) as base:
+        async with httpx2.AsyncClient(base_url=base, timeout=30) as client:
+            with anyio.fail_after(30):
+                frames = await stream_frames(client, {"sender": "s", "message": QUESTION})
+        fake.assert_done()
+        events = await assistant.tracker_store.load_events("s", 0, None)
+    chunks = [data["text"] for kind, data in frames if kind == "message_chunk"]
+    whole = [data["text"] for kind, data in frames if kind == "message"]
+    [recorded] = [e for e in bot_events(events)
+                  if e["metadata"].get("utter_source") == "EnterpriseSearchPolicy"]
+    assert recorded["text"] == answer
+    if check_relevancy:  # the answer is checked first, then sent whole
+        assert chunks == []
+        assert answer in whole
+        assert "streamed_text" not in recorded["metadata"]
+    else:  # sent as it arrives, once
+        assert "".join(chunks) == answer
+        assert len(chunks) > 1
+        assert answer not in whole
+        assert recorded["metadata"]["streamed_text"] is True

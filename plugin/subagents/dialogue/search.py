@@ -39,6 +39,7 @@ import structlog
 from jinja2 import TemplateError
 from pydantic import ValidationError
 
+from subagents import events as ev
 from subagents.config._base import resolve_env
 from subagents.config.project import Project
 from subagents.dialogue.navigation import Navigator
@@ -66,7 +67,7 @@ from subagents.knowledge import (
 )
 from subagents.knowledge.prompt import DEFAULT_SEARCH_PROMPT
 from subagents.llm import Model, ModelSettings, resolve_model_settings
-from subagents.types import CallScope
+from subagents.types import CallScope, ChatMessage
 
 __all__ = ["DEFAULT_EMBEDDINGS", "EMBEDDINGS_CALLER", "INDEX_FOLDER", "LLM_CALLER",
            "POLICY", "EnterpriseSearch", "build_store", "search_policy"]
@@ -250,13 +251,14 @@ class EnterpriseSearch:
         if not hits:
             log.info("search.no_results", sender=turn.sender_id)
             return await self._cannot_handle(turn, frame)
+        streamed = False
         if self.llm is None:
             answer = extractive_answer(hits)
             if answer is None:
                 return await self._internal_error(turn, frame, "search.answer_missing", None)
         else:
             try:
-                answer = await self._generate(turn, events, hits, self.llm)
+                answer, streamed = await self._generate(turn, events, hits, self.llm)
             except (SubagentsError, TemplateError) as exc:
                 return await self._internal_error(turn, frame, "search.llm_failed", exc)
             if not answer:
@@ -266,14 +268,20 @@ class EnterpriseSearch:
                 return await self._cannot_handle(turn, frame)
             if self.settings.citations:
                 answer = renumber_citations(answer)
-        await self.responder.say(turn, answer, answer_metadata(query, hits))
+        if streamed:  # the channel has it already: recorded only
+            turn.add(ev.bot_uttered(answer, metadata=answer_metadata(query, hits,
+                                                                     streamed=True)))
+        else:
+            await self.responder.say(turn, answer, answer_metadata(query, hits))
         log.info("search.answered", sender=turn.sender_id, results=len(hits),
                  generative=self.llm is not None)
         return Advance.NEXT
 
     async def _generate(self, turn: Turn, events: list[dict[str, Any]], hits: list[SearchHit],
-                        llm: Model) -> str:
-        """The model's answer from the documents, the conversation and the slots."""
+                        llm: Model) -> tuple[str, bool]:
+        """The model's answer from the documents, the conversation and the slots, and whether
+        it was streamed to the channel (only when the channel streams and the answer needs no
+        check or rewrite: relevancy check and citations off, as in Rasa)."""
         lines = _transcript(events)
         if self.settings.max_history is not None:
             lines = lines[-self.settings.max_history:]
@@ -283,9 +291,33 @@ class EnterpriseSearch:
             citation_enabled=self.settings.citations,
             current_datetime=datetime.now(self.timezone) if self.settings.include_date_time
             else None, template=self.template)
-        response = await llm.complete([{"role": "user", "content": prompt}], None,
-                                      scope=turn.scope)
-        return (response.text or "").strip()
+        messages: list[ChatMessage] = [{"role": "user", "content": prompt}]
+        channel = turn.channel
+        if channel is None or not channel.wants_streaming() or self.settings.relevancy_check \
+                or self.settings.citations:
+            response = await llm.complete(messages, None, scope=turn.scope)
+            return (response.text or "").strip(), False
+        started = False
+
+        async def on_text(delta: str) -> None:
+            nonlocal started
+            if not started:
+                if not delta.strip():
+                    return  # leading whitespace: nothing is sent for a blank answer
+                started, delta = True, delta.lstrip()
+                await channel.send_response_chunk_start(turn.sender_id)
+            await channel.send_response_chunk(turn.sender_id, delta)
+
+        try:
+            response = await llm.complete(messages, None, stream=True, on_text=on_text,
+                                          scope=turn.scope)
+        except BaseException:
+            if started:
+                await channel.send_response_chunk_end(turn.sender_id, interrupted=True)
+            raise
+        if started:
+            await channel.send_response_chunk_end(turn.sender_id)
+        return (response.text or "").strip(), started
 
     def _slots(self, turn: Turn) -> list[dict[str, str]]:
         """The domain's slots that hold a value other than their initial one."""
