@@ -271,3 +271,36 @@ async def test_a_generative_answer_streams_unless_it_must_be_checked_first(tmp_p
         assert len(chunks) > 1
         assert answer not in whole
         assert recorded["metadata"]["streamed_text"] is True
+
+
+async def test_a_qdrant_collection_filled_by_subagents_index_answers(tmp_path):
+    pytest.importorskip("qdrant_client")
+    from subagents.cli.index import _index
+    from subagents.config.project import load_project
+
+    root = write_search_project(tmp_path / "assistant",
+                                "vector_store: {type: qdrant, source: docs}")
+    async with FakeModelServer() as fake:
+        endpoints = root / "endpoints.yml"
+        endpoints.write_text(endpoints.read_text().replace(
+            "model: text-embedding-3-small}",
+            f"model: text-embedding-3-small, api_base: '{fake.base_url()}'}}") +
+            "vector_store:\n  type: qdrant\n  collection: support\n  path: ${QDRANT_DIR}\n",
+            encoding="utf-8")
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("QDRANT_DIR", str(tmp_path / "qdrant"))
+            with anyio.fail_after(60):
+                assert await _index(load_project(root), False) == 0
+                assert await _index(load_project(root), False) == 0  # stored once, not twice
+            fake.add("command_generator", ["search and reply"])
+            fake.add("search", ["Express shipping arrives the next day."])
+            async with assistant_for(root, fake) as assistant:
+                with anyio.fail_after(30):
+                    texts, events = await Conversation(assistant).say(QUESTION)
+                store = assistant.search.store  # type: ignore[union-attr]
+                count = await store.client.count("support")
+            fake.assert_done()
+    assert texts[0] == "Express shipping arrives the next day."
+    [answer, *_] = bot_events(events)
+    assert answer["metadata"]["search_results"][0] == SHIPPING
+    assert count.count == 3
