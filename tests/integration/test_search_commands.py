@@ -58,6 +58,8 @@ def test_subagents_test_runs_a_conversation_test_with_search_offline(tmp_path):
     done = run_cli("test", "--project", str(root), cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout
+    # built from the fake server's vectors: kept apart from the project's own index
+    assert not (root / ".subagents" / "search").exists()
 
 
 def test_subagents_test_fails_when_the_answer_is_not_the_expected_one(tmp_path):

@@ -79,14 +79,19 @@ def default_llm_factory(caller: str, settings: ModelSettings) -> Model:
 
 
 class Assistant:
-    """A loaded assistant project. Use ``async with Assistant.load(dir) as assistant:``."""
+    """A loaded assistant project. Use ``async with Assistant.load(dir) as assistant:``.
+
+    ``search_index_root`` is where the search policy's embedded index is persisted (default:
+    the project's ``.subagents/search/``; conversation tests keep theirs apart).
+    """
 
     def __init__(self, project: Project, *, tracker_store: TrackerStore | None = None,
                  lock_store: LockStore | None = None, llm_factory: LLMFactory | None = None,
                  action_stubs: dict[str, Any] | None = None,
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
                  client_metadata_keys: Iterable[str] | None = None,
-                 turn_timeout: float | None = None) -> None:
+                 turn_timeout: float | None = None,
+                 search_index_root: Path | None = None) -> None:
         self.project = project
         self.turn_timeout = turn_timeout or _env_turn_timeout()
         """Seconds a turn may take, waiting for the sender's lock excluded."""
@@ -126,7 +131,8 @@ class Assistant:
                                      llm_factory=factory, mcp_pool=self.pool)
         self.search = EnterpriseSearch.from_project(
             project, factory, responder=self.executor.responder,
-            patterns=self.executor.patterns, navigator=self.executor.navigator)
+            patterns=self.executor.patterns, navigator=self.executor.navigator,
+            index_root=search_index_root)
         """Answers knowledge questions (config.yml's ``EnterpriseSearchPolicy``), if any."""
         if self.search is not None:
             self.executor.use_search(self.search)

@@ -116,9 +116,11 @@ def search_policy(project: Project) -> SearchPolicySettings | None:
     return None
 
 
-def build_store(project: Project, settings: SearchPolicySettings,
-                llm_factory: LLMFactory) -> LocalIndex | QdrantStore:
-    """The store the policy searches, with its embedder (built through ``llm_factory``).
+def build_store(project: Project, settings: SearchPolicySettings, llm_factory: LLMFactory,
+                *, index_root: Path | None = None) -> LocalIndex | QdrantStore:
+    """The store the policy searches, with its embedder (built through ``llm_factory``);
+    the embedded index is persisted under ``index_root`` (default: :data:`INDEX_FOLDER` in the
+    project folder).
 
     Raises:
         ConfigError: An unknown store type, a missing model group or Qdrant section.
@@ -135,7 +137,8 @@ def build_store(project: Project, settings: SearchPolicySettings,
                 "search.source_missing", "vector_store has no source folder", file="config.yml",
                 key="vector_store.source", hint="set vector_store.source to the folder of .txt "
                                                 "documents (Rasa's default is ./docs)"))
-        return LocalIndex(root / source, root / INDEX_FOLDER / _slug(source), embedder,
+        folder = (index_root or root / INDEX_FOLDER) / _slug(source)
+        return LocalIndex(root / source, folder, embedder,
                           qa_pairs=not settings.use_generative_llm, display_root=root)
     if kind == "qdrant":
         section = (project.endpoints.model_extra or {}).get("vector_store")
@@ -175,17 +178,19 @@ class EnterpriseSearch:
         responder: Sends the answer.
         patterns: Pushes the cannot-handle and internal-error patterns.
         navigator: Moves ``pattern_search`` past its step when a pattern takes over.
+        index_root: Where the embedded index is persisted (default: ``.subagents/search/`` in
+            the project folder).
     """
 
     def __init__(self, project: Project, settings: SearchPolicySettings, *,
                  llm_factory: LLMFactory, responder: Responder, patterns: Patterns,
-                 navigator: Navigator) -> None:
+                 navigator: Navigator, index_root: Path | None = None) -> None:
         self.project = project
         self.settings = settings
         self.responder = responder
         self.patterns = patterns
         self.navigator = navigator
-        self.store = build_store(project, settings, llm_factory)
+        self.store = build_store(project, settings, llm_factory, index_root=index_root)
         self.llm: Model | None = None
         self.template = DEFAULT_SEARCH_PROMPT
         if settings.use_generative_llm:
@@ -199,13 +204,14 @@ class EnterpriseSearch:
 
     @classmethod
     def from_project(cls, project: Project, llm_factory: LLMFactory, *, responder: Responder,
-                     patterns: Patterns, navigator: Navigator) -> EnterpriseSearch | None:
+                     patterns: Patterns, navigator: Navigator,
+                     index_root: Path | None = None) -> EnterpriseSearch | None:
         """The search of the project's ``EnterpriseSearchPolicy``; None without one."""
         settings = search_policy(project)
         if settings is None:
             return None
         return cls(project, settings, llm_factory=llm_factory, responder=responder,
-                   patterns=patterns, navigator=navigator)
+                   patterns=patterns, navigator=navigator, index_root=index_root)
 
     async def start(self, *, strict: bool = True) -> None:
         """Load the embedded index, or build and persist it when the documents changed.
