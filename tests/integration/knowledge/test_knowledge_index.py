@@ -15,12 +15,14 @@ from subagents.exceptions import ConfigError
 from subagents.knowledge import (
     EmbeddingError,
     LocalIndex,
-    OpenAIEmbedder,
+    ModelEmbedder,
     SearchError,
     VectorIndex,
     extractive_answer,
 )
 from subagents.testing import FakeModelServer
+
+from tests.knowledge_helpers import embedder_for
 
 DOCS = {
     "shipping.txt": "Shipping takes three working days. Express shipping arrives the next day.",
@@ -47,19 +49,19 @@ async def fake() -> AsyncIterator[FakeModelServer]:
 
 
 @pytest.fixture
-async def embedder(fake: FakeModelServer) -> AsyncIterator[OpenAIEmbedder]:
-    client = OpenAIEmbedder("text-embedding-3-small", base_url=fake.base_url(), max_retries=0)
+async def embedder(fake: FakeModelServer) -> AsyncIterator[ModelEmbedder]:
+    client = embedder_for(fake.base_url())
     yield client
     await client.close()
 
 
-def local_index(tmp_path: Path, embedder: OpenAIEmbedder, **options: object) -> LocalIndex:
+def local_index(tmp_path: Path, embedder: ModelEmbedder, **options: object) -> LocalIndex:
     return LocalIndex(tmp_path / "docs", tmp_path / ".subagents" / "search" / "docs", embedder,
                       display_root=tmp_path, **options)  # type: ignore[arg-type]
 
 
 async def test_the_index_answers_with_the_nearest_document_and_its_source(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     write_docs(tmp_path / "docs", DOCS)
     index = local_index(tmp_path, embedder)
     with anyio.fail_after(10):
@@ -75,7 +77,7 @@ async def test_the_index_answers_with_the_nearest_document_and_its_source(
 
 
 async def test_a_persisted_index_is_loaded_without_embedding_the_documents_again(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     write_docs(tmp_path / "docs", DOCS)
     with anyio.fail_after(10):
         await local_index(tmp_path, embedder).ensure()
@@ -91,7 +93,7 @@ async def test_a_persisted_index_is_loaded_without_embedding_the_documents_again
 
 
 async def test_a_changed_document_triggers_a_rebuild_and_old_files_are_removed(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     docs = write_docs(tmp_path / "docs", DOCS)
     with anyio.fail_after(10):
         await local_index(tmp_path, embedder).ensure()
@@ -106,7 +108,7 @@ async def test_a_changed_document_triggers_a_rebuild_and_old_files_are_removed(
 
 
 async def test_a_new_file_and_another_embeddings_model_each_trigger_a_rebuild(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     docs = write_docs(tmp_path / "docs", DOCS)
     with anyio.fail_after(10):
         first = local_index(tmp_path, embedder)
@@ -114,7 +116,7 @@ async def test_a_new_file_and_another_embeddings_model_each_trigger_a_rebuild(
         unchanged = first.content_hash()
         (docs / "new.txt").write_text("Gift cards never expire.", encoding="utf-8")
         assert local_index(tmp_path, embedder).content_hash() != unchanged
-        other = OpenAIEmbedder("text-embedding-3-large", base_url=fake.base_url())
+        other = embedder_for(fake.base_url(), "text-embedding-3-large")
         try:
             rebuilt = local_index(tmp_path, other)
             await rebuilt.ensure()
@@ -124,7 +126,7 @@ async def test_a_new_file_and_another_embeddings_model_each_trigger_a_rebuild(
 
 
 async def test_a_damaged_index_is_rebuilt_from_the_documents(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     write_docs(tmp_path / "docs", DOCS)
     folder = tmp_path / ".subagents" / "search" / "docs"
     with anyio.fail_after(10):
@@ -140,7 +142,7 @@ async def test_a_damaged_index_is_rebuilt_from_the_documents(
 
 
 async def test_long_documents_are_chunked_before_embedding(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     paragraphs = [f"Paragraph {i} about topic{i}. " * 10 for i in range(6)]  # ~300 chars each
     write_docs(tmp_path / "docs", {"long.txt": "\n\n".join(paragraphs)})
     index = local_index(tmp_path, embedder, chunk_size=400, chunk_overlap=0)
@@ -151,7 +153,7 @@ async def test_long_documents_are_chunked_before_embedding(
 
 
 async def test_extractive_mode_indexes_questions_and_returns_the_stored_answer(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     write_docs(tmp_path / "docs", {"faq.txt": FAQ})
     index = local_index(tmp_path, embedder, qa_pairs=True)
     with anyio.fail_after(10):
@@ -163,7 +165,7 @@ async def test_extractive_mode_indexes_questions_and_returns_the_stored_answer(
 
 
 async def test_min_score_drops_unrelated_results(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     write_docs(tmp_path / "docs", DOCS)
     index = local_index(tmp_path, embedder)
     with anyio.fail_after(10):
@@ -172,7 +174,7 @@ async def test_min_score_drops_unrelated_results(
 
 
 async def test_an_empty_query_finds_nothing_without_calling_the_model(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     write_docs(tmp_path / "docs", DOCS)
     index = local_index(tmp_path, embedder)
     with anyio.fail_after(10):
@@ -183,7 +185,7 @@ async def test_an_empty_query_finds_nothing_without_calling_the_model(
 
 
 async def test_a_document_that_is_not_utf8_is_named_in_the_error(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     write_docs(tmp_path / "docs", DOCS)
     (tmp_path / "docs" / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
     with pytest.raises(ConfigError) as error:
@@ -194,7 +196,7 @@ async def test_a_document_that_is_not_utf8_is_named_in_the_error(
 
 
 async def test_a_missing_or_empty_source_folder_is_a_config_error_with_a_fix(
-        tmp_path: Path, embedder: OpenAIEmbedder):
+        tmp_path: Path, embedder: ModelEmbedder):
     with pytest.raises(ConfigError) as missing:
         await local_index(tmp_path, embedder).ensure()
     assert missing.value.code == "search.source_missing"
@@ -207,7 +209,7 @@ async def test_a_missing_or_empty_source_folder_is_a_config_error_with_a_fix(
 
 
 async def test_documents_without_text_or_qa_entries_are_an_empty_index_error(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     write_docs(tmp_path / "docs", {"blank.txt": "  \n\n ", "prose.txt": "No questions here."})
     with pytest.raises(ConfigError) as error:
         await local_index(tmp_path, embedder, qa_pairs=True).ensure()
@@ -220,8 +222,7 @@ async def test_an_unreachable_embeddings_server_is_an_embedding_error(tmp_path: 
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     write_docs(tmp_path / "docs", DOCS)
-    embedder = OpenAIEmbedder("m", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0,
-                              timeout=5)
+    embedder = embedder_for(f"http://127.0.0.1:{port}/v1", "m", timeout=5)
     try:
         with anyio.fail_after(10), pytest.raises(EmbeddingError) as error:
             await local_index(tmp_path, embedder).ensure()
@@ -232,7 +233,7 @@ async def test_an_unreachable_embeddings_server_is_an_embedding_error(tmp_path: 
 
 
 async def test_a_query_of_another_dimension_is_refused(
-        tmp_path: Path, fake: FakeModelServer, embedder: OpenAIEmbedder):
+        tmp_path: Path, fake: FakeModelServer, embedder: ModelEmbedder):
     write_docs(tmp_path / "docs", DOCS)
     with anyio.fail_after(10):
         index = await local_index(tmp_path, embedder).ensure()
@@ -259,7 +260,7 @@ import asyncio, sys
 sys.modules[{module!r}] = None  # as if the extra were not installed
 from pathlib import Path
 from subagents.exceptions import ConfigError
-from subagents.knowledge import {cls}, Document, OpenAIEmbedder, QdrantSettings
+from subagents.knowledge import {cls}, Document, QdrantSettings
 try:
     {call}
 except ConfigError as error:
@@ -270,7 +271,7 @@ except ConfigError as error:
 @pytest.mark.parametrize(("module", "cls", "call", "extra"), [
     ("numpy", "VectorIndex", "VectorIndex([Document('a')], [[1.0]])", "search"),
     ("qdrant_client", "QdrantStore",
-     "QdrantStore(QdrantSettings(collection='c'), OpenAIEmbedder('m', base_url='http://x')).client",
+     "QdrantStore(QdrantSettings(collection='c'), None).client",
      "qdrant"),
 ])
 def test_a_missing_extra_names_the_pip_command(module: str, cls: str, call: str, extra: str):

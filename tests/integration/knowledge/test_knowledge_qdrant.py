@@ -15,12 +15,14 @@ import anyio
 import pytest
 from subagents.knowledge import (
     Document,
-    OpenAIEmbedder,
+    ModelEmbedder,
     QdrantSettings,
     QdrantStore,
     SearchBackendError,
 )
 from subagents.testing import FakeModelServer
+
+from tests.knowledge_helpers import embedder_for
 
 DOCUMENTS = [
     Document("Shipping takes three working days.", {"source": "docs/shipping.txt"}),
@@ -30,15 +32,14 @@ DOCUMENTS = [
 
 
 @pytest.fixture
-async def embedder() -> AsyncIterator[OpenAIEmbedder]:
+async def embedder() -> AsyncIterator[ModelEmbedder]:
     async with FakeModelServer() as fake:
-        client = OpenAIEmbedder("text-embedding-3-small", base_url=fake.base_url(),
-                                max_retries=0)
+        client = embedder_for(fake.base_url())
         yield client
         await client.close()
 
 
-async def test_documents_added_to_an_in_memory_collection_are_found(embedder: OpenAIEmbedder):
+async def test_documents_added_to_an_in_memory_collection_are_found(embedder: ModelEmbedder):
     store = QdrantStore(QdrantSettings(collection="docs", location=":memory:"), embedder)
     try:
         with anyio.fail_after(20):
@@ -54,7 +55,7 @@ async def test_documents_added_to_an_in_memory_collection_are_found(embedder: Op
 
 
 async def test_a_local_collection_on_disk_survives_a_new_client(tmp_path: Path,
-                                                                 embedder: OpenAIEmbedder):
+                                                                 embedder: ModelEmbedder):
     settings = QdrantSettings(collection="docs", path=str(tmp_path / "qdrant"))
     first = QdrantStore(settings, embedder)
     try:
@@ -71,7 +72,7 @@ async def test_a_local_collection_on_disk_survives_a_new_client(tmp_path: Path,
     assert [h.metadata["source"] for h in hits] == ["docs/cards.txt"]
 
 
-async def test_the_threshold_and_a_named_vector_are_passed_to_qdrant(embedder: OpenAIEmbedder):
+async def test_the_threshold_and_a_named_vector_are_passed_to_qdrant(embedder: ModelEmbedder):
     settings = QdrantSettings(collection="named", location=":memory:", vector_name="dense",
                               content_payload_key="body", metadata_payload_key="meta")
     store = QdrantStore(settings, embedder)
@@ -86,7 +87,7 @@ async def test_the_threshold_and_a_named_vector_are_passed_to_qdrant(embedder: O
     assert unrelated == []
 
 
-async def test_a_point_without_the_content_key_is_a_clear_error(embedder: OpenAIEmbedder):
+async def test_a_point_without_the_content_key_is_a_clear_error(embedder: ModelEmbedder):
     from qdrant_client import models
 
     store = QdrantStore(QdrantSettings(collection="docs", location=":memory:"), embedder)
@@ -103,7 +104,7 @@ async def test_a_point_without_the_content_key_is_a_clear_error(embedder: OpenAI
     assert error.value.code == "search.qdrant.payload_missing"
 
 
-async def test_a_missing_collection_is_a_backend_error(embedder: OpenAIEmbedder):
+async def test_a_missing_collection_is_a_backend_error(embedder: ModelEmbedder):
     store = QdrantStore(QdrantSettings(collection="absent", location=":memory:"), embedder)
     try:
         with anyio.fail_after(20), pytest.raises(SearchBackendError) as error:
@@ -129,7 +130,7 @@ QDRANT_URL = os.environ.get("SUBAGENTS_TEST_QDRANT_URL")
 
 @pytest.mark.skipif(not QDRANT_URL, reason="no Qdrant server: set SUBAGENTS_TEST_QDRANT_URL "
                                            "(for example http://127.0.0.1:6333) to run it")
-async def test_a_qdrant_server_collection_is_filled_and_searched(embedder: OpenAIEmbedder):
+async def test_a_qdrant_server_collection_is_filled_and_searched(embedder: ModelEmbedder):
     name = f"subagents_test_{uuid.uuid4().hex[:8]}"
     store = QdrantStore(QdrantSettings(collection=name, url=QDRANT_URL), embedder)
     try:

@@ -407,8 +407,10 @@ def test_command_generator_template_and_model_are_checked(make_project):
     assert _only(issues, "llm.option.unknown").hint == "did you mean 'max_tokens'?"
     unknown = _only(issues, "config.command_generator.prompt_template_unknown_variable")
     assert (unknown.severity, unknown.file, unknown.line) == ("warning", "prompts/cg.jinja2", 1)
-    search = _only(issues, "config.enterprise_search.unsupported")
-    assert (search.severity, search.key) == ("warning", "policies[1].name")
+    # the search policy is read: its default documents folder (./docs) does not exist
+    search = _only(issues, "search.source_missing")
+    assert (search.severity, search.key, search.line) == (
+        "error", "policies[1].vector_store.source", 10)
 
 
 def test_custom_nlg_class_is_a_warning_and_rephraser_template_is_checked(make_project):
