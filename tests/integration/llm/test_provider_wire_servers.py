@@ -19,9 +19,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-import openai
 import pytest
 from subagents.testing import FakeModelServer
+
+try:
+    import openai  # comes with LiteLLM: the tests that use it take the litellm fixture
+except ImportError:
+    openai = None
 
 from tests.servers.providers import (
     BAD_KEY,
