@@ -48,17 +48,52 @@ async def test_json_schema_mode_turns_tools_into_a_reply_schema_and_back_into_a_
     assert response.text is None
 
 
-async def test_an_answer_in_the_json_form_is_text_and_reaches_a_streaming_caller():
+async def test_an_answer_in_the_json_form_streams_to_a_streaming_caller_as_written():
     pieces: list[str] = []
 
     async def on_text(delta: str) -> None:
         pieces.append(delta)
 
-    async with FakeModelServer({"default": [reply({"answer": "Sunny."})]}) as fake:
+    answer = "Sunny all day in Berlin, with a light breeze."
+    async with FakeModelServer({"default": [reply({"answer": answer})]}, chunk_chars=6
+                               ) as fake:
         llm = model(fake, "json_schema")
         response = await llm.complete(USER, TOOLS, stream=True, on_text=on_text)
         await llm.close()
-    assert (response.text, response.tool_calls, pieces) == ("Sunny.", [], ["Sunny."])
+    assert fake.requests[0].body["stream"] is True
+    assert (response.text, response.tool_calls) == (answer, [])
+    assert len(pieces) > 3  # piece by piece, while the JSON arrives
+    assert "".join(pieces) == answer
+    assert response.streamed  # the caller already has the text: it is not sent again
+
+
+async def test_a_streamed_tool_call_in_the_json_form_sends_no_text():
+    pieces: list[str] = []
+
+    async def on_text(delta: str) -> None:
+        pieces.append(delta)
+
+    call = reply({"tool": "get_weather", "arguments": {"city": "Oslo"}})
+    async with FakeModelServer({"default": [call]}, chunk_chars=4) as fake:
+        llm = model(fake, "json_schema")
+        response = await llm.complete(USER, TOOLS, stream=True, on_text=on_text)
+        await llm.close()
+    assert pieces == []
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [("get_weather",
+                                                                     {"city": "Oslo"})]
+
+
+async def test_an_answer_cut_by_the_reply_length_cap_is_the_text_written_so_far():
+    cut = {"text": '{"reply": {"answer": "Sunny and wa', "finish_reason": "length"}
+    cut_call = {"text": '{"reply": {"tool": "get_weather", "arguments": {"city": "Ber',
+                "finish_reason": "length"}
+    async with FakeModelServer({"default": [cut, cut_call]}) as fake:
+        llm = model(fake, "json_schema")
+        answer = await llm.complete(USER, TOOLS)
+        call = await llm.complete(USER, TOOLS)
+        await llm.close()
+    assert (answer.text, answer.tool_calls) == ("Sunny and wa", [])
+    assert (call.text, call.tool_calls) == (None, [])  # half a call is never made
 
 
 async def test_earlier_calls_and_results_are_sent_in_the_json_form():
@@ -152,3 +187,33 @@ def test_an_unknown_mode_is_a_configuration_problem():
                                    "structured_output": "always"})
     assert [(key, code) for key, code, _, _ in problems] == [
         ("structured_output", "llm.structured_output.invalid")]
+
+
+async def test_an_agent_on_a_streaming_channel_shows_a_json_form_answer_once():
+    import anyio
+    from subagents.agents.open_agent import MCPOpenAgent
+    from subagents.channels.collecting import CollectingOutputChannel
+    from subagents.config.endpoints import EndpointsConfig
+    from subagents.config.sub_agent import SubAgentConfig
+
+    from tests.agent_harness import agent_input
+
+    config = SubAgentConfig.model_validate({
+        "agent": {"name": "weather_agent", "description": "Tell the user the weather."},
+        "configuration": {"include_date_time": False}})
+    channel = CollectingOutputChannel(streaming=True)
+    async with FakeModelServer({"default": [reply({"answer": "Which city, please?"})]},
+                               chunk_chars=5) as fake:
+        agent = MCPOpenAgent.from_config(config, endpoints=EndpointsConfig(),
+                                         llm=model(fake, "json_schema"))
+        await agent.connect()
+        try:
+            with anyio.fail_after(30):
+                output = await agent.run(agent_input("weather?"), channel)
+        finally:
+            await agent.disconnect()
+    assert channel.messages == [{"recipient_id": "user-1", "text": "Which city, please?",
+                                 "streamed": True}]
+    assert sum(kind == "chunk" for kind, _ in channel.log) > 2
+    assert [e.get("text") for e in output.events if e.get("event") == "bot"] == [
+        "Which city, please?"]

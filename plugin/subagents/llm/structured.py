@@ -24,6 +24,7 @@ import re
 import uuid
 from typing import Any
 
+import pydantic_core
 import structlog
 
 from subagents.exceptions import LLMError
@@ -115,20 +116,59 @@ class StructuredOutputModel(WrapperModel):
     async def _json_tools(self, messages: list[ChatMessage], tools: list[JsonObject],
                           on_text: TextCallback | None, scope: CallScope | None,
                           options: JsonObject | None) -> LLMResponse:
-        """One call in the JSON tool form: the reply is one tool call or a text answer."""
+        """One call in the JSON tool form: the reply is one tool call or a text answer. A
+        streaming caller gets the answer's text as it is written (a tool call sends none)."""
         specs = [spec for spec in map(_function, tools) if spec is not None]
         asked = {**(options or {}), "response_format": schema_format(
             REPLY_FORMAT, reply_schema(specs))}
-        response = await self.inner.complete(json_tool_messages(messages, specs), None,
-                                             scope=scope, options=asked)
-        reply = read_reply(response.text, {spec["name"] for spec in specs})
+        answer = _AnswerStream(on_text) if on_text is not None else None
+        response = await self.inner.complete(
+            json_tool_messages(messages, specs), None, stream=answer is not None,
+            on_text=answer.feed if answer is not None else None, scope=scope, options=asked)
+        reply = read_reply(response.text, {spec["name"] for spec in specs},
+                           cut=response.finish_reason == "length")
         if isinstance(reply, ToolCall):
             response.text, response.tool_calls = None, [reply]
         else:
             response.text, response.tool_calls = reply, []
-            if reply and on_text is not None:
-                await on_text(reply)
+            if reply and answer is not None:
+                await answer.finish(reply)
         return response
+
+
+class _AnswerStream:
+    """Hands a streaming caller the growing answer of a JSON-form reply: the raw JSON arriving
+    so far is read as partial JSON, and what the answer gained is passed on."""
+
+    def __init__(self, on_text: TextCallback) -> None:
+        self.on_text = on_text
+        self.raw = ""
+        self.sent = ""
+
+    async def feed(self, delta: str) -> None:
+        """One piece of the raw reply."""
+        self.raw += delta
+        await self._send(_partial_answer(self.raw))
+
+    async def finish(self, answer: str) -> None:
+        """The whole answer: what was not sent yet goes now."""
+        await self._send(answer)
+
+    async def _send(self, answer: str | None) -> None:
+        if answer and len(answer) > len(self.sent) and answer.startswith(self.sent):
+            delta, self.sent = answer[len(self.sent):], answer
+            await self.on_text(delta)
+
+
+def _partial_answer(raw: str) -> str | None:
+    """The answer of a JSON-form reply that may be cut short, as far as it was written."""
+    try:
+        data = pydantic_core.from_json(raw, allow_partial="trailing-strings")
+    except ValueError:
+        return None
+    reply = data.get("reply") if isinstance(data, dict) else None
+    answer = reply.get("answer") if isinstance(reply, dict) else None
+    return answer if isinstance(answer, str) else None
 
 
 def _function(tool: JsonObject) -> JsonObject | None:
@@ -209,13 +249,15 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def read_reply(text: str | None, names: set[str]) -> ToolCall | str | None:
+def read_reply(text: str | None, names: set[str], *, cut: bool = False
+               ) -> ToolCall | str | None:
     """A reply in the JSON tool form as a tool call or the answer's text; None when it is not
-    such a reply (cut short, or no JSON at all)."""
+    such a reply (no JSON at all, or a tool call cut short). An answer cut short by the
+    reply-length cap (``cut``) is the text written so far, as a cut plain-text reply is."""
     try:
         data = json.loads(text or "")
     except ValueError:
-        return None
+        return _partial_answer(text or "") if cut else None
     reply = data.get("reply") if isinstance(data, dict) else None
     if not isinstance(reply, dict):
         return None
