@@ -217,3 +217,39 @@ async def test_an_agent_on_a_streaming_channel_shows_a_json_form_answer_once():
     assert sum(kind == "chunk" for kind, _ in channel.log) > 2
     assert [e.get("text") for e in output.events if e.get("event") == "bot"] == [
         "Which city, please?"]
+
+
+LLAMA_CPP_PROPS = {"chat_template_caps": {"supports_tool_calls": True},
+                   "default_generation_settings": {"n_ctx": 4096}, "total_slots": 1}
+
+
+async def test_llama_cpp_is_asked_for_json_without_line_breaks():
+    # llama.cpp's grammar lets a model pretty-print, which doubles a small model's tokens
+    call = reply({"tool": "get_weather", "arguments": {"city": "Oslo"}})
+    async with FakeModelServer({"default": [call, '{"commands": []}', "plain"]},
+                               props=LLAMA_CPP_PROPS) as fake:
+        llm = model(fake, "json_schema")
+        await llm.complete(USER, TOOLS)
+        await llm.complete(USER, None, options={"response_format": SCHEMA})
+        await llm.complete(USER, None)
+        await llm.close()
+    bias = [r.body.get("logit_bias") for r in fake.requests]
+    assert bias[0] == bias[1] == [[space, False] for space in (
+        "\n", "\n\n", "\n ", "\n  ", "\n   ", "\n    ", "\n\t")]
+    assert bias[2] is None  # no reply format, no constraint
+
+
+async def test_other_servers_and_a_configured_bias_get_no_line_break_ban():
+    async with FakeModelServer({"default": ['{"commands": []}']}) as other, \
+            FakeModelServer({"default": ['{"commands": []}']}, props=LLAMA_CPP_PROPS) as own:
+        plain = model(other, "json_schema")
+        await plain.complete(USER, None, options={"response_format": SCHEMA})
+        await plain.close()
+        configured = build_model(ModelSettings.from_mapping({
+            "provider": "self-hosted", "model": "m", "api_base": own.base_url(),
+            "max_retries": 0, "structured_output": "json_schema",
+            "logit_bias": {"198": -100}}), name="tester")
+        await configured.complete(USER, None, options={"response_format": SCHEMA})
+        await configured.close()
+    assert "logit_bias" not in other.requests[0].body
+    assert own.requests[0].body["logit_bias"] == {"198": -100}

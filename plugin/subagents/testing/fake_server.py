@@ -6,7 +6,8 @@ point a client at ``fake.base_url(caller)``. Each request pops the caller's next
 (format: ``docs/conversation-tests.md``). Beyond the fixture format, a reply may carry ``stall``
 (send nothing more, until the client gives up) and ``drop`` (close the connection), both applied
 after the first streamed chunk when streaming, and ``finish_reason`` (e.g. ``length``: a reply
-cut by the reply-length cap). ``POST .../embeddings`` answers with deterministic
+cut by the reply-length cap). With ``props`` given, ``GET /props`` answers it, as llama.cpp's
+server describes itself there. ``POST .../embeddings`` answers with deterministic
 bag-of-words vectors (:func:`embed_text`), unscripted; the texts of each such request are kept in
 :attr:`FakeModelServer.embedding_inputs` (not in ``requests``).
 
@@ -214,8 +215,11 @@ class FakeModelServer:
     """Scripted OpenAI-compatible server; see the module docstring."""
 
     def __init__(self, script: dict[str, list[Any]] | None = None, *, host: str = "127.0.0.1",
-                 chunk_chars: int = 8, model: str = "fake-model") -> None:
+                 chunk_chars: int = 8, model: str = "fake-model",
+                 props: dict[str, Any] | None = None) -> None:
         self.host = host
+        self.props = props
+        """What ``GET /props`` answers (None: 404, as servers other than llama.cpp do)."""
         self.port = 0
         self.chunk_chars = chunk_chars
         self.model = model
@@ -336,12 +340,9 @@ class FakeModelServer:
     async def _respond(self, request: tuple[str, str, dict[str, str], bytes],
                        writer: asyncio.StreamWriter) -> bool:
         method, path, headers, raw = request
-        if method == "POST" and path.endswith("/embeddings"):
-            texts, payload = _embeddings(raw)
-            self.embedding_inputs.append(texts)
-            await _send_json(writer, 200, payload)
-            return True
         route = path.split("?", 1)[0]  # an azure path carries ?api-version=
+        if await self._unscripted(method, route, raw, writer):
+            return True
         if method != "POST" or not route.endswith("/chat/completions"):
             await _send_json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
             return True
@@ -388,6 +389,19 @@ class FakeModelServer:
             return False
         await _send_json(writer, 200, self._completion(reply, body))
         return True
+
+    async def _unscripted(self, method: str, route: str, raw: bytes,
+                          writer: asyncio.StreamWriter) -> bool:
+        """Answer ``/embeddings`` and ``/props`` (no script); whether it was one of them."""
+        if method == "POST" and route.endswith("/embeddings"):
+            texts, payload = _embeddings(raw)
+            self.embedding_inputs.append(texts)
+            await _send_json(writer, 200, payload)
+            return True
+        if method == "GET" and route == "/props" and self.props is not None:
+            await _send_json(writer, 200, self.props)
+            return True
+        return False
 
     def _message(self, reply: Reply) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text}
