@@ -41,12 +41,15 @@ _SCHEMA_WORDS = re.compile(r"response_format|json_schema|json schema|grammar|sch
 _TOOL_WORDS = re.compile(r"\btools?\b|tool_choice|function|jinja", re.I)
 REPLY_FORMAT = "reply"
 """The name of the JSON schema of an agent's reply in the JSON tool form."""
-COMPACT_JSON = [[space, False] for space in ("\n", "\n\n", "\n ", "\n  ", "\n   ", "\n    ",
-                                             "\n\t")]
+COMPACT_JSON = [[space, False] for space in (
+    *("\n" + " " * indent for indent in range(33)), "\n\n", "\n\n\n", "\n\n ", "\n\t",
+    "\n\t\t", " \n", "  \n", "\r\n")]
 """llama.cpp's ``logit_bias`` (by text) that forbids line breaks: its JSON grammar lets a model
 indent, and small models do, which doubles a reply's tokens; JSON needs no line break, so a
-constrained reply comes compact. Sent only to a llama.cpp server (it describes itself at
-``/props``) with a reply format, and not when the model's settings set ``logit_bias``."""
+constrained reply comes compact. A line break and the indentation after it are often one token
+(SmolLM2's vocabulary has one per indentation up to 32 spaces), so each such text is listed.
+Sent only to a llama.cpp server (it describes itself at ``/props``) with a reply format, and not
+when the model's settings set ``logit_bias``."""
 
 
 def schema_format(name: str, schema: JsonObject) -> JsonObject:
