@@ -46,3 +46,25 @@ async def test_a_restarted_agent_sees_its_previous_run_marked():
     assert contents[3] == "Booked in Berlin.\n--- End of previous run ---"
     assert contents[4] == "Anything else?"
     assert "Starting over" in request.system_text
+
+
+async def test_every_step_of_a_run_sends_the_system_prompt_of_its_start():
+    # the clock is read once per invocation: a prompt that changed with the seconds at every
+    # step would make a model server's prompt cache miss from the system prompt on
+    from subagents.agents.prompt import conversation
+    from subagents.agents.run import Run
+
+    async with FakeModelServer({}) as fake:
+        agent = await build_agent(fake, None, configuration={"include_date_time": True})
+        try:
+            inp = agent_input(metadata={"mocked_datetime": "2030-01-07T10:00:00"})
+            run = Run(inp, None)
+            first = await conversation(agent, run)
+            inp.metadata["mocked_datetime"] = "2030-01-07T10:00:09"  # the clock moved on
+            later_step = await conversation(agent, run)
+            next_run = await conversation(agent, Run(inp, None))
+        finally:
+            await close(agent)
+    assert "10:00:00" in first[0]["content"]
+    assert later_step[0]["content"] == first[0]["content"]
+    assert "10:00:09" in next_run[0]["content"]

@@ -48,17 +48,52 @@ async def test_json_schema_mode_turns_tools_into_a_reply_schema_and_back_into_a_
     assert response.text is None
 
 
-async def test_an_answer_in_the_json_form_is_text_and_reaches_a_streaming_caller():
+async def test_an_answer_in_the_json_form_streams_to_a_streaming_caller_as_written():
     pieces: list[str] = []
 
     async def on_text(delta: str) -> None:
         pieces.append(delta)
 
-    async with FakeModelServer({"default": [reply({"answer": "Sunny."})]}) as fake:
+    answer = "Sunny all day in Berlin, with a light breeze."
+    async with FakeModelServer({"default": [reply({"answer": answer})]}, chunk_chars=6
+                               ) as fake:
         llm = model(fake, "json_schema")
         response = await llm.complete(USER, TOOLS, stream=True, on_text=on_text)
         await llm.close()
-    assert (response.text, response.tool_calls, pieces) == ("Sunny.", [], ["Sunny."])
+    assert fake.requests[0].body["stream"] is True
+    assert (response.text, response.tool_calls) == (answer, [])
+    assert len(pieces) > 3  # piece by piece, while the JSON arrives
+    assert "".join(pieces) == answer
+    assert response.streamed  # the caller already has the text: it is not sent again
+
+
+async def test_a_streamed_tool_call_in_the_json_form_sends_no_text():
+    pieces: list[str] = []
+
+    async def on_text(delta: str) -> None:
+        pieces.append(delta)
+
+    call = reply({"tool": "get_weather", "arguments": {"city": "Oslo"}})
+    async with FakeModelServer({"default": [call]}, chunk_chars=4) as fake:
+        llm = model(fake, "json_schema")
+        response = await llm.complete(USER, TOOLS, stream=True, on_text=on_text)
+        await llm.close()
+    assert pieces == []
+    assert [(c.name, c.arguments) for c in response.tool_calls] == [("get_weather",
+                                                                     {"city": "Oslo"})]
+
+
+async def test_an_answer_cut_by_the_reply_length_cap_is_the_text_written_so_far():
+    cut = {"text": '{"reply": {"answer": "Sunny and wa', "finish_reason": "length"}
+    cut_call = {"text": '{"reply": {"tool": "get_weather", "arguments": {"city": "Ber',
+                "finish_reason": "length"}
+    async with FakeModelServer({"default": [cut, cut_call]}) as fake:
+        llm = model(fake, "json_schema")
+        answer = await llm.complete(USER, TOOLS)
+        call = await llm.complete(USER, TOOLS)
+        await llm.close()
+    assert (answer.text, answer.tool_calls) == ("Sunny and wa", [])
+    assert (call.text, call.tool_calls) == (None, [])  # half a call is never made
 
 
 async def test_earlier_calls_and_results_are_sent_in_the_json_form():
@@ -176,3 +211,72 @@ async def test_an_agents_answer_in_the_json_form_reaches_a_streaming_user_once()
         await agent.disconnect()
     assert channel.texts == ["Sunny in Riga."]
     assert [e["text"] for e in output.events if e["event"] == "bot"] == ["Sunny in Riga."]
+
+
+async def test_an_agent_on_a_streaming_channel_shows_a_json_form_answer_once():
+    import anyio
+    from subagents.agents.open_agent import MCPOpenAgent
+    from subagents.channels.collecting import CollectingOutputChannel
+    from subagents.config.endpoints import EndpointsConfig
+    from subagents.config.sub_agent import SubAgentConfig
+
+    from tests.agent_harness import agent_input
+
+    config = SubAgentConfig.model_validate({
+        "agent": {"name": "weather_agent", "description": "Tell the user the weather."},
+        "configuration": {"include_date_time": False}})
+    channel = CollectingOutputChannel(streaming=True)
+    async with FakeModelServer({"default": [reply({"answer": "Which city, please?"})]},
+                               chunk_chars=5) as fake:
+        agent = MCPOpenAgent.from_config(config, endpoints=EndpointsConfig(),
+                                         llm=model(fake, "json_schema"))
+        await agent.connect()
+        try:
+            with anyio.fail_after(30):
+                output = await agent.run(agent_input("weather?"), channel)
+        finally:
+            await agent.disconnect()
+    assert channel.messages == [{"recipient_id": "user-1", "text": "Which city, please?",
+                                 "streamed": True}]
+    assert sum(kind == "chunk" for kind, _ in channel.log) > 2
+    assert [e.get("text") for e in output.events if e.get("event") == "bot"] == [
+        "Which city, please?"]
+
+
+LLAMA_CPP_PROPS = {"chat_template_caps": {"supports_tool_calls": True},
+                   "default_generation_settings": {"n_ctx": 4096}, "total_slots": 1}
+
+
+async def test_llama_cpp_is_asked_for_json_without_line_breaks():
+    # llama.cpp's grammar lets a model pretty-print, which doubles a small model's tokens
+    call = reply({"tool": "get_weather", "arguments": {"city": "Oslo"}})
+    async with FakeModelServer({"default": [call, '{"commands": []}', "plain"]},
+                               props=LLAMA_CPP_PROPS) as fake:
+        llm = model(fake, "json_schema")
+        await llm.complete(USER, TOOLS)
+        await llm.complete(USER, None, options={"response_format": SCHEMA})
+        await llm.complete(USER, None)
+        await llm.close()
+    bias = [r.body.get("logit_bias") for r in fake.requests]
+    assert bias[0] == bias[1]
+    banned = {space for space, allowed in bias[0] if allowed is False}
+    # a line break alone, and with the indentation a tokenizer merges into it
+    assert {"\n", "\n\n", "\n\t", "\n  ", "\n      ", "\n" + " " * 32} <= banned
+    assert all(not space.strip() for space in banned)  # nothing but whitespace is banned
+    assert bias[2] is None  # no reply format, no constraint
+
+
+async def test_other_servers_and_a_configured_bias_get_no_line_break_ban():
+    async with FakeModelServer({"default": ['{"commands": []}']}) as other, \
+            FakeModelServer({"default": ['{"commands": []}']}, props=LLAMA_CPP_PROPS) as own:
+        plain = model(other, "json_schema")
+        await plain.complete(USER, None, options={"response_format": SCHEMA})
+        await plain.close()
+        configured = build_model(ModelSettings.from_mapping({
+            "provider": "self-hosted", "model": "m", "api_base": own.base_url(),
+            "max_retries": 0, "structured_output": "json_schema",
+            "logit_bias": {"198": -100}}), name="tester")
+        await configured.complete(USER, None, options={"response_format": SCHEMA})
+        await configured.close()
+    assert "logit_bias" not in other.requests[0].body
+    assert own.requests[0].body["logit_bias"] == {"198": -100}

@@ -75,3 +75,13 @@ def test_a_json_reply_becomes_commands():
 @pytest.mark.parametrize("text", ["start flow book_table", '{"commands": "start"}', None, "[1]"])
 def test_a_reply_that_is_not_the_json_form_is_left_to_the_line_format(text):
     assert commands_from_json(text) is None
+
+
+def test_a_reply_cut_short_keeps_the_commands_written_in_full():
+    whole = '{"commands": [{"command": "start flow", "flow": "book_table"}, '
+    assert commands_from_json(whole + '{"command": "set slot", "slot": "guests", "val') == [
+        StartFlow("book_table")]  # never SetSlot("guests", None): that would clear the slot
+    assert commands_from_json(whole + '{"command": "start flow", "flow": "chec') == [
+        StartFlow("book_table")]
+    assert commands_from_json('{"commands": [{"command": "start fl') == []
+    assert commands_from_json('{\n  "comm') is None
