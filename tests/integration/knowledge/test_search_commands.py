@@ -11,7 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from tests.integration.test_search_answers import FAQ, SHIPPING, write_search_project
+
+from tests.integration.knowledge.test_search_answers import FAQ, SHIPPING, write_search_project
 
 CASES = """
 test_cases:
