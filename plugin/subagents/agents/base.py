@@ -88,7 +88,8 @@ class MCPBaseAgent:
         self._custom_tools = [CustomToolSchema.from_dict(item)
                               for item in self.get_custom_tool_definitions()]
         self._engine = Engine(self, self.POLICY, mcp_toolset=self.mcp_toolset,
-                              elicitations=pool.elicitations if pool is not None else None)
+                              elicitations=pool.elicitations if pool is not None else None,
+                              consents=pool.consents if pool is not None else None)
 
     # ------------------------------------------------------------------ construction
     @classmethod

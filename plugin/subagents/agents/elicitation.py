@@ -24,7 +24,6 @@ from subagents.agents.plan import Executed, Outcome, Park, tool_message
 from subagents.agents.run import Run
 from subagents.exceptions import ToolArgumentsError, ToolInvocationError
 from subagents.mcp.callbacks import with_defaults
-from subagents.mcp.oauth.consent import CONSENTS
 from subagents.tools.base import CallContext, Deferral, PendingCall, PlannedCall, Tool
 from subagents.tools.elicitation import elicitation_key
 from subagents.types import (
@@ -142,7 +141,7 @@ async def park_on_elicitation(run: Run, executed: Executed,
         return Park(Outcome.fatal(LOST.format(tool=first.name)))
     pending = PendingElicitation.of(first, params)
     question = pending.question()
-    consent = CONSENTS.for_owner(elicitation_key(run.input, first.id))
+    consent = run.consents.for_owner(elicitation_key(run.input, first.id))
     pending.consent = consent is not None
     # a sign-in link is for the user's eyes: the model only learns that it was sent
     run.tool_messages.append(tool_message(first.id, CONSENT_ASKED.format(server=consent.server)
@@ -260,7 +259,7 @@ def answer_tool(run: Run, pending: PendingElicitation, *, agent_id: str,
             run.elicitation = None
             return await _finish_call(run, pending, ctx, agent_id=agent_id,
                                       agent_name=agent_name)
-        if action == "accept" and CONSENTS.for_owner(key) is not None:
+        if action == "accept" and run.consents.for_owner(key) is not None:
             raise ToolInvocationError(CONSENT_PENDING.format(server=pending.server),
                                       code="mcp.consent_pending")
         if not run.elicitations.answer(key, result):

@@ -63,6 +63,7 @@ from subagents.agents.run import Run
 from subagents.exceptions import LLMError
 from subagents.llm import LLMResponse
 from subagents.mcp.callbacks import ElicitationRegistry
+from subagents.mcp.oauth.consent import ConsentRegistry
 from subagents.tools import approvals
 from subagents.tools.approvals import ApprovalToolset
 from subagents.tools.base import PlannedCall, Tool, ToolOutcome, Toolset
@@ -114,16 +115,20 @@ class Engine:
         policy: The policy class of the agent's kind.
         mcp_toolset: The agent's MCP tools (None without MCP servers).
         elicitations: The process's open MCP requests for input (the MCP pool's).
+        consents: The sign-in links waiting for a user's browser (the MCP pool's).
     """
 
     def __init__(self, agent: AgentHooks, policy: type[Policy], *,
                  mcp_toolset: MCPToolset | None = None,
-                 elicitations: ElicitationRegistry | None = None) -> None:
+                 elicitations: ElicitationRegistry | None = None,
+                 consents: ConsentRegistry | None = None) -> None:
         self.agent = agent
         self.policy = policy
         self.mcp_toolset = mcp_toolset
         self.elicitations = elicitations if elicitations is not None else ElicitationRegistry()
         """Where MCP calls that wait for a user's answer are held (the MCP pool's)."""
+        self.consents = consents if consents is not None else ConsentRegistry()
+        """Where sign-in links wait for the user's browser (the MCP pool's)."""
         self.latency = LatencyBook()
 
     # ------------------------------------------------------------------ a run
@@ -156,7 +161,8 @@ class Engine:
     def new_run(self, agent_input: AgentInput, channel: OutputChannel | None) -> Run:
         """A fresh run of ``agent_input``."""
         return Run(agent_input, channel, scope=agent_input.call_scope or CallScope(),
-                   utter=self.agent.create_bot_uttered, elicitations=self.elicitations)
+                   utter=self.agent.create_bot_uttered, elicitations=self.elicitations,
+                   consents=self.consents)
 
     async def _guarded(self, run: Run, policy: Policy) -> Outcome:
         """The loop; a failure ends the run with a fatal outcome instead of raising."""

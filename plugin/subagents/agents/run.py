@@ -18,6 +18,7 @@ import structlog
 from subagents.agents.fillers import FillerMemory
 from subagents.llm import LLMResponse, Model, Usage
 from subagents.mcp.callbacks import ElicitationRegistry
+from subagents.mcp.oauth.consent import ConsentRegistry
 from subagents.tools.approvals import ApprovalToolset
 from subagents.tools.base import CallContext, SlotEffect, Tool, ToolOutcome, Toolset
 from subagents.types import (
@@ -88,6 +89,8 @@ class Run:
     output_metadata: JsonObject = field(default_factory=dict)
     elicitations: ElicitationRegistry = field(default_factory=ElicitationRegistry)
     """The calls waiting for a user's answer to an MCP server's question (the MCP pool's)."""
+    consents: ConsentRegistry = field(default_factory=ConsentRegistry)
+    """The sign-in links waiting for the user's browser (the MCP pool's)."""
     elicitation: Any = None
     """The MCP server's request for input this run waits on (``agents.elicitation``)."""
     progress: ProgressReporter | None = None

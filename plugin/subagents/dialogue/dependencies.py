@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from subagents.exceptions import SubagentsError
+from subagents.retry import RetryPolicy, retry_call
 
 if TYPE_CHECKING:
     from subagents.agents.protocol import SubAgent
@@ -32,6 +33,14 @@ UNREACHABLE = frozenset({"mcp.connection_failed", "agent.mcp_connection_failed",
 """Error codes of a dependency that did not answer (the others are configuration errors)."""
 RECONNECT_DELAYS = (1.0, 2.0, 5.0, 10.0)
 """Seconds between attempts to connect an unavailable agent again (the last one repeats)."""
+
+
+def reconnect_policy(delays: tuple[float, ...] = RECONNECT_DELAYS) -> RetryPolicy:
+    """Attempts to connect again until one succeeds, ``delays`` apart (after attempt ``n`` the
+    pause is ``delays[n]``, the last one repeating; ``delays[0]`` comes before the first).
+    Any failure is worth another attempt: the agent stays marked unavailable meanwhile."""
+    return RetryPolicy(attempts=None, retry_on=lambda error: isinstance(error, Exception),
+                       delay=lambda n, _error: delays[min(n, len(delays) - 1)])
 
 
 class _Down:
@@ -47,8 +56,13 @@ class _Down:
 class Dependencies:
     """The agents whose remote dependencies did not answer, and their reconnection."""
 
-    def __init__(self, pool: MCPPool) -> None:
+    def __init__(self, pool: MCPPool, *, delays: tuple[float, ...] = RECONNECT_DELAYS) -> None:
+        """Args:
+            pool: The MCP pool whose shared sessions say which servers did not answer.
+            delays: Seconds before each attempt to connect again (the last one repeats).
+        """
         self.pool = pool
+        self.delays = delays
         self._down: dict[int, _Down] = {}
 
     @staticmethod
@@ -69,23 +83,27 @@ class Dependencies:
         down.task = asyncio.ensure_future(self._reconnect(down))
 
     async def _reconnect(self, down: _Down) -> None:
-        attempt = 0
-        while True:
-            await asyncio.sleep(RECONNECT_DELAYS[min(attempt, len(RECONNECT_DELAYS) - 1)])
-            attempt += 1
+        """Connect ``down``'s agent again until it answers (:func:`reconnect_policy`)."""
+        tried = 0
+
+        async def attempt() -> None:
+            nonlocal tried
+            tried += 1
             try:
                 await down.agent.connect()
             except SubagentsError as exc:
                 log.info("dependency.still_unavailable", agent=down.agent.name,
-                         error_code=exc.code, attempt=attempt)
-                continue
-            except Exception as exc:  # noqa: BLE001 - keep trying; the log says why
+                         error_code=exc.code, attempt=tried)
+                raise
+            except Exception as exc:
                 log.warning("dependency.reconnect_failed", agent=down.agent.name,
-                            error_type=type(exc).__name__, attempt=attempt)
-                continue
-            self._down.pop(id(down.agent), None)
-            log.warning("dependency.available", agent=down.agent.name, attempts=attempt)
-            return
+                            error_type=type(exc).__name__, attempt=tried)
+                raise
+
+        await asyncio.sleep(self.delays[0])
+        await retry_call(attempt, reconnect_policy(self.delays))
+        self._down.pop(id(down.agent), None)
+        log.warning("dependency.available", agent=down.agent.name, attempts=tried)
 
     def reason(self, agent_name: str) -> str | None:
         """Why the agent ``agent_name`` cannot run now; None when it can."""

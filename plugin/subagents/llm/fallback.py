@@ -4,7 +4,6 @@ routing strategies)."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
@@ -18,7 +17,7 @@ from subagents.llm import usage as usage_prices
 from subagents.llm.model import LLMResponse, Model, TextCallback
 from subagents.llm.routing import Deployment, Router, RouterSettings
 from subagents.llm.settings import ModelSettings
-from subagents.retry import backoff
+from subagents.retry import RetryPolicy, backoff, retry_call
 from subagents.types import CallScope, ChatMessage, JsonObject
 
 log = structlog.get_logger("subagents.llm")
@@ -80,16 +79,14 @@ class FallbackModel:
     async def embed(self, texts: list[str], *, scope: CallScope | None = None
                     ) -> list[list[float]]:
         """Embeddings from the first member that answers, in the router's order."""
-        last: LLMError | None = None
-        for index in self.router.order():
-            try:
-                return await self.members[index].embed(texts, scope=scope)
-            except LLMError as exc:
-                if exc.code in NO_FAILOVER:
-                    raise
-                last = exc
-        assert last is not None
-        raise last
+        order = self.router.order()
+        members = iter(self.members[index] for index in order)
+
+        async def attempt() -> list[list[float]]:
+            return await next(members).embed(texts, scope=scope)
+
+        return await retry_call(attempt, RetryPolicy(
+            attempts=len(order), retry_on=_fails_over, delay=lambda _n, _error: 0.0))
 
     async def complete(self, messages: list[ChatMessage], tools: list[JsonObject] | None, *,
                        stream: bool = False, on_text: TextCallback | None = None,
@@ -105,12 +102,15 @@ class FallbackModel:
             if on_text is not None:
                 await on_text(delta)
 
-        last: LLMError | None = None
-        for attempt in range(self.router.attempts()):
-            index = order[attempt % len(order)]
-            if attempt and attempt % len(order) == 0 and not await _pause(
-                    attempt // len(order), scope):
-                break
+        tried = 0
+        pause = 0.0
+        """The wait before the next attempt: none within a round of the group's models,
+        backing off between rounds."""
+
+        async def attempt() -> LLMResponse:
+            nonlocal tried, pause
+            index = order[tried % len(order)]
+            tried += 1
             member = self.members[index]
             self.router.started(index)
             started = time.perf_counter()
@@ -120,13 +120,12 @@ class FallbackModel:
                                                  scope=scope, options=options)
             except LLMError as exc:
                 self.router.failed(index, exc.code, member.settings.timeout)
-                if delivered or exc.code in NO_FAILOVER:
-                    raise
-                log.warning("llm.route.failover", group=self.group_id,
-                            model=member.settings.called_model, code=exc.code,
-                            attempt=attempt + 1)
-                last = exc
-                continue
+                if not delivered and _fails_over(exc):
+                    log.warning("llm.route.failover", group=self.group_id,
+                                model=member.settings.called_model, code=exc.code,
+                                attempt=tried)
+                    pause = 0.0 if tried % len(order) else backoff(tried // len(order))
+                raise
             finally:
                 self.router.finished(index)
             seconds = (response.time_to_first_token_ms if stream and
@@ -134,21 +133,22 @@ class FallbackModel:
                        else (time.perf_counter() - started) * 1000) / 1000
             self.router.succeeded(index, seconds, response.usage.total_tokens)
             return response
-        assert last is not None
-        try:
-            raise last
-        finally:
-            last = None  # the raised error's traceback holds this frame: no cycle through it
+
+        def worth_another(error: BaseException) -> bool:
+            """Fail over unless the reply reached the caller, another model would not help,
+            or the turn has no time left for the pause before the next round."""
+            left = None if scope is None else scope.time_left()
+            return not delivered and _fails_over(error) and (
+                pause == 0.0 or left is None or left > pause)
+
+        return await retry_call(attempt, RetryPolicy(
+            attempts=self.router.attempts(), retry_on=worth_another,
+            delay=lambda _n, _error: pause))
 
 
-async def _pause(round_: int, scope: CallScope | None) -> bool:
-    """Back off before trying the group's models again; False when the turn has no time."""
-    delay = backoff(round_)
-    left = None if scope is None else scope.time_left()
-    if left is not None and left <= delay:
-        return False
-    await asyncio.sleep(delay)
-    return True
+def _fails_over(error: BaseException) -> bool:
+    """Whether another model of the group may succeed where ``error`` failed."""
+    return isinstance(error, LLMError) and error.code not in NO_FAILOVER
 
 
 def _deployment(settings: ModelSettings) -> Deployment:

@@ -42,9 +42,11 @@ from subagents.mcp.callbacks import (
 )
 from subagents.mcp.content import contents_text, convert_result
 from subagents.mcp.oauth.auth import HeaderBuilder, oauth_provider
+from subagents.mcp.oauth.consent import ConsentRegistry
 from subagents.mcp.oauth.login import LoginHandlers, LoginRequiredError
 from subagents.mcp.oauth.policy import scope_refused
 from subagents.mcp.oauth.token_store import TokenStore
+from subagents.retry import RetryPolicy, retry_call
 from subagents.types import AgentToolResult
 
 log = structlog.get_logger("subagents.mcp")
@@ -54,6 +56,8 @@ URL_ELICITATION_REQUIRED = -32042
 CONNECTION_CLOSED = -32000
 PROGRESS_MAX_FACTOR = 10
 """A call that keeps reporting progress may run at most this many times its timeout."""
+MAX_CONNECT_DELAY = 5.0
+"""Seconds: the longest pause between two attempts to connect."""
 
 _MCP_TO_STDLIB = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO,
                   "warning": logging.WARNING, "error": logging.ERROR,
@@ -124,10 +128,13 @@ class MCPServerConnection:
                  login: LoginHandlers | None = None,
                  template_values: Mapping[str, str] | None = None,
                  oauth_user: str | None = None, tokens: TokenStore | None = None,
-                 elicitations: ElicitationRegistry | None = None) -> None:
+                 elicitations: ElicitationRegistry | None = None,
+                 consents: ConsentRegistry | None = None) -> None:
         self.config = config
         self.elicitations = elicitations or ElicitationRegistry()
         """Where calls that wait for a user's answer are held (the pool's registry)."""
+        self.consents = consents or ConsentRegistry()
+        """Where the user's sign-in links wait for the browser (the pool's registry)."""
         self._template_values = template_values
         self._oauth_user = oauth_user
         """The user whose own authorization this session uses (``oauth.per_user``)."""
@@ -222,7 +229,7 @@ class MCPServerConnection:
         if self._oauth_user is None or self._tokens is None:
             return listing_provider(self.config, self.root)
         return user_provider(self.config, user=self._oauth_user, store=self._tokens,
-                             flights=self._asking_flight)
+                             flights=self._asking_flight, consents=self.consents)
 
     @property
     def lists_only(self) -> bool:
@@ -261,25 +268,35 @@ class MCPServerConnection:
     # ------------------------------------------------------------------ lifecycle
     async def start(self, attempts: int = 5, *, base_delay: float = 0.2,
                     agent: str | None = None) -> None:
-        """Connect, retrying with exponential backoff; raise MCPConnectionError at the end."""
-        last: BaseException | None = None
-        for attempt in range(1, max(attempts, 1) + 1):
+        """Connect, in up to ``attempts`` attempts with pauses doubling from ``base_delay`` (at most
+        :data:`MAX_CONNECT_DELAY`); raise MCPConnectionError at the end.
+
+        A refusal of the credentials (``mcp.unauthorized``, a missing login) is not retried:
+        the same credentials would be refused again.
+        """
+        tried = 0
+
+        async def attempt() -> None:
+            nonlocal tried
+            tried += 1
             try:
                 await self._open()
-                return
             except MCPConnectionError as exc:
-                last = exc
-                log.warning("mcp.connect.failed", server=self.name, attempt=attempt,
+                log.warning("mcp.connect.failed", server=self.name, attempt=tried,
                             attempts=attempts, error=str(exc))
-                if exc.code == "mcp.unauthorized" or isinstance(exc, LoginRequiredError):
-                    break  # the same credentials will be refused again
-                if attempt < attempts:
-                    await asyncio.sleep(min(base_delay * 2 ** (attempt - 1), 5.0))
-        who = f"agent {agent!r}: " if agent else ""
-        raise MCPConnectionError(
-            f"{who}cannot connect to MCP server {self.name!r} at {self.config.address} "
-            f"after {attempt} attempt(s): {last}",
-            code=getattr(last, "code", None) or "mcp.connection_failed")
+                raise
+
+        policy = RetryPolicy(attempts=max(attempts, 1), retry_on=_worth_reconnecting,
+                             delay=lambda n, _error: min(base_delay * 2 ** (n - 1),
+                                                         MAX_CONNECT_DELAY))
+        try:
+            await retry_call(attempt, policy)
+        except MCPConnectionError as last:
+            who = f"agent {agent!r}: " if agent else ""
+            raise MCPConnectionError(
+                f"{who}cannot connect to MCP server {self.name!r} at {self.config.address} "
+                f"after {tried} attempt(s): {last}",
+                code=last.code or "mcp.connection_failed") from None
 
     async def _open(self) -> None:
         await self._shutdown_task()
@@ -782,6 +799,12 @@ def _fill_templates(headers: dict[str, str],
         elif values is not None:
             out[name] = render_template(value, values)
     return out
+
+
+def _worth_reconnecting(error: BaseException) -> bool:
+    """Whether a failed connect is tried again: not when the credentials were refused."""
+    return isinstance(error, MCPConnectionError) and error.code != "mcp.unauthorized" \
+        and not isinstance(error, LoginRequiredError)
 
 
 def _connect_error(exc: BaseException) -> MCPConnectionError:

@@ -26,6 +26,7 @@ from subagents.config.endpoints import EndpointsConfig, McpServerConfig
 from subagents.exceptions import MCPConnectionError
 from subagents.mcp.callbacks import ElicitationRegistry
 from subagents.mcp.connection import MCPServerConnection
+from subagents.mcp.oauth.consent import ConsentRegistry
 from subagents.mcp.oauth.token_store import TokenStore, token_store
 
 log = structlog.get_logger("subagents.mcp")
@@ -64,6 +65,8 @@ class MCPPool:
         self._keyed_lock = asyncio.Lock()
         self.elicitations = ElicitationRegistry()
         """The calls of this pool's sessions that wait for a user's answer."""
+        self.consents = ConsentRegistry()
+        """The users' sign-in links of this pool's sessions that wait for the browser."""
 
     def _config(self, name: str) -> McpServerConfig:
         config = self.endpoints.mcp_server(name)
@@ -92,7 +95,7 @@ class MCPPool:
             if self._tokens is None:
                 self._tokens = token_store(self.tokens_url)
         return MCPServerConnection(config, root=self.root, endpoints=self.endpoints,
-                                   elicitations=self.elicitations,
+                                   elicitations=self.elicitations, consents=self.consents,
                                    template_values=values, oauth_user=user, tokens=self._tokens)
 
     async def start(self, name: str, *, attempts: int = 5, agent: str | None = None) -> None:

@@ -353,7 +353,8 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         TurnLimiter(max_turns_in_flight or None)
     api = _Api(assistant, token, max_body, body_timeout, limiter)
     if isinstance(assistant.lock_store, RedisLockStore):
-        api.relay = consent_relay(assistant.lock_store.client, api.resume_parked_call)
+        api.relay = consent_relay(assistant.lock_store.client, assistant.pool.consents,
+                                  api.resume_parked_call)
     routes: list[BaseRoute] = [
         Route("/webhooks/rest/webhook", api.guard(api.rest), methods=["POST"]),
         Route("/webhooks/stream/webhook", api.guard(api.stream), methods=["POST"]),
@@ -366,7 +367,7 @@ def create_app(assistant: Assistant, *, token: str | None = None, max_body: int 
         *extra_routes(api.guard),
         *inspector_routes(api.guard, replay),
         # reached by users' browsers: authenticated by the OAuth state
-        *consent_routes(api.resume_parked_call, api.relay),
+        *consent_routes(assistant.pool.consents, api.resume_parked_call, api.relay),
         Route("/health", api.health, methods=["GET"]),
         Route("/version", api.guard(api.version), methods=["GET"]),
     ]

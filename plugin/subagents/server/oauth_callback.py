@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
 
-from subagents.mcp.oauth.consent import CALLBACK_PATH, CONSENTS
+from subagents.mcp.oauth.consent import CALLBACK_PATH, ConsentRegistry
 from subagents.mcp.oauth.relay import PARAMS, CallbackOutcome, ConsentRelay
 
 CALL_WAIT = 60.0
@@ -45,13 +45,13 @@ def _page(title: str, text: str, status: int = 200) -> HTMLResponse:
     return HTMLResponse(body, status_code=status, headers=_HEADERS)
 
 
-async def complete_callback(params: dict[str, str],
+async def complete_callback(consents: ConsentRegistry, params: dict[str, str],
                             resume: Resumer | None = None) -> CallbackOutcome | None:
-    """Hand the authorization code (or the refusal) to the call waiting for it in this
-    process, wait for the call, then let the conversation continue (by itself when ``resume``
-    can reach it). None when this process holds no consent with the ``state``."""
+    """Hand the authorization code (or the refusal) to the call waiting for it in
+    ``consents`` (the MCP pool's), wait for the call, then let the conversation continue (by
+    itself when ``resume`` can reach it). None when no consent there has the ``state``."""
     error, code = params.get("error"), params.get("code")
-    consent = CONSENTS.finish(params.get("state", ""), code=code, iss=params.get("iss"),
+    consent = consents.finish(params.get("state", ""), code=code, iss=params.get("iss"),
                               error=error)
     if consent is None:
         return None
@@ -83,36 +83,40 @@ def _outcome_page(outcome: CallbackOutcome | None) -> HTMLResponse:
                  "message to continue.")
 
 
-async def oauth_callback(request: Request, resume: Resumer | None = None,
+async def oauth_callback(request: Request, consents: ConsentRegistry,
+                         resume: Resumer | None = None,
                          relay: ConsentRelay | None = None) -> HTMLResponse:
-    """Finish the sign-in the browser comes back from: here when this process sent the link,
-    else through ``relay`` by the worker that did."""
+    """Finish the sign-in the browser comes back from: here when this process sent the link
+    (it waits in ``consents``), else through ``relay`` by the worker that did."""
     params = {key: value for key in PARAMS
               if (value := request.query_params.get(key)) is not None}
-    outcome = await complete_callback(params, resume)
+    outcome = await complete_callback(consents, params, resume)
     if outcome is None and relay is not None and params.get("state"):
         outcome = await relay.forward(params)
     return _outcome_page(outcome)
 
 
-def consent_routes(resume: Resumer | None = None,
+def consent_routes(consents: ConsentRegistry, resume: Resumer | None = None,
                    relay: ConsentRelay | None = None) -> list[Route]:
     """The routes ``subagents serve`` mounts for user consent (no API token: see above).
 
     Args:
+        consents: The sign-in links waiting for a browser (the assistant's MCP pool's).
         resume: Continues the conversation once the authorized call has run (see
             :data:`Resumer`); without it the user's next message does.
         relay: Hands callbacks for another worker's sign-in links to that worker.
     """
     async def callback(request: Request) -> HTMLResponse:
-        return await oauth_callback(request, resume, relay)
+        return await oauth_callback(request, consents, resume, relay)
 
     return [Route(CALLBACK_PATH, callback, methods=["GET"])]
 
 
-def consent_relay(redis: Any, resume: Resumer | None = None) -> ConsentRelay:
-    """The relay of a worker whose lock store is Redis (``redis``: its client)."""
+def consent_relay(redis: Any, consents: ConsentRegistry,
+                  resume: Resumer | None = None) -> ConsentRelay:
+    """The relay of a worker whose lock store is Redis (``redis``: its client) for the sign-in
+    links waiting in ``consents``."""
     async def complete(params: dict[str, str]) -> CallbackOutcome | None:
-        return await complete_callback(params, resume)
+        return await complete_callback(consents, params, resume)
 
-    return ConsentRelay(redis, complete)
+    return ConsentRelay(redis, complete, consents)

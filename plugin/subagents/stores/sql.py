@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import structlog
 
+from subagents.retry import RetryPolicy, retry_call
 from subagents.stores.base import ConversationRecord, StoreError, TrackerStore
 
 if TYPE_CHECKING:
@@ -322,6 +323,25 @@ def _serve_calls(calls: queue.SimpleQueue[_Call | None]) -> None:
         del call, function, future, result, error  # held by nothing while the thread waits
 
 
+class _FoundDeadError(Exception):
+    """The work failed because its connection was dead (now dropped, with the idle ones)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _no_pause(_attempt: int, _error: BaseException) -> float:
+    """A dead connection is replaced at once: the fresh one is opened without waiting."""
+    return 0.0
+
+
+_ONCE_MORE = RetryPolicy(attempts=2, retry_on=lambda error: isinstance(error, _FoundDeadError),
+                         delay=_no_pause)
+"""Work that is safe to run twice runs once more on a fresh connection."""
+_ONCE = RetryPolicy(attempts=1, retry_on=lambda _error: False, delay=_no_pause)
+
+
 class _DriverConnections:
     """asyncpg connections of the engine's pool, kept checked out between turns.
 
@@ -349,26 +369,32 @@ class _DriverConnections:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:  # first use, or used again (after close()) on another loop
             self._loop, self._idle, self._slots = loop, [], asyncio.Semaphore(self._size)
+
+        async def attempt() -> _T:
+            generation = self._generation
+            conn, driver = self._idle.pop() if self._idle else await self._open()
+            try:
+                result = await work(driver)
+            except BaseException as exc:
+                if driver is not None and not driver.is_closed():
+                    await conn.close()  # back to the engine's pool, which resets it
+                    raise
+                await self._drop_all(conn)
+                if isinstance(exc, Exception):
+                    raise _FoundDeadError(exc) from exc
+                raise
+            if generation == self._generation:
+                self._idle.append((conn, driver))
+            else:  # the store was closed meanwhile
+                await conn.close()
+            return result
+
         async with self._slots:
-            while True:
-                generation = self._generation
-                conn, driver = self._idle.pop() if self._idle else await self._open()
-                try:
-                    result = await work(driver)
-                except BaseException as exc:
-                    if driver is not None and not driver.is_closed():
-                        await conn.close()  # back to the engine's pool, which resets it
-                        raise
-                    await self._drop_all(conn)
-                    if not (retry and isinstance(exc, Exception)):
-                        raise
-                    retry = False
-                    continue
-                if generation == self._generation:
-                    self._idle.append((conn, driver))
-                else:  # the store was closed meanwhile
-                    await conn.close()
-                return result
+            try:
+                return await retry_call(attempt, _ONCE_MORE if retry else _ONCE)
+            except _FoundDeadError as dead:
+                error = dead.error
+                raise error from error.__cause__  # the failure as the work raised it
 
     async def _open(self) -> tuple[AsyncConnection, Any]:
         conn = await self._reader.connect()

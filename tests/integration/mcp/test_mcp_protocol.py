@@ -690,3 +690,20 @@ async def test_the_resource_listing_is_kept_for_the_session():
         finally:
             await pool.close()
     assert type(features_server).resource_listings - before == 1
+
+
+@pytest.mark.parametrize("transport", ["http"])
+async def test_a_401_at_connect_is_not_tried_again(transport, monkeypatch):
+    monkeypatch.setenv("FEATURES_TOKEN", "wrong")
+    with anyio.fail_after(30):
+        async with serve_mcp(features_server, transport,
+                             require_header=("authorization", "Bearer right")) as url:
+            config = McpServerConfig(name="features", type=transport, url=url,
+                                     token="${FEATURES_TOKEN}")
+            conn = MCPServerConnection(config, root=REPO)
+            with capture_logs() as logs, pytest.raises(MCPConnectionError) as caught:
+                await conn.start(attempts=4, base_delay=0.01)
+            await conn.close()
+    assert caught.value.code == "mcp.unauthorized"
+    assert "after 1 attempt(s)" in str(caught.value)
+    assert [e["attempt"] for e in logs if e["event"] == "mcp.connect.failed"] == [1]

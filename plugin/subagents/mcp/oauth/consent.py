@@ -94,7 +94,11 @@ class PendingConsent:
 
 
 class ConsentRegistry:
-    """The consents of this process that wait for a browser, by OAuth ``state``.
+    """The consents that wait for a browser, by OAuth ``state``.
+
+    The MCP pool owns one (:attr:`subagents.mcp.pool.MCPPool.consents`) and hands it to its
+    connections' sign-in providers, the agents (which tell a sign-in link from another
+    question) and the OAuth callback; nothing reaches it through a module global.
 
     Watchers (:meth:`watch`) hear of every state opened and closed: the relay between workers
     announces them, so that a callback with a state nobody opened costs nothing.
@@ -167,10 +171,6 @@ class ConsentRegistry:
             self._tell(1, consent.state)
         if not consent.result.done():
             consent.result.set_exception(error)
-
-
-CONSENTS = ConsentRegistry()
-"""The process-wide registry of consents waiting for the user's browser."""
 
 
 # ---------------------------------------------------------------------------- token storage
@@ -271,9 +271,10 @@ def listing_provider(config: McpServerConfig, root: Path) -> Any:
 
 
 def user_provider(config: McpServerConfig, *, user: str, store: TokenStore,
-                  flights: FlightFinder) -> Any:
+                  flights: FlightFinder, consents: ConsentRegistry) -> Any:
     """An ``httpx2.Auth`` that authorizes ``user``'s session of ``config``'s server, asking the
-    user for consent through the call in flight when needed."""
+    user for consent through the call in flight when needed (the link waits in
+    ``consents``)."""
     import httpx2
     from mcp.client.auth import OAuthClientProvider
     from mcp.shared.auth import OAuthClientMetadata
@@ -349,14 +350,14 @@ def user_provider(config: McpServerConfig, *, user: str, store: TokenStore,
                     f"MCP server {server!r} needs the user's authorization, and no agent call "
                     "can ask the user for it now; call a tool of the server again to ask")
             state = parse_qs(urlparse(url).query).get("state", [""])[0]
-            consent = CONSENTS.open(state, server, flight.owner.key, flight.registry)
+            consent = consents.open(state, server, flight.owner.key, flight.registry)
             self._consent = consent
             self.waiting_for_user = True
             message = CONSENT_MESSAGE.format(server=server) if self.step_up is None else \
                 STEP_UP_MESSAGE.format(server=server, scope=self.step_up or "a larger scope")
             params = ElicitRequestURLParams(message=message, url=url, elicitation_id=state)
             consent.asking = asking = asyncio.ensure_future(flight.ask(params))
-            asking.add_done_callback(lambda task: _answered_in_chat(consent, task))
+            asking.add_done_callback(lambda task: _answered_in_chat(consents, consent, task))
             log.info("mcp.oauth.consent_asked", server=server, key=flight.owner.key,
                      step_up=self.step_up is not None)
 
@@ -391,7 +392,8 @@ def _bind(cls: Any, config: McpServerConfig, metadata: Any, storage: UserTokenSt
     return provider
 
 
-def _answered_in_chat(consent: PendingConsent, task: asyncio.Future[Any]) -> None:
+def _answered_in_chat(consents: ConsentRegistry, consent: PendingConsent,
+                      task: asyncio.Future[Any]) -> None:
     """The question of a consent was settled in the conversation: a decline (or a cancel, or
     the question's deadline) ends the consent; an accept after the browser is nothing new."""
     if consent.result.done():
@@ -404,5 +406,5 @@ def _answered_in_chat(consent: PendingConsent, task: asyncio.Future[Any]) -> Non
         f"the user declined to authorize MCP server {consent.server!r}") if action == "decline" \
         else ConsentExpiredError(f"the authorization of MCP server {consent.server!r} was "
                                  "cancelled or not completed in time")
-    CONSENTS.drop(consent, error)
+    consents.drop(consent, error)
     log.info("mcp.oauth.consent_ended", server=consent.server, action=action)

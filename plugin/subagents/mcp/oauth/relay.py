@@ -33,7 +33,8 @@ from typing import Any
 
 import structlog
 
-from subagents.mcp.oauth.consent import CONSENTS
+from subagents.mcp.oauth.consent import ConsentRegistry
+from subagents.retry import RetryPolicy, retry_call
 
 log = structlog.get_logger("subagents.mcp")
 
@@ -51,6 +52,11 @@ MAX_CONNECTIONS = 16
 """Redis connections the relay of one worker uses at most (its listener's included)."""
 POOL_WAIT = 5.0
 """Seconds a callback waits for one of them before it gets the "expired" page."""
+LISTEN_RETRY_DELAY = 1.0
+"""Seconds between a failure of the listener's connection and listening again."""
+LISTEN_POLICY = RetryPolicy(attempts=None, retry_on=lambda error: isinstance(error, Exception),
+                            delay=lambda _n, _error: LISTEN_RETRY_DELAY)
+"""The listener never gives up: any failure of its connection is listened past."""
 
 
 def _state_key(state: str) -> str:
@@ -85,14 +91,18 @@ Completer = Callable[[dict[str, str]], Awaitable[CallbackOutcome | None]]
 class ConsentRelay:
     """Hands callbacks between the workers sharing one Redis (see the module's docstring)."""
 
-    def __init__(self, redis: Any, complete: Completer) -> None:
+    def __init__(self, redis: Any, complete: Completer, consents: ConsentRegistry) -> None:
         """Args:
             redis: A ``redis.asyncio.Redis`` client (the lock store's): its settings are used
                 for a bounded pool of the relay's own.
-            complete: Finishes a callback locally (:func:`~.consent_route.complete_callback`).
+            complete: Finishes a callback locally
+                (:func:`subagents.server.oauth_callback.complete_callback`).
+            consents: The sign-in links this worker sent that wait for a browser (the MCP
+                pool's): the states it registers and the callbacks it takes over.
         """
         self.redis = bounded_client(redis)
         self.complete = complete
+        self.consents = consents
         self._pubsub: Any = None
         self._listener: asyncio.Task[None] | None = None
         self._serving: set[asyncio.Task[None]] = set()
@@ -104,7 +114,7 @@ class ConsentRelay:
         self._pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
         await self._pubsub.subscribe(CHANNEL)
         self._listener = asyncio.ensure_future(self._listen())
-        CONSENTS.watch(self._opened, self._closed)
+        self.consents.watch(self._opened, self._closed)
 
     def _opened(self, state: str) -> None:
         self._in_background(self.redis.set(_state_key(state), b"1", ex=STATE_TTL))
@@ -125,7 +135,7 @@ class ConsentRelay:
 
     async def close(self) -> None:
         """Stop listening; callbacks being finished here run to their end first."""
-        CONSENTS.unwatch(self._opened)
+        self.consents.unwatch(self._opened)
         if self._registering:
             await asyncio.wait(set(self._registering), timeout=POOL_WAIT)
         if self._listener is not None:
@@ -143,15 +153,17 @@ class ConsentRelay:
             await self.redis.aclose()
 
     async def _listen(self) -> None:
-        while True:
+        """Hear the channel until the relay closes; a broken connection is listened on again
+        :data:`LISTEN_RETRY_DELAY` seconds later (the client reconnects on the next read)."""
+        async def listen() -> None:
             try:
                 async for message in self._pubsub.listen():
                     self._received(message)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a broken connection must not end it
+            except Exception as exc:
                 log.warning("mcp.oauth.relay_listen_failed", error_type=type(exc).__name__)
-                await asyncio.sleep(1.0)  # the client reconnects on the next read
+                raise
+
+        await retry_call(listen, LISTEN_POLICY)
 
     def _received(self, message: dict[str, Any]) -> None:
         if message.get("type") != "message":
@@ -163,7 +175,7 @@ class ConsentRelay:
         except (KeyError, TypeError, ValueError):
             log.warning("mcp.oauth.relay_bad_message")
             return
-        consent = CONSENTS.pending(params.get("state", ""))
+        consent = self.consents.pending(params.get("state", ""))
         if consent is None:
             return  # another worker's (or nobody's)
         task = asyncio.ensure_future(self._serve(params, reply, consent.server))
