@@ -18,7 +18,7 @@ numpy and qdrant-client are imported only when used, so this package imports wit
 
 from __future__ import annotations
 
-from .answers import (
+from subagents.knowledge.answers import (
     NO_ANSWER_MARKER,
     NO_RELEVANT_ANSWER_REASON,
     POLICY_NAME,
@@ -28,20 +28,31 @@ from .answers import (
     renumber_citations,
     search_query,
 )
-from .documents import (
+from subagents.knowledge.documents import (
     Document,
     TextSplitter,
     load_documents,
     parse_qa_documents,
     split_documents,
 )
-from .embedder import Embedder, ModelEmbedder
-from .errors import EmbeddingError, IndexCorruptError, SearchBackendError, SearchError
-from .index import DEFAULT_TOP_K, LocalIndex, SearchHit, VectorIndex, content_hash
-from .prompt import DEFAULT_SEARCH_PROMPT, render_search_prompt
-from .qdrant import QdrantSettings, QdrantStore
-from .settings import SearchPolicySettings, VectorStoreSettings
-from .validation import check_search_setup
+from subagents.knowledge.embedder import Embedder, ModelEmbedder
+from subagents.knowledge.errors import (
+    EmbeddingError,
+    IndexCorruptError,
+    SearchBackendError,
+    SearchError,
+)
+from subagents.knowledge.index import (
+    DEFAULT_TOP_K,
+    LocalIndex,
+    SearchHit,
+    VectorIndex,
+    content_hash,
+)
+from subagents.knowledge.prompt import DEFAULT_SEARCH_PROMPT, render_search_prompt
+from subagents.knowledge.qdrant import QdrantSettings, QdrantStore
+from subagents.knowledge.settings import SearchPolicySettings, VectorStoreSettings
+from subagents.knowledge.validation import check_search_setup
 
 __all__ = [
     "DEFAULT_SEARCH_PROMPT",

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .index import SearchHit
+from subagents.knowledge.index import SearchHit
 
 __all__ = ["NO_ANSWER_MARKER", "NO_RELEVANT_ANSWER_REASON", "POLICY_NAME", "answer_metadata",
            "extractive_answer", "is_relevant", "renumber_citations", "search_query"]

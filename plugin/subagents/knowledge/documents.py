@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from ..exceptions import ConfigError, ConfigIssue
+from subagents.exceptions import ConfigError, ConfigIssue
 
 __all__ = ["DEFAULT_CHUNK_OVERLAP", "DEFAULT_CHUNK_SIZE", "Document", "TextSplitter",
            "document_files", "load_documents", "parse_qa_documents", "split_documents"]

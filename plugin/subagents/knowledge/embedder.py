@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import structlog
 
-from ..exceptions import LLMError
-from .errors import EmbeddingError
+from subagents.exceptions import LLMError
+from subagents.knowledge.errors import EmbeddingError
 
 if TYPE_CHECKING:
-    from ..llm.model import Model
-    from ..types import CallScope
+    from subagents.types import CallScope
 
 __all__ = ["DEFAULT_BATCH_SIZE", "Embedder", "ModelEmbedder"]
 
@@ -50,6 +49,44 @@ class Embedder(Protocol):
         ...
 
 
+class ModelSettingsLike(Protocol):
+    """What :func:`model_identity` reads of a model's settings."""
+
+    @property
+    def provider(self) -> str:
+        """The provider's name."""
+        ...
+
+    @property
+    def api_base(self) -> str | None:
+        """The endpoint, when set."""
+        ...
+
+    @property
+    def called_model(self) -> str:
+        """The model name sent to the endpoint."""
+        ...
+
+
+class EmbeddingsModel(Protocol):
+    """The part of :class:`subagents.llm.Model` an embedder uses (named here, so that this
+    package depends on no model implementation)."""
+
+    @property
+    def settings(self) -> ModelSettingsLike:
+        """The model's settings."""
+        ...
+
+    async def embed(self, texts: list[str], *, scope: CallScope | None = None
+                    ) -> list[list[float]]:
+        """One vector per text, in order."""
+        ...
+
+    async def close(self) -> None:
+        """Close the model's connections."""
+        ...
+
+
 class ModelEmbedder:
     """An :class:`Embedder` on a :class:`~subagents.llm.Model`.
 
@@ -60,7 +97,7 @@ class ModelEmbedder:
         batch_size: Texts per call.
     """
 
-    def __init__(self, model: Model, *, identity: str | None = None,
+    def __init__(self, model: EmbeddingsModel, *, identity: str | None = None,
                  batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
@@ -97,7 +134,7 @@ class ModelEmbedder:
         await self.model.close()
 
 
-def model_identity(model: Model) -> str:
+def model_identity(model: EmbeddingsModel) -> str:
     """``<provider>:<api_base>:<model>`` of a model (its first member for a routed group)."""
     settings = model.settings
     return f"{settings.provider}:{settings.api_base or ''}:{settings.called_model}"

@@ -10,7 +10,7 @@ instead of ending the conversation.
 
 from __future__ import annotations
 
-from ..exceptions import ConfigError, ConfigIssue, SubagentsError
+from subagents.exceptions import ConfigError, ConfigIssue, SubagentsError
 
 __all__ = ["EmbeddingError", "IndexCorruptError", "SearchBackendError", "SearchError",
            "extra_missing", "issue"]

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from ..exceptions import ConfigError
-from .documents import (
+from subagents.exceptions import ConfigError
+from subagents.knowledge.documents import (
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_SIZE,
     Document,
@@ -45,13 +45,19 @@ from .documents import (
     parse_qa_documents,
     split_documents,
 )
-from .embedder import Embedder
-from .errors import SEARCH_EXTRA, IndexCorruptError, SearchError, extra_missing, issue
+from subagents.knowledge.embedder import Embedder
+from subagents.knowledge.errors import (
+    SEARCH_EXTRA,
+    IndexCorruptError,
+    SearchError,
+    extra_missing,
+    issue,
+)
 
 if TYPE_CHECKING:
     import numpy.typing as npt
 
-    from ..types import CallScope
+    from subagents.types import CallScope
 
 __all__ = ["DEFAULT_TOP_K", "INDEX_FORMAT", "LocalIndex", "SearchHit", "VectorIndex",
            "content_hash", "require_numpy"]

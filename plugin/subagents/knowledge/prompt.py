@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from .answers import NO_ANSWER_MARKER
-from .index import SearchHit
+from subagents.knowledge.answers import NO_ANSWER_MARKER
+from subagents.knowledge.index import SearchHit
 
 __all__ = ["DEFAULT_SEARCH_PROMPT", "PROMPT_VARIABLES", "render_search_prompt"]
 

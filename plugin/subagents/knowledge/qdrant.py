@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 
-from .documents import Document
-from .embedder import Embedder
-from .errors import QDRANT_EXTRA, SearchBackendError, extra_missing
-from .index import DEFAULT_TOP_K, SearchHit
+from subagents.knowledge.documents import Document
+from subagents.knowledge.embedder import Embedder
+from subagents.knowledge.errors import QDRANT_EXTRA, SearchBackendError, extra_missing
+from subagents.knowledge.index import DEFAULT_TOP_K, SearchHit
 
 if TYPE_CHECKING:
-    from ..types import CallScope
+    from subagents.types import CallScope
 
 __all__ = ["QdrantSettings", "QdrantStore"]
 

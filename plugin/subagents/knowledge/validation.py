@@ -14,9 +14,14 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..exceptions import ConfigError, ConfigIssue
-from .documents import document_files, load_documents, parse_qa_documents, split_documents
-from .settings import SearchPolicySettings
+from subagents.exceptions import ConfigError, ConfigIssue
+from subagents.knowledge.documents import (
+    document_files,
+    load_documents,
+    parse_qa_documents,
+    split_documents,
+)
+from subagents.knowledge.settings import SearchPolicySettings
 
 __all__ = ["check_search_setup"]
 
