@@ -13,7 +13,7 @@ import anyio
 import pytest
 from subagents import events as ev
 from subagents import rasa_compat
-from subagents.agents._copying import copy_input
+from subagents.agents.input_copy import copy_input
 from subagents.agents.schemas import AgentInput
 from subagents.config import collect_issues
 from subagents.config.project import import_from_project

@@ -42,6 +42,12 @@ FLOWS = {
     "fail_flow": flow("fail", [{"param": "message", "slot": "name"}], CITY_OUT),
     "slow_flow": flow("slow", [{"param": "seconds", "slot": "delay"}], CITY_OUT),
     "unlisted_flow": flow("not_a_tool", NAME_IN, CITY_OUT),
+    "very_slow_flow": {"steps": [
+        {"set_slots": [{"delay": 60.0}]},
+        {"id": "the_call", "call": "slow", "mcp_server": "tools",
+         "mapping": {"input": [{"param": "seconds", "slot": "delay"}], "output": CITY_OUT},
+         "next": "after"},
+        {"id": "after", "action": "utter_done"}]},
     "down_flow": flow("echo", NAME_IN, CITY_OUT, server="down"),
 }
 
@@ -140,6 +146,21 @@ async def test_failures_run_the_internal_error_pattern_and_the_flow_goes_on(
     pattern = next(e for e in events if e.get("flow_id") == "pattern_internal_error")
     assert pattern is not None
     assert f"flow_completed:{flow}" in order
+
+
+async def test_the_turn_s_deadline_bounds_the_tool_call(project):
+    """A tool slower than what is left of the turn is cut before the turn's own deadline, so
+    the turn still ends in the internal-error pattern and the rest of the flow."""
+    script = {"command_generator": ["start flow very_slow_flow"]}
+    async with FakeModelServer(script) as fake, \
+            assistant_for(project, fake, turn_timeout=4.0) as assistant:
+        with anyio.fail_after(30):
+            texts, events = await Conversation(assistant).say("go")
+    assert DONE in texts
+    assert said_sorry(events, texts[0])
+    (event,) = tool_events(events)
+    assert event["is_error"] is True
+    assert "flow_completed:very_slow_flow" in names(events)
 
 
 @pytest.mark.parametrize("flow", ["deeper_flow", "empty_output_flow"])

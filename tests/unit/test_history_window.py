@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from subagents import events as ev
-from subagents.agents._history import history_messages
+from subagents.agents.transcript import history_messages
 from subagents.dialogue.history import Earlier, Snapshot, load_conversation
 from subagents.dialogue.understanding import completed_agents, transcript
 from subagents.llm.usage import conversation_usage

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 
 from subagents import events as ev
-from subagents.agents._copying import copy_input, fast_copy, json_copy
+from subagents.agents.input_copy import copy_input, fast_copy, json_copy
 from subagents.types import AgentInput, AgentInputSlot, EarlierEvents
 
 

@@ -16,10 +16,10 @@ from zoneinfo import ZoneInfo
 
 import anyio
 
-from subagents.agents._history import history_messages
 from subagents.agents._limits import capped_render, capped_render_async
 from subagents.agents.hooks import AgentHooks
 from subagents.agents.run import Run
+from subagents.agents.transcript import history_messages
 from subagents.config.sub_agent import AgentConfiguration
 from subagents.exceptions import AgentInitializationError
 from subagents.types import AgentInput, ChatMessage, JsonObject

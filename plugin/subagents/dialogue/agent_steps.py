@@ -26,7 +26,7 @@ from typing import Any
 import structlog
 
 from subagents import events as ev
-from subagents.agents._copying import copy_input
+from subagents.agents.input_copy import copy_input
 from subagents.agents.protocol import SubAgent
 from subagents.agents.registry import protocol_type_for
 from subagents.agents.schemas import AgentInput, AgentInputSlot, AgentOutput, AgentStatus

@@ -130,8 +130,13 @@ class McpToolSteps:
         arguments = {str(_field(i, "param")): turn.slots.get(str(_field(i, "slot")))
                      for i in _field(mapping, "input") or []
                      if _field(i, "param") and _field(i, "slot")}
-        raw = await connection.call_tool_result(
-            tool, arguments, timeout=min(TOOL_STEP_TIMEOUT, connection.config.timeout))
+        timeout = min(TOOL_STEP_TIMEOUT, connection.config.timeout)
+        left = turn.scope.time_left()  # the turn's deadline bounds the step too
+        if left is not None and left < timeout:
+            if left <= 0:
+                raise McpToolStepError(f"tool {tool!r} was not called: the turn ran out of time")
+            timeout = left
+        raw = await connection.call_tool_result(tool, arguments, timeout=timeout)
         result = result_as_dict(raw)
         metadata = {"flow_id": flow_id, "step_id": step.id}
         if result["isError"]:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import structlog
 
-from subagents.agents._history import hide_sign_in_links
+from subagents.agents.transcript import hide_sign_in_links
 from subagents.config.flows import Step
 from subagents.config.project import Project
 from subagents.dialogue.command_prompt import TRANSCRIPT_LINES, CustomCommandPrompt

@@ -1,6 +1,6 @@
 """Where a model is assembled: the provider's implementation, wrapped once in what every call
-gets (recording, token counting, spans and metrics), and a routed group's members behind a
-:class:`~subagents.llm.fallback.FallbackModel`."""
+gets (recording, constrained output, token counting, spans and metrics), and a routed group's
+members behind a :class:`~subagents.llm.fallback.FallbackModel`."""
 
 from __future__ import annotations
 

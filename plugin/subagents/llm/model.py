@@ -3,9 +3,11 @@ data a call returns.
 
 A model is built once, where the assistant is assembled (:func:`subagents.llm.build_model`):
 one provider implementation (:class:`~subagents.llm.openai_compat.OpenAICompatibleModel` for
-every OpenAI-compatible endpoint) wrapped in what every call needs - routing between the
-models of a group (:class:`~subagents.llm.routing.FallbackModel`), spans and metrics, token
-counting and recording (:mod:`subagents.llm.wrappers`). What a call needs from its turn (the
+every OpenAI-compatible endpoint, :class:`~subagents.llm.litellm_model.LiteLLMModel` for the
+providers reached through LiteLLM) wrapped in what every call needs - constrained output
+(:class:`~subagents.llm.structured.StructuredOutputModel`), spans and metrics, token counting
+and recording (:mod:`subagents.llm.wrappers`), and routing between the models of a group
+(:class:`~subagents.llm.fallback.FallbackModel`). What a call needs from its turn (the
 deadline, where usage is counted, where the call is recorded) travels as an argument, the
 turn's :class:`~subagents.types.CallScope`.
 """

@@ -1,7 +1,8 @@
 """Tools and toolsets: MCP tools, Python tools, built-ins, and one module per tool feature.
 
-* :mod:`.base` - ``Tool``, ``Toolset``, ``FunctionToolset``, ``WrapperToolset``
-* :mod:`.executor` - one call: argument validation, per-tool timeout, errors as results
+* :mod:`.base` - ``Tool``, ``Toolset``, ``WrapperToolset``
+* :mod:`.executor` - ``FunctionToolset``; one call: argument validation, per-tool timeout,
+  errors as results
 * :mod:`.concurrency` - read-only calls overlap, others run alone
 * :mod:`.approvals` - calls that need the user's yes first
 * :mod:`.client_tools` - tools the client executes
