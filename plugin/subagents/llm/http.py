@@ -287,8 +287,9 @@ def _split_headers(headers: dict[str, str]) -> tuple[CIMultiDict[str], str]:
 
 def _total(seconds: float) -> aiohttp.ClientTimeout:
     """aiohttp's timeout for a whole attempt of ``seconds``, never rounded up to a whole
-    second (aiohttp rounds a timeout of 5 s or more by default)."""
-    return aiohttp.ClientTimeout(total=seconds, ceil_threshold=math.inf)
+    second (aiohttp rounds a timeout of 5 s or more by default); a timeout of 0 or less cuts
+    the attempt at once, as a timer would (aiohttp would take it for none)."""
+    return aiohttp.ClientTimeout(total=max(seconds, 0.001), ceil_threshold=math.inf)
 
 
 def _retryable(error: BaseException) -> bool:
