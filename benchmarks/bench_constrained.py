@@ -19,14 +19,21 @@ request at a time:
     ``json``: the prompt asks for ``{"commands": [...]}``, unconstrained; ``json+schema``:
     ``response_format: json_schema`` with enums for flows and slots; ``json+compact``: the same
     schema as an LLGuidance grammar with ``x-guidance: {whitespace_flexible: false}``, which
-    forbids the pretty-printing whitespace (llama.cpp built with LLGuidance only). JSON is
+    forbids the pretty-printing whitespace (llama.cpp built with LLGuidance only);
+    ``json+nobreak``: the schema plus the ``logit_bias`` that forbids line breaks, as the
+    project sends it to llama.cpp (``subagents.llm.structured.COMPACT_JSON``). JSON is
     valid when it parses and validates against the schema.
 (b) **agent**: three tools, a message that needs one. ``native``: ``tools`` with
     ``tool_choice: auto``; ``native+required``: ``tool_choice: required``; valid when the reply
     has a tool call of a known tool whose arguments validate. ``json``: the prompt asks for
     ``{"tool_call": {"name", "arguments"}}`` or ``{"answer": "..."}``, unconstrained;
     ``json+schema``: the same under ``response_format: json_schema`` (an ``anyOf`` of one
-    object per tool and the answer); ``json+compact``: as for (a). Valid when it validates;
+    object per tool and the answer); ``json+compact`` and ``json+nobreak``: as for (a);
+    ``project``: the project's own JSON tool form (``subagents.llm.structured``: its system
+    message, ``{"reply": {"tool", "arguments"} | {"answer"}}``), unconstrained;
+    ``project+schema``: the same as the project sends it to llama.cpp (its reply schema and the
+    line-break ban).
+    Valid when it validates;
     a valid tool call is counted apart from a valid answer.
 
 Per variant: valid share, tool calls (b), the expected flow or tool (the model is tiny: this is
@@ -52,6 +59,13 @@ from typing import Any
 import aiohttp
 import jsonschema
 from _common import machine
+from subagents.llm.structured import (
+    COMPACT_JSON,
+    REPLY_FORMAT,
+    json_tool_messages,
+    reply_schema,
+    schema_format,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = ROOT / "tests" / "live" / "llama_server.py"
@@ -320,6 +334,24 @@ def agent_json_verdict(text: str) -> tuple[bool, str | None]:
     return True, data["tool_call"]["name"] if "tool_call" in data else None
 
 
+PROJECT_SPECS = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                  "parameters": t["function"]["parameters"]} for t in TOOLS]
+PROJECT_SCHEMA = reply_schema(PROJECT_SPECS)
+PROJECT_PROMPT = str(json_tool_messages([{"role": "system", "content": AGENT_SYSTEM}],
+                                        PROJECT_SPECS)[0]["content"])
+"""The system message the project's JSON tool form (``structured_output``) sends."""
+
+
+def project_verdict(text: str) -> tuple[bool, str | None]:
+    """(valid against the project's reply schema, the tool called or None for an answer)."""
+    try:
+        data = json.loads(text)
+        jsonschema.validate(data, PROJECT_SCHEMA)
+    except (ValueError, jsonschema.ValidationError):
+        return False, None
+    return True, data["reply"].get("tool")
+
+
 def native_verdict(message: dict[str, Any]) -> tuple[bool, str | None]:
     """(one or more tool calls of known tools with valid arguments, the first tool)."""
     calls = message.get("tool_calls") or []
@@ -382,6 +414,9 @@ def variants() -> list[Variant]:
                 _schema_format("commands", COMMANDS_SCHEMA), _content(json_commands_verdict)),
         Variant("commands", "json+compact", JSON_COMMANDS_PROMPT,
                 {"grammar": _compact(COMMANDS_SCHEMA)}, _content(json_commands_verdict)),
+        Variant("commands", "json+nobreak", JSON_COMMANDS_PROMPT,
+                {**_schema_format("commands", COMMANDS_SCHEMA), "logit_bias": COMPACT_JSON},
+                _content(json_commands_verdict)),
         Variant("agent", "native", AGENT_SYSTEM, {**native_tools, "tool_choice": "auto"},
                 native_verdict),
         Variant("agent", "native+required", AGENT_SYSTEM,
@@ -390,6 +425,13 @@ def variants() -> list[Variant]:
         Variant("agent", "json+schema", AGENT_JSON_PROMPT, _schema_format("reply", AGENT_SCHEMA),
                 _content(agent_json_verdict)),
         Variant("agent", "json+compact", AGENT_JSON_PROMPT, {"grammar": _compact(AGENT_SCHEMA)},
+                _content(agent_json_verdict)),
+        Variant("agent", "project", PROJECT_PROMPT, {}, _content(project_verdict)),
+        Variant("agent", "project+schema", PROJECT_PROMPT,
+                {"response_format": schema_format(REPLY_FORMAT, PROJECT_SCHEMA),
+                 "logit_bias": COMPACT_JSON}, _content(project_verdict)),
+        Variant("agent", "json+nobreak", AGENT_JSON_PROMPT,
+                {**_schema_format("reply", AGENT_SCHEMA), "logit_bias": COMPACT_JSON},
                 _content(agent_json_verdict)),
     ]
 

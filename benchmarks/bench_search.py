@@ -10,7 +10,8 @@ every library in turn), and both their CPU time (the figure that holds on a load
 their wall time (median, p99) are shown.
 
 Part 2, end to end: :class:`subagents.knowledge.LocalIndex` over a documents folder of N chunks,
-embeddings from the fake model server over real HTTP (in this process, dimension 256): the first
+embeddings from the fake model server over real HTTP through the package's model client
+(:class:`subagents.knowledge.ModelEmbedder`; in this process, dimension 256): the first
 build (chunking, embedding in batches of 50, persisting), loading the persisted index on the next
 start, and a search including the query's embedding request.
 """
@@ -176,13 +177,17 @@ def _write_docs(folder: Path, chunks: int) -> None:
 
 
 async def end_to_end(sizes: list[int], queries: int) -> None:
-    from subagents.knowledge import LocalIndex, OpenAIEmbedder
+    from subagents.knowledge import LocalIndex, ModelEmbedder
+    from subagents.llm import ModelSettings, build_model
     from subagents.testing import FakeModelServer
 
     print(f"{'chunks':>6} {'first build ms':>15} {'load ms':>9}   "
           "search (query embedded over HTTP)")
     async with FakeModelServer() as fake:
-        embedder = OpenAIEmbedder("bench", base_url=fake.base_url(), max_retries=0, timeout=120)
+        settings = ModelSettings.from_mapping({"provider": "openai", "model": "bench",
+                                               "api_base": fake.base_url(), "max_retries": 0,
+                                               "timeout": 120})
+        embedder = ModelEmbedder(build_model(settings, name="search_embeddings"))
         for n in sizes:
             with tempfile.TemporaryDirectory() as tmp:
                 source = Path(tmp) / "docs"

@@ -5,4 +5,4 @@ cd "$(dirname "$0")/../.."
 PYTHON="${PYTHON:-python}"
 [ -x .venv/bin/python ] && PYTHON=.venv/bin/python
 SUBAGENTS_FUZZ_EXAMPLES="${SUBAGENTS_FUZZ_EXAMPLES:-1000}" PYTHONPATH="$PWD/plugin" \
-  timeout 900 "$PYTHON" -m pytest tests/integration/test_server_fuzz.py -q
+  timeout 900 "$PYTHON" -m pytest tests/integration/server/test_server_fuzz.py -q

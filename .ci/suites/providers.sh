@@ -16,8 +16,8 @@ timeout 600 "$PYTHON" -m pip install -q -e '.[dev,providers]'
 
 echo "== providers: LiteLLM and the direct way against the provider stand-ins"
 timeout 900 "$PYTHON" -m pytest -p no:cacheprovider \
-  tests/integration/test_provider_wire_servers.py \
-  tests/integration/test_provider_models.py \
-  tests/integration/test_provider_conversations.py \
-  tests/integration/test_model_env_references.py \
-  tests/unit/test_provider_validation.py
+  tests/integration/llm/test_provider_wire_servers.py \
+  tests/integration/llm/test_provider_models.py \
+  tests/integration/llm/test_provider_conversations.py \
+  tests/integration/llm/test_model_env_references.py \
+  tests/unit/config/test_provider_validation.py

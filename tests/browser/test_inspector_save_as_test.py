@@ -33,8 +33,8 @@ from tests.browser.test_inspector_page import (
 )
 from tests.cli_process import run_cli
 from tests.dialogue_harness import write_project
-from tests.integration.test_record_replay import SCRIPT as ACME_SCRIPT
-from tests.integration.test_record_replay import _example_project
+from tests.integration.recording.test_record_replay import SCRIPT as ACME_SCRIPT
+from tests.integration.recording.test_record_replay import _example_project
 from tests.serve_process import example_insurer, free_port, serve_process
 
 pytestmark = NEEDS_BROWSER

@@ -1,17 +1,21 @@
 """The project's model client against a real model server: llama.cpp on SmolLM2-135M.
 
 A ``self-hosted`` model group pointing at the server of :func:`tests.live.conftest.live_model`;
-plain and streamed completions, the reply-length cap and the client's timeout.
+plain and streamed completions, the reply-length cap and the client's timeout, a reply under
+a JSON schema through constrained output (``structured_output``; tool calls through it are in
+``test_example_assistant.py``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 
 import anyio
+import jsonschema
 import pytest
 from subagents.exceptions import LLMError
-from subagents.llm import LLMClient
+from subagents.llm import LLMClient, build_model, schema_format
 
 from tests.live.conftest import MAX_TOKENS, LiveModel
 
@@ -81,3 +85,25 @@ async def test_slow_reply_is_a_timeout_error(live_model: LiveModel) -> None:
     finally:
         await llm.close()
     assert caught.value.code == "llm.timeout"
+
+
+COMMANDS = {"type": "object", "additionalProperties": False, "required": ["commands"],
+            "properties": {"commands": {"type": "array", "minItems": 1, "maxItems": 2, "items": {
+                "type": "object", "additionalProperties": False, "required": ["flow"],
+                "properties": {"flow": {"enum": ["check_weather", "book_table"]}}}}}}
+
+
+async def test_a_reply_under_a_json_schema_is_compact_valid_json(live_model: LiveModel) -> None:
+    llm = build_model(live_model.settings(structured_output="json_schema", max_tokens=96),
+                      name="live")
+    messages = [{"role": "user", "content": "Which flow fits 'is it raining in Oslo?' "
+                 "Answer with JSON."}]
+    try:
+        with anyio.fail_after(60):
+            response = await llm.complete(
+                messages, None, options={"response_format": schema_format("commands", COMMANDS)})
+    finally:
+        await llm.close()
+    assert response.finish_reason == "stop"
+    jsonschema.validate(json.loads(response.text or ""), COMMANDS)
+    assert "\n" not in (response.text or "")  # llama.cpp was told: no line breaks

@@ -15,7 +15,7 @@ import jwt
 import pytest
 from subagents.testing import FakeModelServer
 
-from tests.integration.test_socketio_channel import Widget
+from tests.integration.channels.test_socketio_channel import Widget
 from tests.security.served import served, served_project, user_texts
 
 socketio = pytest.importorskip("socketio")

@@ -118,12 +118,20 @@ async def conversation(agent: AgentHooks, run: Run) -> list[ChatMessage]:
 async def _system_prompt(agent: AgentHooks, run: Run) -> str:
     values = agent._build_context_for_prompt(run.input)
     cached = run.prompt_cache
-    if cached is not None and cached[0] == values:
+    if cached is not None and _same_inputs(cached[0], values):
         return cached[1]
     system = await capped_render_async(agent._template, values, agent.max_prompt_chars)
     if "_build_context_for_prompt" not in run.hooks_replaced:  # ours builds from the input
         run.prompt_cache = (values, system)
     return system
+
+
+def _same_inputs(cached: dict[str, Any], values: dict[str, Any]) -> bool:
+    """Whether the prompt rendered from ``cached`` still holds for ``values``: the clock is
+    read once per run (as in Rasa, the prompt is built once per invocation), so every step of a
+    run sends the same system prompt and a server's prompt cache keeps the conversation."""
+    return cached.keys() == values.keys() and all(
+        key == "current_datetime" or cached[key] == value for key, value in values.items())
 
 
 def _history(agent: AgentHooks, run: Run) -> list[ChatMessage]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from subagents import __version__
+from subagents.cli.index import add_index_command, cmd_index
 
 if TYPE_CHECKING:
     from subagents.config.project import Project
@@ -271,6 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         subagents mcp login crm --project path/to/assistant""")
     mcp_login.add_argument("server", help="the server's name in endpoints.yml")
     _project_arg(mcp_login)
+    add_index_command(sub, _command, _project_arg)
     return parser
 
 
@@ -574,6 +576,8 @@ def _run(args: argparse.Namespace) -> int:
         return cmd_login(args.project, args.server)
     if args.command == "init":
         return cmd_init(args)
+    if args.command == "index":
+        return cmd_index(_paths(args), rebuild=args.rebuild)
     if args.command == "validate":
         return cmd_validate(_paths(args), connect=args.connect)
     if args.command == "test":

@@ -19,6 +19,7 @@ from subagents.config.endpoints import (
     is_rephraser_type,
 )
 from subagents.config.pipeline import PipelineConfig
+from subagents.config.search_policy import check_search_policy, is_search_policy
 from subagents.config.validation import (
     COMMAND_GENERATOR_VARIABLES,
     REPHRASER_VARIABLES,
@@ -34,10 +35,6 @@ _REPHRASER_KEYS = frozenset({"rephrase_all", "prompt", "prompt_template", "llm",
                              "summarize_history", "max_historical_turns"})
 """``nlg`` keys only the contextual response rephraser reads."""
 UNSUPPORTED_POLICIES = {
-    "EnterpriseSearchPolicy": ("config.enterprise_search.unsupported",
-                               "enterprise search is not supported: knowledge questions get "
-                               "pattern_search's reply",
-                               "give a sub agent an MCP search tool and call it from a flow"),
     "IntentlessPolicy": ("config.intentless_policy.unsupported",
                          "the intentless policy is not supported: chitchat gets "
                          "pattern_chitchat's reply", "override pattern_chitchat"),
@@ -63,6 +60,8 @@ GENERATOR_BASE = ("subagents.dialogue.understanding", "CommandGenerator")
 
 
 class _SettingsLoader(_LoaderBase):
+    endpoints_doc: YamlDoc | None = None
+    """endpoints.yml as written, once read."""
     command_generator_class: type | None = None
     """The project's own command generator class (``pipeline: - name: pkg.mod.Class``)."""
 
@@ -75,6 +74,7 @@ class _SettingsLoader(_LoaderBase):
         doc = self.read(path)
         if doc is None:
             return EndpointsConfig(), None
+        self.endpoints_doc = doc
         data = self.endpoint_keys(doc)
         for section, model, id_key, code in (
                 ("model_groups", ModelGroup, "id", "endpoints.model_group.invalid"),
@@ -243,6 +243,13 @@ class _SettingsLoader(_LoaderBase):
                     code, message, hint = known[name]
                     self.issues.append(doc.issue(code, message, (section, index, "name"),
                                                  hint=hint, severity="warning"))
+        for index, entry in enumerate(pipeline.policies or []):
+            if is_search_policy(entry):
+                search_issues, groups = check_search_policy(
+                    doc, index, entry, root=self.root, endpoints=endpoints,
+                    endpoints_doc=self.endpoints_doc)
+                self.issues += search_issues
+                self.used_model_groups |= groups
         return pipeline
 
     def check_command_generator(self, doc: YamlDoc, endpoints: EndpointsConfig, index: int,

@@ -32,9 +32,11 @@ from subagents.config.mcp_oauth import check_per_user_oauth
 from subagents.config.mcp_sessions import check_template_slots
 from subagents.config.paths import ProjectPaths
 from subagents.config.pipeline import PipelineConfig
+from subagents.config.search_policy import is_search_policy
 from subagents.config.validation import (
     BUILTIN_ACTIONS,
     BUILTIN_SLOTS,
+    SEARCH_STEP_WITHOUT_POLICY,
     FlowChecker,
     ResponseChecker,
     rasa_imports,
@@ -332,6 +334,9 @@ def collect_issues(root: Path | str | ProjectPaths, **locations: Any
             "domain or data files", file=str(root),
             hint="run it in a project folder or pass --project DIR"))
     flows = loader.build_flows(raw_flows, domain, agents, endpoints)
+    if any(is_search_policy(entry) for entry in pipeline.policies or []):
+        # action_trigger_search has its backend: the search policy
+        loader.issues = [i for i in loader.issues if i.code != SEARCH_STEP_WITHOUT_POLICY]
     loader.issues += check_template_slots(
         endpoints_doc, list(endpoints.mcp_servers or []),
         lambda name: name in domain.slots or name in BUILTIN_SLOTS)

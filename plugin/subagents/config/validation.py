@@ -80,11 +80,13 @@ class Broken:
     """A domain or data file could not be read: any name might have been defined there."""
 
 
+SEARCH_STEP_WITHOUT_POLICY = "flow.action.search_unsupported"
+"""An ``action_trigger_search`` step in a project whose config.yml has no search policy."""
 UNSUPPORTED_ACTIONS = {
     "action_trigger_search": (
-        "flow.action.search_unsupported", "enterprise search is not configured: this step "
-        "says utter_no_knowledge_base", "answer knowledge questions with a sub agent that has "
-        "a search tool"),
+        SEARCH_STEP_WITHOUT_POLICY, "enterprise search is not configured: this step says "
+        "utter_no_knowledge_base", "add EnterpriseSearchPolicy to the policies of config.yml "
+        "(see docs/knowledge-search.md), or answer with a sub agent that has a search tool"),
     "action_trigger_chitchat": (
         "flow.action.intentless_unsupported", "the intentless policy is not supported: this "
         "step gives no answer", "answer with a response, e.g. utter_free_chitchat_response"),

@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import pydantic_core
+
 from subagents.config.domain import SlotDefinition
 from subagents.dialogue.commands import (
     CancelFlow,
@@ -121,17 +123,27 @@ def commands_from_json(text: str | None, extra: dict[str, Command] | None = None
     """The commands of a JSON reply (entries that are no command are left out); None when the
     reply is not ``{"commands": [...]}`` JSON (then it is read as command lines).
 
+    A reply cut short (by the reply-length cap) keeps the commands written in full before the
+    one it was cut in: that one is dropped, since a ``set slot`` without its value would clear
+    the slot.
+
     Args:
         text: The model's reply.
         extra: Argument-free commands the project adds, by tag (``search and reply``: ...).
     """
     try:
         data = json.loads(text or "")
+        cut = False
     except ValueError:
-        return None
+        try:
+            data, cut = pydantic_core.from_json(text or "", allow_partial=True), True
+        except ValueError:
+            return None
     entries = data.get("commands") if isinstance(data, dict) else None
     if not isinstance(entries, list):
         return None
+    if cut:
+        entries = entries[:-1]
     commands: list[Command] = []
     for entry in entries:
         command = _from_entry(entry, extra or {}) if isinstance(entry, dict) else None

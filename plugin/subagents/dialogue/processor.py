@@ -45,6 +45,7 @@ from subagents.dialogue.proactive import (
     parked_on,
     split_owner_key,
 )
+from subagents.dialogue.search import EnterpriseSearch
 from subagents.dialogue.stack import Stack
 from subagents.dialogue.turn import Turn
 from subagents.dialogue.understanding import CommandGenerator
@@ -78,14 +79,19 @@ def default_llm_factory(caller: str, settings: ModelSettings) -> Model:
 
 
 class Assistant:
-    """A loaded assistant project. Use ``async with Assistant.load(dir) as assistant:``."""
+    """A loaded assistant project. Use ``async with Assistant.load(dir) as assistant:``.
+
+    ``search_index_root`` is where the search policy's embedded index is persisted (default:
+    the project's ``.subagents/search/``; conversation tests keep theirs apart).
+    """
 
     def __init__(self, project: Project, *, tracker_store: TrackerStore | None = None,
                  lock_store: LockStore | None = None, llm_factory: LLMFactory | None = None,
                  action_stubs: dict[str, Any] | None = None,
                  retry_delays: tuple[float, ...] = (1.0, 2.0),
                  client_metadata_keys: Iterable[str] | None = None,
-                 turn_timeout: float | None = None) -> None:
+                 turn_timeout: float | None = None,
+                 search_index_root: Path | None = None) -> None:
         self.project = project
         self.turn_timeout = turn_timeout or _env_turn_timeout()
         """Seconds a turn may take, waiting for the sender's lock excluded."""
@@ -123,6 +129,13 @@ class Assistant:
                                      assistant_id=project.assistant_id,
                                      model_id=project.assistant_id, retry_delays=retry_delays,
                                      llm_factory=factory, mcp_pool=self.pool)
+        self.search = EnterpriseSearch.from_project(
+            project, factory, responder=self.executor.responder,
+            patterns=self.executor.patterns, navigator=self.executor.navigator,
+            index_root=search_index_root)
+        """Answers knowledge questions (config.yml's ``EnterpriseSearchPolicy``), if any."""
+        if self.search is not None:
+            self.executor.use_search(self.search)
         self.reachable = ReachableChannels()
         """Conversations whose latest message came over a channel that can send later."""
         self.dependencies = Dependencies(self.pool)
@@ -165,6 +178,12 @@ class Assistant:
             if isinstance(result, BaseException):  # e.g. an A2A agent's card or health check
                 await self.close()
                 raise result
+        if self.search is not None:
+            try:
+                await self.search.start(strict=strict)
+            except BaseException:
+                await self.close()
+                raise
         await self.command_llm.prepare()
         self._started = True
 
@@ -174,6 +193,8 @@ class Assistant:
         for agent in self.agents.values():
             await agent.disconnect()
         await self.command_llm.close()
+        if self.search is not None:
+            await self.search.close()
         await self.pool.close()
         await self.tracker_store.close()
         await self.lock_store.close()

@@ -4,8 +4,8 @@ The parts Rasa's enterprise search is made of, usable on their own:
 
 * :mod:`.documents` — a folder of ``.txt`` files as documents; passages (chunks of 1000
   characters, 20 overlapping) or ``Q:``/``A:`` pairs for extractive search.
-* :mod:`.embedder` — the :class:`Embedder` protocol and :class:`OpenAIEmbedder`
-  (``/v1/embeddings`` of any OpenAI-compatible server).
+* :mod:`.embedder` — the :class:`Embedder` protocol and :class:`ModelEmbedder` (embeddings
+  through a model of the package: a model group's ``/v1/embeddings`` or a provider).
 * :mod:`.index` — the embedded index (:class:`LocalIndex`: exact search with numpy, persisted
   under ``.subagents/``, rebuilt when the documents change); extra ``search``.
 * :mod:`.qdrant` — a Qdrant collection as the store (:class:`QdrantStore`); extra ``qdrant``.
@@ -35,7 +35,7 @@ from .documents import (
     parse_qa_documents,
     split_documents,
 )
-from .embedder import Embedder, OpenAIEmbedder
+from .embedder import Embedder, ModelEmbedder
 from .errors import EmbeddingError, IndexCorruptError, SearchBackendError, SearchError
 from .index import DEFAULT_TOP_K, LocalIndex, SearchHit, VectorIndex, content_hash
 from .prompt import DEFAULT_SEARCH_PROMPT, render_search_prompt
@@ -54,7 +54,7 @@ __all__ = [
     "EmbeddingError",
     "IndexCorruptError",
     "LocalIndex",
-    "OpenAIEmbedder",
+    "ModelEmbedder",
     "QdrantSettings",
     "QdrantStore",
     "SearchBackendError",

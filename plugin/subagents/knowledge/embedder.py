@@ -1,29 +1,34 @@
-"""Embeddings: the :class:`Embedder` protocol and an OpenAI-compatible implementation.
+"""Embeddings: the :class:`Embedder` protocol and :class:`ModelEmbedder`, which embeds through
+one of the package's models (:meth:`subagents.llm.Model.embed`).
 
-:class:`OpenAIEmbedder` posts to ``<base_url>/embeddings`` (the ``/v1/embeddings`` route of any
-OpenAI-compatible server) through :class:`openai.AsyncOpenAI`, in batches of ``batch_size`` texts
-(50, as Rasa batches them while building its index). Every reply is checked: one vector per text,
-all of the same length, finite numbers. A failure of any kind is an :class:`EmbeddingError`.
+A model group's model posts to its endpoint's ``/embeddings`` route (any OpenAI-compatible
+server) or goes through the providers extra, with the model's own timeout, retries, recording and
+token counting. :class:`ModelEmbedder` sends ``batch_size`` texts per call (50, as Rasa batches
+them while building its index) and checks every reply: one vector per text, all of the same
+length, finite numbers. A model failure or a malformed reply is an :class:`EmbeddingError`; a
+configuration problem (a missing API key) stays a :class:`~subagents.exceptions.ConfigError`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import structlog
 
-from ..exceptions import ConfigError
-from .errors import EmbeddingError, issue
+from ..exceptions import LLMError
+from .errors import EmbeddingError
 
-__all__ = ["DEFAULT_BATCH_SIZE", "Embedder", "OpenAIEmbedder"]
+if TYPE_CHECKING:
+    from ..llm.model import Model
+    from ..types import CallScope
+
+__all__ = ["DEFAULT_BATCH_SIZE", "Embedder", "ModelEmbedder"]
 
 log = structlog.get_logger("subagents.knowledge")
 
 DEFAULT_BATCH_SIZE = 50
-DEFAULT_TIMEOUT = 30.0
 
 
 @runtime_checkable
@@ -32,94 +37,81 @@ class Embedder(Protocol):
 
     @property
     def identity(self) -> str:
-        """What the vectors depend on (model and size): a persisted index built with another
-        identity is rebuilt."""
+        """What the vectors depend on (model and endpoint): a persisted index built with
+        another identity is rebuilt."""
         ...
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, in order; raise :class:`EmbeddingError` on failure."""
+    async def embed(self, texts: Sequence[str], *, scope: CallScope | None = None
+                    ) -> list[list[float]]:
+        """One vector per text, in order; raise :class:`EmbeddingError` on failure.
+
+        ``scope`` is the calling turn's (its deadline, usage tally and recording), if any.
+        """
         ...
 
 
-class OpenAIEmbedder:
-    """An :class:`Embedder` on an OpenAI-compatible ``/v1/embeddings`` endpoint.
+class ModelEmbedder:
+    """An :class:`Embedder` on a :class:`~subagents.llm.Model`.
 
     Args:
-        model: The embeddings model name sent with each request.
-        base_url: The OpenAI-compatible base URL (``http://host:port/v1``); the OpenAI API when
-            omitted.
-        api_key: The API key (already resolved from the environment by the caller). Without one,
-            ``OPENAI_API_KEY`` is used; a server given by ``base_url`` may need none.
-        dimensions: Ask the model for vectors of this length (models that support it).
-        timeout: Seconds per request.
-        max_retries: Retries of a failed request (the SDK's backoff).
-        batch_size: Texts per request.
-        headers: Extra HTTP headers sent with each request.
+        model: The embeddings model (built from a model group or inline settings).
+        identity: What the vectors depend on; by default the model's provider, endpoint and
+            name (``openai:http://host/v1:text-embedding-3-small``).
+        batch_size: Texts per call.
     """
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None,
-                 dimensions: int | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 max_retries: int = 1, batch_size: int = DEFAULT_BATCH_SIZE,
-                 headers: dict[str, str] | None = None) -> None:
+    def __init__(self, model: Model, *, identity: str | None = None,
+                 batch_size: int = DEFAULT_BATCH_SIZE) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be at least 1")
         self.model = model
-        self.base_url = base_url
-        self.dimensions = dimensions
         self.batch_size = batch_size
-        self._options: dict[str, Any] = {
-            "api_key": _api_key(api_key, base_url, model), "base_url": base_url,
-            "timeout": timeout, "max_retries": max_retries, "default_headers": headers or None}
-        self._client: Any = None
+        self._identity = identity or model_identity(model)
 
     @property
     def identity(self) -> str:
-        """``<model>`` or ``<model>@<dimensions>``."""
-        return self.model if self.dimensions is None else f"{self.model}@{self.dimensions}"
+        """``<provider>:<api_base>:<model>`` unless given."""
+        return self._identity
 
-    async def embed(self, texts: Sequence[str]) -> list[list[float]]:
+    async def embed(self, texts: Sequence[str], *, scope: CallScope | None = None
+                    ) -> list[list[float]]:
         """Embed ``texts`` in batches; raise :class:`EmbeddingError` on any failure."""
         vectors: list[list[float]] = []
         for start in range(0, len(texts), self.batch_size):
-            vectors += await self._batch(list(texts[start:start + self.batch_size]))
+            batch = list(texts[start:start + self.batch_size])
+            try:
+                reply = await self.model.embed(batch, scope=scope)
+            except LLMError as exc:
+                log.warning("search.embeddings.failed", model=self.identity,
+                            error_code=exc.code)
+                raise EmbeddingError(f"embeddings model {self.identity!r} failed: "
+                                     f"[{exc.code}] {exc}") from exc
+            vectors += _checked(reply, len(batch), self.identity)
         if vectors and any(len(v) != len(vectors[0]) for v in vectors):
-            raise EmbeddingError(f"embeddings model {self.model!r} returned vectors of "
+            raise EmbeddingError(f"embeddings model {self.identity!r} returned vectors of "
                                  "different lengths")
         return vectors
 
     async def close(self) -> None:
-        """Close the HTTP client, if one was opened."""
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
-    async def _batch(self, texts: list[str]) -> list[list[float]]:
-        from openai import AsyncOpenAI, OpenAIError
-
-        if self._client is None:
-            self._client = AsyncOpenAI(**self._options)
-        extra: dict[str, Any] = {} if self.dimensions is None else {"dimensions": self.dimensions}
-        try:
-            response = await self._client.embeddings.create(
-                model=self.model, input=texts, encoding_format="float", **extra)
-        except OpenAIError as exc:
-            log.warning("search.embeddings.failed", model=self.model, error=type(exc).__name__)
-            raise EmbeddingError(f"embeddings model {self.model!r} failed: "
-                                 f"{type(exc).__name__}: {exc}") from exc
-        return _vectors(response, len(texts), self.model)
+        """Close the model's connections."""
+        await self.model.close()
 
 
-def _vectors(response: Any, count: int, model: str) -> list[list[float]]:
-    """The vectors of an embeddings reply, ordered by ``index``; checked."""
-    data = getattr(response, "data", None)
-    if not isinstance(data, list) or len(data) != count:
-        got = len(data) if isinstance(data, list) else "no"
+def model_identity(model: Model) -> str:
+    """``<provider>:<api_base>:<model>`` of a model (its first member for a routed group)."""
+    settings = model.settings
+    return f"{settings.provider}:{settings.api_base or ''}:{settings.called_model}"
+
+
+def _checked(reply: object, count: int, model: str) -> list[list[float]]:
+    """The vectors of one reply, checked: ``count`` non-empty vectors of finite numbers."""
+    if not isinstance(reply, list) or len(reply) != count:
+        got = len(reply) if isinstance(reply, list) else "no"
         raise EmbeddingError(f"embeddings model {model!r} returned {got} vectors for "
                              f"{count} texts")
     try:
-        ordered = sorted(data, key=lambda item: int(item.index))
-        vectors = [[float(x) for x in item.embedding] for item in ordered]
-    except (TypeError, ValueError, AttributeError) as exc:
+        vectors = [[float(x) for x in vector] for vector in reply]
+    except (TypeError, ValueError) as exc:
         raise EmbeddingError(f"embeddings model {model!r} returned something that is not a "
                              f"list of vectors: {exc}") from exc
     for vector in vectors:
@@ -127,16 +119,3 @@ def _vectors(response: Any, count: int, model: str) -> list[list[float]]:
             raise EmbeddingError(f"embeddings model {model!r} returned an empty vector or one "
                                  "with a non-finite number")
     return vectors
-
-
-def _api_key(api_key: str | None, base_url: str | None, model: str) -> str:
-    if api_key:
-        return api_key
-    if os.environ.get("OPENAI_API_KEY"):
-        return os.environ["OPENAI_API_KEY"]
-    if base_url:
-        return "not-needed"  # self-hosted OpenAI-compatible servers often need no key
-    raise ConfigError(issue("search.embeddings_api_key_missing",
-                            f"no API key for the embeddings model {model!r}",
-                            hint="export OPENAI_API_KEY=..., or give the model group an "
-                                 "api_key: ${VAR} or an api_base"))

@@ -51,6 +51,8 @@ from .errors import SEARCH_EXTRA, IndexCorruptError, SearchError, extra_missing,
 if TYPE_CHECKING:
     import numpy.typing as npt
 
+    from ..types import CallScope
+
 __all__ = ["DEFAULT_TOP_K", "INDEX_FORMAT", "LocalIndex", "SearchHit", "VectorIndex",
            "content_hash", "require_numpy"]
 
@@ -194,7 +196,7 @@ class LocalIndex:
 
     async def ensure(self) -> VectorIndex:
         """Load the persisted index if it matches the documents, else build and persist it."""
-        self._check_source()
+        self.check_source()
         digest = self.content_hash()
         index = self._load_matching(digest)
         self.rebuilt = index is None
@@ -205,7 +207,7 @@ class LocalIndex:
 
     async def build(self, digest: str | None = None) -> VectorIndex:
         """Chunk, embed and persist the documents now, whatever is on disk."""
-        self._check_source()
+        self.check_source()
         digest = digest or self.content_hash()
         started = time.perf_counter()
         documents = self.documents()
@@ -232,15 +234,18 @@ class LocalIndex:
                                                                                self.splitter)
 
     async def search(self, query: str, k: int = DEFAULT_TOP_K,
-                     min_score: float | None = None) -> list[SearchHit]:
-        """Embed ``query`` and return the ``k`` nearest documents (builds the index first)."""
+                     min_score: float | None = None, *,
+                     scope: CallScope | None = None) -> list[SearchHit]:
+        """Embed ``query`` and return the ``k`` nearest documents (builds the index first);
+        ``scope`` is the calling turn's."""
         if not query.strip():
             return []
         index = self.index if self.index is not None else await self.ensure()
-        [vector] = await self.embedder.embed([query])
+        [vector] = await self.embedder.embed([query], scope=scope)
         return index.search(vector, k, min_score)
 
-    def _check_source(self) -> None:
+    def check_source(self) -> None:
+        """Raise :class:`ConfigError` when the documents folder is missing or has no file."""
         if not self.source.is_dir():
             raise ConfigError(issue("search.source_missing",
                                     f"the documents folder {self.source} does not exist",

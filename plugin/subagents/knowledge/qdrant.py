@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
@@ -35,6 +35,9 @@ from .documents import Document
 from .embedder import Embedder
 from .errors import QDRANT_EXTRA, SearchBackendError, extra_missing
 from .index import DEFAULT_TOP_K, SearchHit
+
+if TYPE_CHECKING:
+    from ..types import CallScope
 
 __all__ = ["QdrantSettings", "QdrantStore"]
 
@@ -118,8 +121,10 @@ class QdrantStore:
             self._client = None
 
     async def search(self, query: str, k: int = DEFAULT_TOP_K,
-                     min_score: float | None = None) -> list[SearchHit]:
-        """Embed ``query``; the ``k`` nearest points of the collection, best first.
+                     min_score: float | None = None, *,
+                     scope: CallScope | None = None) -> list[SearchHit]:
+        """Embed ``query``; the ``k`` nearest points of the collection, best first
+        (``scope``: the calling turn's).
 
         Raises:
             SearchBackendError: Qdrant failed, or a point lacks the content payload key.
@@ -127,7 +132,7 @@ class QdrantStore:
         """
         if not query.strip():
             return []
-        [vector] = await self.embedder.embed([query])
+        [vector] = await self.embedder.embed([query], scope=scope)
         options: dict[str, Any] = {"collection_name": self.settings.collection, "query": vector,
                                    "limit": k, "with_payload": True}
         if min_score is not None:

@@ -40,8 +40,10 @@ class OpenAICompatibleModel:
         self.name = name
         self._chat: ModelEndpoint | None = None
         self._embeddings: ModelEndpoint | None = None
+        self._props: object = _UNKNOWN
+        """The server's ``/props`` (see :meth:`server_props`), once asked."""
         self._stale: list[ModelEndpoint] = []
-        self._native_tools: object = _UNKNOWN
+        """Endpoints of replaced settings, closed by :meth:`close`."""
         self._body: JsonObject | None = None
         """What every request body starts with: the model and its options, resolved."""
 
@@ -56,6 +58,7 @@ class OpenAICompatibleModel:
         self._stale.extend(e for e in (self._chat, self._embeddings) if e is not None)
         self._chat = self._embeddings = None  # built again from the new settings
         self._body = None
+        self._props = _UNKNOWN
 
     def _endpoint(self, path: str) -> ModelEndpoint:
         current = self._chat if path == "/chat/completions" else self._embeddings
@@ -134,20 +137,28 @@ class OpenAICompatibleModel:
                          completion_tokens=response.usage.completion_tokens)
         return response
 
+    async def server_props(self) -> JsonObject | None:
+        """What the server says of itself at ``GET /props`` (llama.cpp's server does; asked
+        once), or None: other servers have no such route, hosted providers are not asked."""
+        if self.settings.provider in ("openai", "azure") or self.settings.provider in HOSTED:
+            return None
+        if self._props is _UNKNOWN:
+            root = base_url(self.settings).removesuffix("/v1")
+            props = await self._endpoint("/chat/completions").get_json(root + "/props",
+                                                                       timeout=3.0)
+            self._props = props if isinstance(props, dict) else None
+        return self._props  # type: ignore[return-value]
+
     async def native_tools(self) -> bool | None:
         """Whether the server calls tools natively: False when it describes itself as a
         llama.cpp server whose chat template has no tools (it would drop them silently), None
         when it does not say (hosted providers are not asked)."""
         if self.settings.provider in ("openai", "azure") or self.settings.provider in HOSTED:
             return True
-        if self._native_tools is _UNKNOWN:
-            root = base_url(self.settings).removesuffix("/v1")
-            props = await self._endpoint("/chat/completions").get_json(root + "/props",
-                                                                       timeout=3.0)
-            caps = props.get("chat_template_caps") if isinstance(props, dict) else None
-            found = caps.get("supports_tool_calls") if isinstance(caps, dict) else None
-            self._native_tools = found if isinstance(found, bool) else None
-        return self._native_tools  # type: ignore[return-value]
+        props = await self.server_props()
+        caps = props.get("chat_template_caps") if props is not None else None
+        found = caps.get("supports_tool_calls") if isinstance(caps, dict) else None
+        return found if isinstance(found, bool) else None
 
     async def embed(self, texts: list[str], *, scope: CallScope | None = None
                     ) -> list[list[float]]:

@@ -6,7 +6,8 @@
   call of one of the tools (its name and its arguments' schema) or a text answer, and the reply
   is turned back into a tool call or text. Any server that accepts ``response_format`` with a
   JSON schema works this way, with or without native tool calling (llama.cpp, vLLM, Ollama,
-  LM Studio, OpenAI).
+  LM Studio, OpenAI). llama.cpp is also told to write the JSON without line breaks
+  (:data:`COMPACT_JSON`).
 * ``auto``: the caller's reply format is sent; a server that refuses it gets the call again
   without it, and the model stops asking for it. Tools go as native tools, except to a server
   that says it has none (llama.cpp's ``/props`` for a chat template without tools, which would
@@ -24,6 +25,7 @@ import re
 import uuid
 from typing import Any
 
+import pydantic_core
 import structlog
 
 from subagents.exceptions import LLMError
@@ -39,6 +41,15 @@ _SCHEMA_WORDS = re.compile(r"response_format|json_schema|json schema|grammar|sch
 _TOOL_WORDS = re.compile(r"\btools?\b|tool_choice|function|jinja", re.I)
 REPLY_FORMAT = "reply"
 """The name of the JSON schema of an agent's reply in the JSON tool form."""
+COMPACT_JSON = [[space, False] for space in (
+    *("\n" + " " * indent for indent in range(33)), "\n\n", "\n\n\n", "\n\n ", "\n\t",
+    "\n\t\t", " \n", "  \n", "\r\n")]
+"""llama.cpp's ``logit_bias`` (by text) that forbids line breaks: its JSON grammar lets a model
+indent, and small models do, which doubles a reply's tokens; JSON needs no line break, so a
+constrained reply comes compact. A line break and the indentation after it are often one token
+(SmolLM2's vocabulary has one per indentation up to 32 spaces), so each such text is listed.
+Sent only to a llama.cpp server (it describes itself at ``/props``) with a reply format, and not
+when the model's settings set ``logit_bias``."""
 
 
 def schema_format(name: str, schema: JsonObject) -> JsonObject:
@@ -64,6 +75,8 @@ class StructuredOutputModel(WrapperModel):
         """The server refused native tools, or says it has none (under ``auto``): the JSON
         form is used."""
         self.tools_checked = False
+        self.llama_cpp: bool | None = None
+        """Whether the server is llama.cpp's (asked once, when a reply format is first sent)."""
 
     @property
     def mode(self) -> str:
@@ -78,6 +91,8 @@ class StructuredOutputModel(WrapperModel):
         mode = self.mode
         if options and "response_format" in options and (mode == "off" or self.schema_refused):
             options = {k: v for k, v in options.items() if k != "response_format"}
+        elif options and "response_format" in options:
+            options = await self._compact(options)
         if tools and (mode == "json_schema" or self.tools_refused or (
                 mode == "auto" and await self._tools_dropped())):
             return await self._json_tools(messages, tools, on_text, scope, options)
@@ -100,6 +115,19 @@ class StructuredOutputModel(WrapperModel):
                 return await self._json_tools(messages, tools, on_text, scope, options)
             raise
 
+    async def _compact(self, options: JsonObject) -> JsonObject:
+        """``options`` with :data:`COMPACT_JSON` when the server is llama.cpp's."""
+        settings = self.settings
+        if "logit_bias" in options or "logit_bias" in settings.options \
+                or "logit_bias" in settings.extra_body:
+            return options
+        if self.llama_cpp is None:
+            ask = getattr(self.inner, "server_props", None)
+            props = await ask() if ask is not None else None
+            self.llama_cpp = isinstance(props, dict) and bool(
+                {"chat_template_caps", "default_generation_settings"} & props.keys())
+        return {**options, "logit_bias": COMPACT_JSON} if self.llama_cpp else options
+
     async def _tools_dropped(self) -> bool:
         """Whether the server says it has no native tool calling (asked once)."""
         ask = getattr(self.inner, "native_tools", None)
@@ -115,21 +143,60 @@ class StructuredOutputModel(WrapperModel):
     async def _json_tools(self, messages: list[ChatMessage], tools: list[JsonObject],
                           on_text: TextCallback | None, scope: CallScope | None,
                           options: JsonObject | None) -> LLMResponse:
-        """One call in the JSON tool form: the reply is one tool call or a text answer."""
+        """One call in the JSON tool form: the reply is one tool call or a text answer. A
+        streaming caller gets the answer's text as it is written (a tool call sends none)."""
         specs = [spec for spec in map(_function, tools) if spec is not None]
-        asked = {**(options or {}), "response_format": schema_format(
-            REPLY_FORMAT, reply_schema(specs))}
-        response = await self.inner.complete(json_tool_messages(messages, specs), None,
-                                             scope=scope, options=asked)
-        reply = read_reply(response.text, {spec["name"] for spec in specs})
+        asked = await self._compact({**(options or {}), "response_format": schema_format(
+            REPLY_FORMAT, reply_schema(specs))})
+        answer = _AnswerStream(on_text) if on_text is not None else None
+        response = await self.inner.complete(
+            json_tool_messages(messages, specs), None, stream=answer is not None,
+            on_text=answer.feed if answer is not None else None, scope=scope, options=asked)
+        reply = read_reply(response.text, {spec["name"] for spec in specs},
+                           cut=response.finish_reason == "length")
         if isinstance(reply, ToolCall):
             response.text, response.tool_calls = None, [reply]
         else:
             response.text, response.tool_calls = reply, []
-            if reply and on_text is not None:
-                await on_text(reply)
+            if reply and answer is not None:
+                await answer.finish(reply)
                 response.streamed = True  # the caller has the text: not to be sent again
         return response
+
+
+class _AnswerStream:
+    """Hands a streaming caller the growing answer of a JSON-form reply: the raw JSON arriving
+    so far is read as partial JSON, and what the answer gained is passed on."""
+
+    def __init__(self, on_text: TextCallback) -> None:
+        self.on_text = on_text
+        self.raw = ""
+        self.sent = ""
+
+    async def feed(self, delta: str) -> None:
+        """One piece of the raw reply."""
+        self.raw += delta
+        await self._send(_partial_answer(self.raw))
+
+    async def finish(self, answer: str) -> None:
+        """The whole answer: what was not sent yet goes now."""
+        await self._send(answer)
+
+    async def _send(self, answer: str | None) -> None:
+        if answer and len(answer) > len(self.sent) and answer.startswith(self.sent):
+            delta, self.sent = answer[len(self.sent):], answer
+            await self.on_text(delta)
+
+
+def _partial_answer(raw: str) -> str | None:
+    """The answer of a JSON-form reply that may be cut short, as far as it was written."""
+    try:
+        data = pydantic_core.from_json(raw, allow_partial="trailing-strings")
+    except ValueError:
+        return None
+    reply = data.get("reply") if isinstance(data, dict) else None
+    answer = reply.get("answer") if isinstance(reply, dict) else None
+    return answer if isinstance(answer, str) else None
 
 
 def _function(tool: JsonObject) -> JsonObject | None:
@@ -210,13 +277,15 @@ def _text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def read_reply(text: str | None, names: set[str]) -> ToolCall | str | None:
+def read_reply(text: str | None, names: set[str], *, cut: bool = False
+               ) -> ToolCall | str | None:
     """A reply in the JSON tool form as a tool call or the answer's text; None when it is not
-    such a reply (cut short, or no JSON at all)."""
+    such a reply (no JSON at all, or a tool call cut short). An answer cut short by the
+    reply-length cap (``cut``) is the text written so far, as a cut plain-text reply is."""
     try:
         data = json.loads(text or "")
     except ValueError:
-        return None
+        return _partial_answer(text or "") if cut else None
     reply = data.get("reply") if isinstance(data, dict) else None
     if not isinstance(reply, dict):
         return None

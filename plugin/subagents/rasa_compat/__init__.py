@@ -52,6 +52,12 @@ MODULES: dict[str, dict[str, str]] = {
     "rasa.agents.schemas.agent_tool_result": _SCHEMAS,
     "rasa.agents.schemas.agent_tool_schema": _SCHEMAS,
     "rasa.agents.schemas.agent_tool_context": _SCHEMAS,
+    "rasa.agents.constants": dict.fromkeys(
+        ("TOOL_TYPE_KEY", "TOOL_TYPE_FUNCTION_KEY", "TOOL_NAME_KEY", "TOOL_DESCRIPTION_KEY",
+         "TOOL_PARAMETERS_KEY", "TOOL_STRICT_KEY", "TOOL_PROPERTIES_KEY", "TOOL_REQUIRED_KEY",
+         "TOOL_ADDITIONAL_PROPERTIES_KEY", "TOOL_PROPERTY_TYPE_KEY", "TOOL_INPUT_SCHEMA_KEY",
+         "KEY_ROLE", "KEY_CONTENT", "KEY_TOOL_CALL_ID", "KEY_TOOL_CALLS", "KEY_FUNCTION",
+         "KEY_NAME", "KEY_ARGUMENTS", "KEY_ID", "KEY_TYPE"), _SHIMS),
     "rasa.agents.core": {},
     "rasa.agents.core.types": {"AgentStatus": "subagents.agents.schemas",
                                "ProtocolType": _SHIMS},

@@ -53,6 +53,29 @@ class InvalidParameterException(RasaException, ValueError):  # noqa: N818 - Rasa
 
 AgentInitializationException = AgentInitializationError
 
+# The keys of a tool definition in the OpenAI function-calling format and of chat messages, by
+# the names Rasa gives them (an agent class builds its own tool dicts with these).
+TOOL_TYPE_KEY = "type"
+TOOL_TYPE_FUNCTION_KEY = "function"
+TOOL_NAME_KEY = "name"
+TOOL_DESCRIPTION_KEY = "description"
+TOOL_PARAMETERS_KEY = "parameters"
+TOOL_STRICT_KEY = "strict"
+TOOL_PROPERTIES_KEY = "properties"
+TOOL_REQUIRED_KEY = "required"
+TOOL_ADDITIONAL_PROPERTIES_KEY = "additionalProperties"
+TOOL_PROPERTY_TYPE_KEY = "type"
+TOOL_INPUT_SCHEMA_KEY = "input_schema"
+KEY_ROLE = "role"
+KEY_CONTENT = "content"
+KEY_TOOL_CALL_ID = "tool_call_id"
+KEY_TOOL_CALLS = "tool_calls"
+KEY_FUNCTION = "function"
+KEY_NAME = "name"
+KEY_ARGUMENTS = "arguments"
+KEY_ID = "id"
+KEY_TYPE = "type"
+
 
 def read_json_file(filename: str | Path) -> Any:
     """Read a JSON file (UTF-8); a missing file or bad JSON raises a Rasa-style exception."""

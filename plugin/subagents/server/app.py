@@ -401,7 +401,7 @@ _PYTHON_GC_THRESHOLDS = frozenset({(700, 10, 10), (2000, 10, 10)})
 set by the process, which keeps it."""
 SERVING_GC_THRESHOLDS = (50_000, 10, 10)
 """The youngest generation is collected after 50,000 net allocations instead of 700: a turn
-leaves no reference cycles behind (tests/integration/test_turn_garbage.py), so frequent
+leaves no reference cycles behind (tests/integration/server/test_turn_garbage.py), so frequent
 collections would only walk the state of the turns in flight, again and again."""
 GC_THRESHOLDS_ENV = "SUBAGENTS_GC_THRESHOLDS"
 

@@ -22,6 +22,7 @@ import inspect
 import json
 import os
 import re
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -180,6 +181,7 @@ class Runner:
         self._standins: Any = None
         self._a2a_assistants: dict[tuple[bool, frozenset[str]], Any] = {}
         self._stack = contextlib.AsyncExitStack()
+        self._index_root: Path | None = None
         self.unscripted_rephraser: set[str] = set()
         """Scripted cases (``file::name``) whose responses went out as written because they
         script no rephraser."""
@@ -209,13 +211,22 @@ class Runner:
             self.fake = await self._stack.enter_async_context(FakeModelServer())
             self._scripted = await self._stack.enter_async_context(Assistant.load(
                 self.project_dir, tracker_store=InMemoryTrackerStore(),
-                llm_factory=self.fake.llm_factory(), retry_delays=(0.0,)))
+                llm_factory=self.fake.llm_factory(), retry_delays=(0.0,),
+                search_index_root=self._scripted_index_root()))
             self._count_hooks(self._scripted)
         if not scripted and self._real is None:
             self._real = await self._stack.enter_async_context(Assistant.load(
                 self.project_dir, tracker_store=InMemoryTrackerStore()))
             self._count_hooks(self._real)
         return self._scripted if scripted else self._real
+
+    def _scripted_index_root(self) -> Path:
+        """Where scripted assistants keep the search index: its vectors come from the fake
+        server, so it must not replace the project's own (built with the real embeddings)."""
+        if self._index_root is None:
+            self._index_root = Path(self._stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="subagents-test-index-")))
+        return self._index_root
 
     def _count_hooks(self, assistant: Any) -> None:
         """Record each call of an agent hook (the hook itself runs unchanged)."""
@@ -341,7 +352,8 @@ class Runner:
         if scripted:
             if self.fake is None:
                 self.fake = await self._stack.enter_async_context(FakeModelServer())
-            kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,))
+            kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,),
+                          search_index_root=self._scripted_index_root())
         if case.a2a_script is not None:  # the run's stand-ins start before the case's servers
             await self._point_at_standins(project, case.a2a_script)
             self.a2a_standins = self._standins.load(case.a2a_script)
@@ -376,7 +388,8 @@ class Runner:
             if scripted:
                 if self.fake is None:
                     self.fake = await self._stack.enter_async_context(FakeModelServer())
-                kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,))
+                kwargs.update(llm_factory=self.fake.llm_factory(), retry_delays=(0.0,),
+                              search_index_root=self._scripted_index_root())
             assistant = await self._stack.enter_async_context(Assistant(project, **kwargs))
             self._count_hooks(assistant)
             self._a2a_assistants[key] = assistant

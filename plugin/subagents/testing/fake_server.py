@@ -5,7 +5,9 @@ serves ``POST /<caller>/v1/chat/completions`` (``/v1/...`` is caller ``default``
 point a client at ``fake.base_url(caller)``. Each request pops the caller's next scripted reply
 (format: ``docs/conversation-tests.md``). Beyond the fixture format, a reply may carry ``stall``
 (send nothing more, until the client gives up) and ``drop`` (close the connection), both applied
-after the first streamed chunk when streaming. ``POST .../embeddings`` answers with deterministic
+after the first streamed chunk when streaming, and ``finish_reason`` (e.g. ``length``: a reply
+cut by the reply-length cap). With ``props`` given, ``GET /props`` answers it, as llama.cpp's
+server describes itself there. ``POST .../embeddings`` answers with deterministic
 bag-of-words vectors (:func:`embed_text`), unscripted; the texts of each such request are kept in
 :attr:`FakeModelServer.embedding_inputs` (not in ``requests``).
 
@@ -39,6 +41,13 @@ class Reply:
     expect: dict[str, Any] | None = None
     stall: bool = False
     drop: bool = False
+    finish_reason: str | None = None
+    """What the reply says ended it (default: ``tool_calls`` or ``stop``)."""
+
+    @property
+    def finish(self) -> str:
+        """The reply's ``finish_reason``."""
+        return self.finish_reason or ("tool_calls" if self.tool_calls else "stop")
 
 
 @dataclass
@@ -72,7 +81,8 @@ class RecordedRequest:
                          if m.get("role") == "system")
 
 
-_REPLY_KEYS = {"text", "tool_calls", "error", "delay_ms", "expect", "stall", "drop"}
+_REPLY_KEYS = {"text", "tool_calls", "error", "delay_ms", "expect", "stall", "drop",
+               "finish_reason"}
 EXPECT_KEYS = {"tools", "tools_include", "tools_exclude", "tools_schema", "system_contains",
                "system_not_contains", "messages_contain", "messages_not_contain", "last_user",
                "roles"}
@@ -116,7 +126,8 @@ def normalize_reply(raw: Any, counter: list[int] | None = None) -> Reply:
         raise ValueError("error needs {status: <http status>, message: ...}")
     return Reply(text=raw.get("text"), tool_calls=calls, error=error,
                  delay_ms=float(raw.get("delay_ms") or 0), expect=expect,
-                 stall=bool(raw.get("stall")), drop=bool(raw.get("drop")))
+                 stall=bool(raw.get("stall")), drop=bool(raw.get("drop")),
+                 finish_reason=str(raw["finish_reason"]) if raw.get("finish_reason") else None)
 
 
 def check_expect(expect: dict[str, Any], request: RecordedRequest) -> list[str]:
@@ -204,8 +215,11 @@ class FakeModelServer:
     """Scripted OpenAI-compatible server; see the module docstring."""
 
     def __init__(self, script: dict[str, list[Any]] | None = None, *, host: str = "127.0.0.1",
-                 chunk_chars: int = 8, model: str = "fake-model") -> None:
+                 chunk_chars: int = 8, model: str = "fake-model",
+                 props: dict[str, Any] | None = None) -> None:
         self.host = host
+        self.props = props
+        """What ``GET /props`` answers (None: 404, as servers other than llama.cpp do)."""
         self.port = 0
         self.chunk_chars = chunk_chars
         self.model = model
@@ -326,12 +340,9 @@ class FakeModelServer:
     async def _respond(self, request: tuple[str, str, dict[str, str], bytes],
                        writer: asyncio.StreamWriter) -> bool:
         method, path, headers, raw = request
-        if method == "POST" and path.endswith("/embeddings"):
-            texts, payload = _embeddings(raw)
-            self.embedding_inputs.append(texts)
-            await _send_json(writer, 200, payload)
-            return True
         route = path.split("?", 1)[0]  # an azure path carries ?api-version=
+        if await self._unscripted(method, route, raw, writer):
+            return True
         if method != "POST" or not route.endswith("/chat/completions"):
             await _send_json(writer, 404, {"error": {"message": f"no route {method} {path}"}})
             return True
@@ -379,6 +390,19 @@ class FakeModelServer:
         await _send_json(writer, 200, self._completion(reply, body))
         return True
 
+    async def _unscripted(self, method: str, route: str, raw: bytes,
+                          writer: asyncio.StreamWriter) -> bool:
+        """Answer ``/embeddings`` and ``/props`` (no script); whether it was one of them."""
+        if method == "POST" and route.endswith("/embeddings"):
+            texts, payload = _embeddings(raw)
+            self.embedding_inputs.append(texts)
+            await _send_json(writer, 200, payload)
+            return True
+        if method == "GET" and route == "/props" and self.props is not None:
+            await _send_json(writer, 200, self.props)
+            return True
+        return False
+
     def _message(self, reply: Reply) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.text}
         if reply.tool_calls:
@@ -399,7 +423,7 @@ class FakeModelServer:
         return {"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion",
                 "created": int(time.time()), "model": body.get("model", self.model),
                 "choices": [{"index": 0, "message": self._message(reply),
-                             "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+                             "finish_reason": reply.finish}],
                 "usage": self._usage(body, reply)}
 
     async def _stream(self, reply: Reply, body: dict[str, Any],
@@ -431,9 +455,8 @@ class FakeModelServer:
                 return False
             if reply.delay_ms and number:
                 await asyncio.sleep(reply.delay_ms / 1000)
-        finish = "tool_calls" if reply.tool_calls else "stop"
         await _send_chunk(writer, {**base, "choices": [
-            {"index": 0, "delta": {}, "finish_reason": finish}]})
+            {"index": 0, "delta": {}, "finish_reason": reply.finish}]})
         if (body.get("stream_options") or {}).get("include_usage"):
             await _send_chunk(writer, {**base, "choices": [], "usage": self._usage(body, reply)})
         await _write_chunk(writer, b"data: [DONE]\n\n")
