@@ -25,7 +25,7 @@ import statistics
 import sys
 import time
 import tracemalloc
-from typing import Any
+from typing import Any, NamedTuple
 
 from subagents import events as ev
 from subagents.agents.open_agent import MCPOpenAgent
@@ -39,6 +39,8 @@ from subagents.testing import FakeModelServer
 RUNS = 40
 CPU_RUNS = 200
 """Runs whose CPU time is measured (more than RUNS: CPU time of a few runs is noisy)."""
+ROUNDS = 10
+"""The CPU figures alternate in this many rounds (agent, model alone, raw client)."""
 STEPS = 5
 
 
@@ -113,23 +115,40 @@ asyncio.run(main())
 """
 
 
-async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float, float]:
+class Cpu(NamedTuple):
+    """CPU ms of this process per agent step, per call of the agent's model alone and per raw
+    aiohttp call, each the median of the rounds, and the per-round ratios agent / raw."""
+
+    agent: list[float]
+    client: list[float]
+    raw: list[float]
+
+    def ratios(self) -> list[float]:
+        """Agent step / raw call, per round."""
+        return [a / r for a, r in zip(self.agent, self.raw, strict=True)]
+
+
+async def _cpu_per_step(bodies: list[dict[str, Any]]) -> Cpu:
     """CPU ms of this process per agent step, per model call of the agent's model alone and
-    per raw aiohttp call, fake model in a child."""
+    per raw aiohttp call, fake model in a child. The three alternate in rounds of
+    ``CPU_RUNS // ROUNDS`` runs, so a change in the machine's load touches all three alike."""
     import aiohttp
 
-    runs = 3 + CPU_RUNS
+    per_round = CPU_RUNS // ROUNDS
+    runs = 3 + per_round * ROUNDS
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", _CHILD, json.dumps(script()), str(runs * 4),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env={**os.environ})
     assert proc.stdout is not None
     assert proc.stdin is not None
     base = (await proc.stdout.readline()).decode().strip()
+    cpu = Cpu([], [], [])
     try:
         llm = build_model(ModelSettings(model="m", api_base=base, max_retries=0), name="bench")
         agent = Bench("bench", "benchmark", llm=llm,
                       configuration=AgentConfiguration(include_date_time=False))
         history = [ev.user_uttered(f"message {i}") for i in range(10)]
+        headers = {"Authorization": "Bearer x", "Content-Type": "application/json"}
 
         async def agent_runs(count: int) -> None:
             for _ in range(count):
@@ -138,23 +157,12 @@ async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float, flo
                 output = await agent.run(inp, CollectingOutputChannel())
                 assert output.status.value == "completed", output
 
-        await agent_runs(3)
-        start = time.process_time()
-        await agent_runs(CPU_RUNS)
-        agent_cpu = (time.process_time() - start) * 1000 / (CPU_RUNS * STEPS)
-
         async def client_runs(count: int) -> None:
             for _ in range(count):
                 for body in bodies:
                     reply = await llm.complete(body["messages"], body.get("tools"))
                     assert reply.tool_calls
 
-        await client_runs(3)
-        start = time.process_time()
-        await client_runs(CPU_RUNS)
-        client_cpu = (time.process_time() - start) * 1000 / (CPU_RUNS * STEPS)
-        await agent.disconnect()
-        headers = {"Authorization": "Bearer x", "Content-Type": "application/json"}
         async with aiohttp.ClientSession() as session:
             async def raw_runs(count: int) -> None:
                 for _ in range(count):
@@ -165,14 +173,25 @@ async def _cpu_per_step(bodies: list[dict[str, Any]]) -> tuple[float, float, flo
                             reply = json.loads(await response.read())
                         assert reply["choices"][0]["message"]["tool_calls"]
 
-            await raw_runs(3)
-            start = time.process_time()
-            await raw_runs(CPU_RUNS)
-            raw_cpu = (time.process_time() - start) * 1000 / (CPU_RUNS * STEPS)
+            measured = ((agent_runs, cpu.agent), (client_runs, cpu.client),
+                        (raw_runs, cpu.raw))
+            for runner, _ in measured:
+                await runner(1)  # warm-up: imports, connection pools
+            for _ in range(ROUNDS):
+                for runner, figures in measured:
+                    start = time.process_time()
+                    await runner(per_round)
+                    figures.append((time.process_time() - start) * 1000 / (per_round * STEPS))
+        await agent.disconnect()
     finally:
         proc.stdin.close()
         await proc.wait()
-    return agent_cpu, client_cpu, raw_cpu
+    return cpu
+
+
+def _spread(values: list[float], unit: str = " ms", digits: int = 3) -> str:
+    return (f"median {statistics.median(values):.{digits}f}{unit} "
+            f"({min(values):.{digits}f}-{max(values):.{digits}f})")
 
 
 async def main() -> None:
@@ -194,17 +213,19 @@ async def main() -> None:
         await _raw_floor(fake, bodies, 3)
         floor = await _raw_floor(fake, bodies, RUNS)
         fake.assert_done()
-    agent_cpu, client_cpu, raw_cpu = await _cpu_per_step(bodies)
+    cpu = await _cpu_per_step(bodies)
     print(f"per step (wall minus fake-server time): median {statistics.median(per_step):.2f} ms"
           f", min {min(per_step):.2f} ms, max {max(per_step):.2f} ms  (n={len(per_step)} runs)")
     print(f"raw JSON client floor per call: median {statistics.median(floor):.2f} ms, "
           f"min {min(floor):.2f} ms  -> agent step / floor = "
           f"{statistics.median(per_step) / statistics.median(floor):.2f}x")
-    print(f"CPU per step, fake model in a child process: agent {agent_cpu:.3f} ms, raw JSON "
-          f"client {raw_cpu:.3f} ms  -> agent step / floor = {agent_cpu / raw_cpu:.2f}x")
+    print(f"CPU per step, fake model in a child process ({ROUNDS} alternated rounds; median, "
+          f"range): agent {_spread(cpu.agent)}, raw JSON client {_spread(cpu.raw)}  -> agent "
+          f"step / floor = {_spread(cpu.ratios(), 'x', 2)}")
+    client, agent = statistics.median(cpu.client), statistics.median(cpu.agent)
     print(f"  of which the model call through the agent's model (Model.complete alone, same "
-          f"bodies): {client_cpu:.3f} ms; the loop's own work and its effect on the call: "
-          f"{agent_cpu - client_cpu:.3f} ms")
+          f"bodies): {_spread(cpu.client)}; the loop's own work and its effect on the call: "
+          f"{agent - client:.3f} ms")
     print(f"peak traced Python memory over 5 runs: {peak / 1024 / 1024:.2f} MB")
     print("load average (1, 5, 15 min): " + ", ".join(f"{x:.2f}" for x in os.getloadavg()))
 

@@ -13,7 +13,7 @@ import copy
 import marshal
 from typing import Any
 
-from subagents.types import AgentInput, AgentInputSlot, typed_events
+from subagents.types import AgentInput, AgentInputSlot, EarlierEvents, typed_events
 
 _IMMUTABLE = (str, int, float, bool, type(None))
 _SCALARS = frozenset(_IMMUTABLE)
@@ -66,4 +66,14 @@ def copy_input(agent_input: AgentInput) -> AgentInput:
         "slots": [_copy_slot(slot) for slot in agent_input.slots],
         "events": typed_events(fast_copy(agent_input.events)),
         "metadata": json_copy(agent_input.metadata),
-        "earlier": agent_input.earlier.model_copy(deep=True)})
+        "earlier": _copy_earlier(agent_input.earlier)})
+
+
+def _copy_earlier(earlier: EarlierEvents) -> EarlierEvents:
+    """A deep copy of the summary of earlier events (a third of ``model_copy(deep=True)``'s
+    cost: its fields are JSON-shaped)."""
+    if type(earlier) is not EarlierEvents:
+        return earlier.model_copy(deep=True)  # a subclass may hold more state
+    return earlier.model_copy(update={
+        "usage": fast_copy(earlier.usage), "fillers": list(earlier.fillers),
+        "open_runs": list(earlier.open_runs)})

@@ -6,7 +6,8 @@ error mapping, the same proxy and TLS rules for plain and streamed calls.
   ``NO_PROXY`` (read once per endpoint); credentials in the URL are sent as basic auth.
 * ``timeout`` is a deadline for the whole reply of one attempt, from connecting to its last
   byte (a server that trickles a byte a second is cut at ``timeout`` all the same); the turn's
-  deadline (:class:`~subagents.types.CallScope`) bounds every attempt and every wait.
+  deadline (:class:`~subagents.types.CallScope`) bounds every attempt and every wait. A plain
+  call's deadline is aiohttp's own total timeout (no timer of ours around it).
 * Retried like the openai SDK retries: connection errors, timeouts, 408, 409, 429 and 5xx, up to
   ``max_retries`` times, waiting the endpoint's ``Retry-After`` (up to two minutes) or backing
   off; ``x-should-retry`` is obeyed. A stream is retried only until its reply starts.
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
+from multidict import CIMultiDict
 
 from subagents.exceptions import LLMError
 from subagents.retry import RetryPolicy, backoff, retry_call
@@ -50,6 +52,8 @@ MAX_REPLY_BYTES = 16 * 1024 * 1024
 MAX_RETRY_AFTER = 120.0
 """Seconds: a ``Retry-After`` longer than this is not waited for (the error is raised)."""
 _RETRY_STATUSES = frozenset({408, 409, 429})
+_UNTIMED = aiohttp.ClientTimeout(total=None)
+"""For a call whose deadline is a timer of ours (a stream, a server's description)."""
 _UNPARSED_OUTPUT = re.compile(r"does not match the expected|failed to parse (the )?(model|tool)",
                               re.I)
 
@@ -98,6 +102,10 @@ class ModelEndpoint:
         self.proxy = _env_proxy(url)
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._session_headers, self._content_type = _split_headers(headers)
+        self._timeout = _total(timeout)
+        self._unbounded_policy = retry_policy(max_retries, None)
+        """The retry policy of every call without a turn deadline (built once)."""
 
     # ------------------------------------------------------------------ session
     def session(self) -> aiohttp.ClientSession:
@@ -108,8 +116,10 @@ class ModelEndpoint:
             # one idle connection kept per concurrent call: no churn under load
             connector = aiohttp.TCPConnector(limit=1000, keepalive_timeout=30,
                                              ssl=_tls_context())
+            # the headers and the model's timeout are the session's defaults: a call passes
+            # neither (aiohttp would merge the headers and build the timeout every time)
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=aiohttp.ClientTimeout(total=None),
+                connector=connector, headers=self._session_headers, timeout=self._timeout,
                 read_bufsize=2 ** 20, auto_decompress=True)
             self._loop = loop
         return self._session
@@ -125,8 +135,9 @@ class ModelEndpoint:
     async def post_json(self, body: dict[str, Any], scope: CallScope | None) -> Any:
         """The decoded JSON reply of a plain call, with retries."""
         data = json.dumps(body).encode()
-        return await retry_call(lambda: self._attempt_json(data, scope),
-                                self._policy(scope))
+        policy = self._unbounded_policy if scope is None or scope.deadline is None \
+            else self._policy(scope)
+        return await retry_call(lambda: self._attempt_json(data, scope), policy)
 
     async def stream_events(self, body: dict[str, Any], scope: CallScope | None,
                             ) -> AsyncIterator[Any]:
@@ -155,11 +166,10 @@ class ModelEndpoint:
     async def get_json(self, url: str, *, timeout: float) -> Any:
         """A GET of ``url`` on this endpoint's connections (a server's description of itself),
         its JSON, or None when it does not answer 200 with JSON in time; never retried."""
-        headers = {k: v for k, v in self.headers.items() if k.lower() != "content-type"}
         try:
             async with asyncio.timeout(timeout):
-                async with self.session().get(url, headers=headers,
-                                              proxy=self.proxy) as response:
+                async with self.session().get(url, proxy=self.proxy,
+                                              timeout=_UNTIMED) as response:
                     raw = await _read_capped(response)
                     if response.status != 200:
                         return None
@@ -170,13 +180,15 @@ class ModelEndpoint:
     # ------------------------------------------------------------------ one attempt
     async def _attempt_json(self, data: bytes, scope: CallScope | None) -> Any:
         timing = self._timing(scope)
+        # aiohttp's total timeout bounds the attempt, from connecting to the reply's last byte
+        timeout = _total(timing.seconds) if timing.turn_bound else self._timeout
         try:
-            async with asyncio.timeout(timing.seconds):
-                async with self.session().post(self.url, data=data, headers=self.headers,
-                                               proxy=self.proxy) as response:
-                    raw = await _read_capped(response)
-                    if response.status >= 400:
-                        raise _status_error(response.status, response.headers, raw)
+            async with self.session().post(
+                    self.url, data=aiohttp.BytesPayload(data, content_type=self._content_type),
+                    proxy=self.proxy, timeout=timeout) as response:
+                raw = await _read_capped(response)
+                if response.status >= 400:
+                    raise _status_error(response.status, response.headers, raw)
         except TimeoutError as exc:
             raise self._timed_out(timing) from exc
         except aiohttp.ClientError as exc:
@@ -193,8 +205,9 @@ class ModelEndpoint:
         response: aiohttp.ClientResponse | None = None
         try:
             async with asyncio.timeout(timing.seconds):
-                response = await self.session().post(self.url, data=data, headers=self.headers,
-                                                     proxy=self.proxy)
+                response = await self.session().post(
+                    self.url, data=aiohttp.BytesPayload(data, content_type=self._content_type),
+                    proxy=self.proxy, timeout=_UNTIMED)
                 if response.status >= 400:
                     raw = await _read_capped(response)
                     response.release()
@@ -261,6 +274,24 @@ def retryable_status(status: int, retry_after: float | None) -> bool:
 
 
 # ---------------------------------------------------------------------- helpers
+def _split_headers(headers: dict[str, str]) -> tuple[CIMultiDict[str], str]:
+    """The headers every request of an endpoint sends, and the content type of its bodies
+    (sent with each body). Names differing only in case are one header: the last one given
+    wins, as it does when aiohttp merges a request's headers."""
+    merged: CIMultiDict[str] = CIMultiDict()
+    for name, value in headers.items():
+        merged[name] = value
+    content_type = merged.pop("Content-Type", "application/json")
+    return merged, content_type
+
+
+def _total(seconds: float) -> aiohttp.ClientTimeout:
+    """aiohttp's timeout for a whole attempt of ``seconds``, never rounded up to a whole
+    second (aiohttp rounds a timeout of 5 s or more by default); a timeout of 0 or less cuts
+    the attempt at once, as a timer would (aiohttp would take it for none)."""
+    return aiohttp.ClientTimeout(total=max(seconds, 0.001), ceil_threshold=math.inf)
+
+
 def _retryable(error: BaseException) -> bool:
     return isinstance(error, ModelCallError) and error.retryable
 

@@ -103,6 +103,16 @@ async def test_persistent_errors_become_an_llm_error_with_the_status_code():
     assert "overloaded" in str(info.value)
 
 
+async def test_a_timeout_of_zero_or_less_cuts_the_call_at_once():
+    script = {"default": [{"text": "partial answer here", "stall": True}]}
+    async with FakeModelServer(script) as fake:
+        llm = client(fake, timeout=-1.0, max_retries=0)
+        with anyio.fail_after(5), pytest.raises(LLMError) as info:
+            await llm.complete(USER, None)
+        await llm.close()
+    assert info.value.code == "llm.timeout"
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_stalled_model_times_out(stream):
     script = {"default": [{"text": "partial answer here", "stall": True}]}

@@ -6,7 +6,7 @@ import enum
 
 from subagents import events as ev
 from subagents.agents.input_copy import copy_input, fast_copy, json_copy
-from subagents.types import AgentInput, AgentInputSlot
+from subagents.types import AgentInput, AgentInputSlot, EarlierEvents
 
 
 class Colour(enum.StrEnum):
@@ -38,6 +38,20 @@ def test_the_copy_is_equal_and_shares_nothing_mutable():
     assert original.slots[0].mappings == [{"type": "from_llm"}]
     assert original.slots[0].allowed_values == ["a"]
     assert original.metadata["nested"]["list"] == [1, 2]
+
+
+def test_the_summary_of_earlier_events_is_copied_too():
+    original = _input()
+    original.earlier = EarlierEvents(count=3, usage={"m": {"calls": 1}}, tool_calls=1,
+                                     fillers=["On it."], open_runs=["helper"])
+    copied = copy_input(original)
+    assert copied.earlier == original.earlier
+    copied.earlier.usage["m"]["calls"] = 2
+    copied.earlier.usage["other"] = {}
+    copied.earlier.fillers.append("Still on it.")
+    copied.earlier.open_runs.clear()
+    assert original.earlier == EarlierEvents(count=3, usage={"m": {"calls": 1}}, tool_calls=1,
+                                             fillers=["On it."], open_runs=["helper"])
 
 
 def test_objects_that_are_not_json_shaped_are_deep_copied():
