@@ -111,12 +111,13 @@ async def replay_app(case: Any, project: Path, *, token: str | None = None,
     from subagents.recording import turn as recording
     from subagents.server.app import create_app
     from subagents.stores import InMemoryTrackerStore
-    from subagents.testing import FakeModelServer
+    from subagents.testing import FakeModelServer, scripted_search_index
 
     async with FakeModelServer(case.llm_script) as fake, \
-            _replay_project(case, project) as loaded:
+            _replay_project(case, project) as loaded, scripted_search_index() as index_root:
         assistant = Assistant(loaded, tracker_store=InMemoryTrackerStore(),
-                              llm_factory=fake.llm_factory(), retry_delays=(0.0,))
+                              llm_factory=fake.llm_factory(), retry_delays=(0.0,),
+                              search_index_root=index_root)
         assistant.actions.stubs = dict(case.stubs) if case.stubs else None
         presets = [ev.slot_set(k, v) for k, v in (case.slot_presets or {}).items()]
         await assistant.tracker_store.save_turn(

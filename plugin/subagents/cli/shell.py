@@ -125,7 +125,7 @@ async def _assistant(project: Path | ProjectPaths, script: str | None
             yield assistant, None
         return
     from subagents.demo.player import remote_agents
-    from subagents.testing.fake_server import FakeModelServer
+    from subagents.testing.fake_server import FakeModelServer, scripted_search_index
 
     case = _load_case(script)
     loaded.domain.responses["utter_model_unavailable"] = [ResponseVariation(
@@ -133,7 +133,9 @@ async def _assistant(project: Path | ProjectPaths, script: str | None
     problems: list[str] = []
     async with FakeModelServer(case.llm_script or {}) as fake, \
             remote_agents(loaded, case, problems) as remotes, \
-            Assistant(loaded, llm_factory=fake.llm_factory(), retry_delays=(0.0,)) as assistant:
+            scripted_search_index() as index_root, \
+            Assistant(loaded, llm_factory=fake.llm_factory(), retry_delays=(0.0,),
+                      search_index_root=index_root) as assistant:
         for remote in remotes:
             print(f"(A2A agent {remote}: a local stand-in answering from the script)")
         yield assistant, _Script(fake, f"{case.file}::{case.name}", replies={

@@ -21,7 +21,7 @@ from typing import Any
 
 from subagents.channels.console import ConsoleOutputChannel
 from subagents.config.project import ProjectPaths
-from subagents.testing.fake_server import FakeModelServer
+from subagents.testing.fake_server import FakeModelServer, scripted_search_index
 from subagents.testing.fixtures import TestCase, load_file
 
 
@@ -74,8 +74,10 @@ async def _play(project: ProjectPaths, script: Path) -> int:
               "model)...", flush=True)
         loaded_project = load_project(project)
         remote_problems: list[str] = []
-        async with remote_agents(loaded_project, case, remote_problems) as remotes, Assistant(
-                loaded_project, llm_factory=fake.llm_factory(max_retries=2)) as assistant:
+        async with remote_agents(loaded_project, case, remote_problems) as remotes, \
+                scripted_search_index() as index_root, \
+                Assistant(loaded_project, llm_factory=fake.llm_factory(max_retries=2),
+                          search_index_root=index_root) as assistant:
             for remote in remotes:
                 print(f"(A2A agent {remote}: a local stand-in answering from the script)",
                       flush=True)

@@ -22,12 +22,24 @@ import asyncio
 import contextlib
 import json
 import re
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["FakeModelServer", "RecordedRequest", "Reply", "normalize_reply"]
+__all__ = ["FakeModelServer", "RecordedRequest", "Reply", "normalize_reply",
+           "scripted_search_index"]
+
+
+@contextlib.asynccontextmanager
+async def scripted_search_index() -> AsyncIterator[Path]:
+    """A folder of its own for the search index of an assistant on this server: its vectors
+    come from the fake embeddings, so they must not replace the project's index (built with
+    the real ones). Removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="subagents-scripted-index-") as root:
+        yield Path(root)
 
 
 @dataclass

@@ -62,6 +62,26 @@ def test_subagents_test_runs_a_conversation_test_with_search_offline(tmp_path):
     assert not (root / ".subagents" / "search").exists()
 
 
+def test_the_scripted_shell_answers_from_the_documents_and_keeps_the_projects_index(tmp_path):
+    root = write_search_project(tmp_path / "assistant")
+    script = root / "demo.yml"
+    script.write_text(textwrap.dedent("""
+        test_cases:
+          - test_case: shipping
+            llm_script: {command_generator: ["search and reply"], search: ["Three days."]}
+            steps:
+              - user: "How long does shipping take?"
+        """).lstrip("\n"), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "subagents.cli", "shell", "--project",
+                           str(root), "--script", str(script)], cwd=tmp_path,
+                          input="How long does shipping take?\n", capture_output=True,
+                          text=True, timeout=180, check=False,
+                          env={k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Three days." in done.stdout
+    assert not (root / ".subagents" / "search").exists()
+
+
 def test_subagents_test_fails_when_the_answer_is_not_the_expected_one(tmp_path):
     root = write_search_project(tmp_path / "assistant")
     cases = root / "tests/e2e/search.yml"
