@@ -414,8 +414,9 @@ class CallRecorder(Protocol):
         """A model call that failed."""
         ...
 
-    def record_tool_call(self, tool: Any, arguments: Any, result: Any) -> None:
-        """A tool call and its result."""
+    def record_tool_call(self, tool: Any, arguments: Any, result: Any, *,
+                         flow_step: JsonObject | None = None) -> None:
+        """A tool call and its result (``flow_step``: the flow step that called it directly)."""
         ...
 
     def record_a2a_call(self, agent: str, reply: JsonObject) -> None:

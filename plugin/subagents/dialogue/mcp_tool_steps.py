@@ -14,7 +14,8 @@
 One run: connect the server (shared with the agents), check that it lists the tool, build the
 arguments from the slots' current values (an unset slot is sent as ``null``), call the tool
 (``TOOL_STEP_TIMEOUT`` seconds, or the server's ``timeout`` when that is shorter), record an
-``mcp_tool_executed`` event, then evaluate each
+``mcp_tool_executed`` event (and, when the conversation is recorded, the call and its result
+or failure in the turn's recording, as agents' tool calls are), then evaluate each
 output expression against ``{"result": <the CallToolResult as a dict>}`` (keys ``content``,
 ``structuredContent``, ``isError``, ``meta``) and set the slots in output order. A non-empty
 list or dict is stored as a JSON string. The flow then continues with the step's ``next``.
@@ -125,7 +126,8 @@ class McpToolSteps:
         outputs = list(_field(mapping, "output") or [])
         await self.pool.start(server, attempts=1)
         connection = self.pool.connection(server)
-        if tool not in {t.name for t in await connection.tools()}:
+        listed = next((t for t in await connection.tools() if t.name == tool), None)
+        if listed is None:
             raise McpToolStepError(f"tool {tool!r} is not available on MCP server {server!r}")
         arguments = {str(_field(i, "param")): turn.slots.get(str(_field(i, "slot")))
                      for i in _field(mapping, "input") or []
@@ -136,9 +138,19 @@ class McpToolSteps:
             if left <= 0:
                 raise McpToolStepError(f"tool {tool!r} was not called: the turn ran out of time")
             timeout = left
-        raw = await connection.call_tool_result(tool, arguments, timeout=timeout)
-        result = result_as_dict(raw)
         metadata = {"flow_id": flow_id, "step_id": step.id}
+        recorder = turn.scope.recorder
+        try:
+            raw = await connection.call_tool_result(tool, arguments, timeout=timeout)
+        except Exception as exc:
+            if recorder is not None:
+                failure = f"the MCP tool step failed: {type(exc).__name__}: {exc}"
+                recorder.record_tool_call(listed, arguments, {
+                    "is_error": True, "error_message": failure}, flow_step=metadata)
+            raise
+        result = result_as_dict(raw)
+        if recorder is not None:
+            recorder.record_tool_call(listed, arguments, result, flow_step=metadata)
         if result["isError"]:
             message = f"tool {tool!r} reported an error: " + " ".join(
                 str(c.get("text") or "") for c in result["content"] if isinstance(c, dict))

@@ -2,9 +2,10 @@
 
 The test has the conversation's user messages as steps, its bot messages as expectations, an
 ``llm_script`` per caller made of the recorded model replies, and a ``tool_script`` with the
-recorded results of MCP tools and an ``a2a_script`` with the recorded answers of A2A agents, so
-it runs with neither the model nor the MCP servers nor the remote agents; the project's A2A
-agents the conversation never called get a stand-in that expects no call. Used by
+recorded results of MCP tools (agents' calls and flow tool steps') and an ``a2a_script`` with
+the recorded answers of A2A agents, so it runs with neither the model nor the MCP servers nor
+the remote agents; the project's A2A agents the conversation never called get a stand-in that
+expects no call. Used by
 ``subagents test export`` and by the HTTP API (``GET /conversations/{sender}/test``), which
 therefore export the same test.
 """
@@ -133,20 +134,35 @@ def _add_entry(entry: dict[str, Any], script: dict[str, list[Any]],
         script.setdefault(caller, []).append(reply if reply is not None else {"text": None})
     elif entry.get("kind") == "tool" and str(entry.get("source", "")).startswith("mcp:"):
         server = str(entry["source"]).split(":", 1)[1]
-        result = entry.get("result") or {}
-        is_error = bool(result.get("is_error")) if isinstance(result, dict) else False
-        text = (result.get("error_message") if is_error else result.get("result")) \
-            if isinstance(result, dict) else result
         item: dict[str, Any] = {"tool": entry.get("tool_name"),
                                 "arguments": entry.get("arguments") or {},
-                                "result": text if text is not None else ""}
-        if is_error:
-            item["is_error"] = True
+                                **_tool_result(entry.get("result"))}
         if entry.get("description"):
             item["description"] = entry["description"]
         if entry.get("input_schema"):
             item["input_schema"] = entry["input_schema"]
         tools.setdefault(server, []).append(item)
+
+
+def _tool_result(result: Any) -> dict[str, Any]:
+    """The ``result`` (text), ``is_error`` and ``structured_content`` keys of a recorded MCP
+    tool call: an agent's tool result (``result``, ``is_error``, ``error_message``), a flow
+    tool step's call result (``content``, ``structuredContent``, ``isError``), or an error."""
+    if not isinstance(result, dict):
+        return {"result": result if result is not None else ""}
+    if "content" in result and "isError" in result:  # a flow tool step's call result
+        texts = [str(c.get("text") or "") for c in result.get("content") or []
+                 if isinstance(c, dict) and c.get("type") == "text"]
+        item: dict[str, Any] = {"result": "\n".join(texts)}
+        if isinstance(result.get("structuredContent"), dict):
+            item["structured_content"] = result["structuredContent"]
+        if result.get("isError"):
+            item["is_error"] = True
+        return item
+    if result.get("is_error"):
+        return {"result": result.get("error_message") or "", "is_error": True}
+    text = result.get("result")
+    return {"result": text if text is not None else ""}
 
 
 def _case_name(sender_id: str) -> str:

@@ -131,15 +131,31 @@ class TurnRecording:
                    "error": {"status": int(status) if isinstance(status, int) else 500,
                              "message": str(error)[:500]}})
 
-    def record_tool_call(self, tool: Any, arguments: Any, result: Any) -> None:
-        """One tool call: the tool (name, source, description, schema), arguments, result."""
+    def record_tool_call(self, tool: Any, arguments: Any, result: Any, *,
+                         flow_step: dict[str, Any] | None = None) -> None:
+        """One tool call: the tool (name, source, description, schema), arguments, result.
+
+        An agent's call passes its tool (``source``, ``schema``) and its tool result. A flow
+        step that calls an MCP tool directly passes the tool as the server listed it
+        (``server``, ``description``, ``input_schema``), the result as its output expressions
+        see it (``content``, ``structuredContent``, ``isError``, ``meta``) or, when the call
+        failed, ``{"is_error": True, "error_message": ...}``, and ``flow_step`` (``flow_id``,
+        ``step_id``).
+        """
         schema = getattr(tool, "schema", None)
+        server = getattr(tool, "server", None)
+        source = getattr(tool, "source", None) or (f"mcp:{server}" if server else "")
         dumped = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
-        self._add({"kind": "tool", "tool_name": str(getattr(tool, "name", "unknown")),
-                   "source": str(getattr(tool, "source", "")),
-                   "description": getattr(schema, "description", None),
-                   "input_schema": getattr(schema, "parameters", None),
-                   "arguments": _plain(arguments), "result": _plain(dumped)})
+        entry = {"kind": "tool", "tool_name": str(getattr(tool, "name", "unknown")),
+                 "source": str(source),
+                 "description": getattr(schema, "description", None)
+                 if schema is not None else getattr(tool, "description", None),
+                 "input_schema": getattr(schema, "parameters", None)
+                 if schema is not None else getattr(tool, "input_schema", None),
+                 "arguments": _plain(arguments), "result": _plain(dumped)}
+        if flow_step is not None:
+            entry["flow_step"] = _plain(flow_step)
+        self._add(entry)
 
     def record_a2a_call(self, agent: str, reply: dict[str, Any]) -> None:
         """What a remote A2A agent answered one call, as an ``a2a_script`` reply
