@@ -8,6 +8,7 @@ Either way the returned events are applied and the dispatcher's messages are sen
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
     from subagents.dialogue.turn import Turn
 
 log = structlog.get_logger("subagents.actions")
+
+MAX_ACTION_REPLY = 16 * 1024 * 1024
+"""Bytes an action server's reply may have; a larger one fails the action."""
+ACTION_TIMEOUT = 30.0
+"""Seconds an action server has to answer."""
 
 
 class ActionFailedError(SubagentsError):
@@ -46,6 +52,9 @@ class ActionRunner:
         self.stubs = stubs
         """Name -> {events, responses}: used instead of running actions (e2e stubs)."""
         self._executor: Any = None
+        self._client: Any = None
+        """The HTTP client of the action server, kept for every call (its connections and
+        TLS set-up are reused)."""
 
     def tracker_state(self, turn: Turn) -> dict[str, Any]:
         """The conversation in the tracker shape rasa-sdk actions receive (with the turn's
@@ -117,11 +126,35 @@ class ActionRunner:
         return dict(result.model_dump(by_alias=True))
 
     async def _http(self, call: dict[str, Any]) -> dict[str, Any]:
+        """POST the call to the action server; its reply, read with a cap, as a JSON object."""
         import httpx2
 
-        async with httpx2.AsyncClient(timeout=30) as client:
-            response = await client.post(str(self.url), json=call)
+        if self._client is None:
+            self._client = httpx2.AsyncClient(timeout=ACTION_TIMEOUT)
+        name = call["next_action"]
+        raw = bytearray()
+        async with self._client.stream("POST", str(self.url), json=call) as response:
+            async for chunk in response.aiter_bytes():
+                raw += chunk
+                if len(raw) > MAX_ACTION_REPLY:
+                    raise ActionFailedError(f"the action server's reply for {name!r} is larger "
+                                            f"than {MAX_ACTION_REPLY} bytes")
         if response.status_code != 200:
+            text = bytes(raw[:200]).decode("utf-8", "replace")
             raise ActionFailedError(f"action server answered HTTP {response.status_code} for "
-                                    f"{call['next_action']!r}: {response.text[:200]}")
-        return dict(response.json())
+                                    f"{name!r}: {text}")
+        try:
+            body = json.loads(raw)
+        except ValueError as exc:
+            raise ActionFailedError(f"the action server's reply for {name!r} is not JSON: "
+                                    f"{exc}") from exc
+        if not isinstance(body, dict):
+            raise ActionFailedError(f"the action server's reply for {name!r} is not a JSON "
+                                    "object")
+        return body
+
+    async def close(self) -> None:
+        """Close the action server's connections."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None

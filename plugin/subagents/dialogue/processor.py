@@ -193,6 +193,7 @@ class Assistant:
         for agent in self.agents.values():
             await agent.disconnect()
         await self.command_llm.close()
+        await self.actions.close()
         if self.search is not None:
             await self.search.close()
         await self.pool.close()
