@@ -86,6 +86,15 @@ def test_metrics_switched_on_without_the_metrics_extra_is_an_error(project):
     assert "pip install 'subagents[metrics]'" in result.stderr
 
 
+def test_tracing_switched_on_without_the_tracing_extra_is_an_error(project):
+    result = cli("validate", cwd=project,
+                 env=without("opentelemetry",
+                             OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:4318/v1/traces"))
+    assert result.returncode == 1
+    assert "pip install 'subagents[tracing]'" in result.stderr
+    assert "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT" in result.stderr
+
+
 def test_a_channel_without_its_extra_fails_validate_and_serve_says_it_once(project):
     (project / "credentials.yml").write_text("rest:\nsocketio:\n")
     validated = cli("validate", cwd=project, env=without("socketio"))
