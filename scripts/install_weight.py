@@ -22,6 +22,19 @@ def _name(requirement: str) -> str:
     return re.split(r"[\s\[<>=!~;(]", requirement, maxsplit=1)[0].lower().replace("_", "-")
 
 
+def _extras(requirement: str) -> frozenset[str]:
+    """The extras a requirement asks for (``sqlalchemy[asyncio]`` -> ``{"asyncio"}``)."""
+    found = re.match(r"[^\[;]*\[([^\]]*)\]", requirement)
+    return frozenset(e.strip().lower() for e in found.group(1).split(",")) if found else frozenset()
+
+
+def _wanted(requirement: str, extras: frozenset[str]) -> bool:
+    """A requirement needed without extras, or by one of ``extras``. Other markers (platform,
+    Python version) are not evaluated: what they leave out is simply not installed."""
+    asked = set(re.findall(r"extra\s*==\s*[\"']([^\"']+)[\"']", requirement))
+    return not asked or bool(asked & extras)
+
+
 def _size(dist: metadata.Distribution) -> int:
     total = 0
     for file in dist.files or []:
@@ -37,26 +50,29 @@ def main() -> int:
     dists.pop("pip", None)
     dists.pop("setuptools", None)
 
-    def closure(name: str) -> set[str]:
-        seen: set[str] = set()
-        todo = [name]
+    def closure(name: str, extras: frozenset[str] = frozenset()) -> set[str]:
+        """The distributions ``name`` (with ``extras``) brings, itself included."""
+        seen: set[tuple[str, frozenset[str]]] = set()
+        todo = [(name, extras)]
         while todo:
-            current = todo.pop()
-            if current in seen or current not in dists:
+            current, wanted = todo.pop()
+            if (current, wanted) in seen or current not in dists:
                 continue
-            seen.add(current)
+            seen.add((current, wanted))
             for req in dists[current].requires or []:
-                if "extra ==" not in req:
-                    todo.append(_name(req))
-        return seen
+                if _wanted(req, wanted):
+                    todo.append((_name(req), _extras(req)))
+        return {dist for dist, _ in seen}
 
     root = dists["subagents"]
-    direct = [_name(r) for r in root.requires or [] if "extra ==" not in r]
+    requirements = [r for r in root.requires or [] if _wanted(r, frozenset())]
+    direct = [_name(r) for r in requirements]
+    direct_extras = {_name(r): _extras(r) for r in requirements}
     sizes = {name: _size(dist) for name, dist in dists.items()}
     everything = closure("subagents")
     print(f"installed: {len(everything)} distributions, "
           f"{sum(sizes[n] for n in everything) / 1e6:.0f} MB")
-    per = {name: closure(name) for name in direct}
+    per = {name: closure(name, direct_extras[name]) for name in direct}
     for name in direct:
         others = set().union(*(per[o] for o in direct if o != name))
         own = per[name] - others
