@@ -44,10 +44,14 @@ def configure_logging(level: str = "WARNING", *, json_logs: bool | None = None,
             colors=stream.isatty(), exception_formatter=structlog.dev.plain_traceback)])
     # calls below the level return at once, before any event dict is built; filter_by_level
     # still honours stdlib loggers set to a higher level than the root
+    # the list is changed in place: loggers already used (cached on first use) keep reading
+    # it, so they follow this configuration too, and a processor added to it later reaches them
+    processors = structlog.get_config()["processors"]
+    processors[:] = [structlog.stdlib.filter_by_level, *shared,
+                     structlog.stdlib.PositionalArgumentsFormatter(),
+                     structlog.stdlib.ProcessorFormatter.wrap_for_formatter]
     structlog.configure(
-        processors=[structlog.stdlib.filter_by_level, *shared,
-                    structlog.stdlib.PositionalArgumentsFormatter(),
-                    structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        processors=processors,
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.make_filtering_bound_logger(min(
             logging.getLevelNamesMapping()[level.upper()],

@@ -87,7 +87,12 @@ async def retry_call(operation: Callable[[], Awaitable[T]], policy: RetryPolicy)
     failure: Exception | None = tried.error
     if failure is None:
         return cast(T, tried.value)
-    del tried
+    # The failure's traceback holds the frames it passed through and, on Python 3.13,
+    # the frames that called them - tenacity's, which hold its state, which holds this last
+    # outcome: the outcome lets go of the failure, and this frame of the rest, so no cycle
+    # is left behind.
+    tried.error = None
+    del tried, retrying, pauses, attempt
     try:
         raise failure
     finally:

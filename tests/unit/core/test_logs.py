@@ -78,3 +78,34 @@ def test_events_below_the_level_are_dropped_and_the_rest_are_json():
 def test_a_stdlib_logger_set_above_the_root_level_still_filters():
     events = [json.loads(line)["event"] for line in _stderr(QUIET).splitlines()]
     assert events == ["test.loud"]
+
+
+AGAIN = """
+import structlog
+from subagents.logs import configure_logging
+
+configure_logging("INFO", json_logs=True)
+log = structlog.get_logger("subagents.early")
+log.warning("test.first")  # cached on first use
+configure_logging("INFO", json_logs=True)  # a second set-up (a command run in process)
+seen = []
+
+
+def hear(logger, method, event):
+    seen.append(event["event"])
+    return event
+
+
+structlog.get_config()["processors"].insert(0, hear)
+log.warning("test.second")
+print(seen)
+"""
+
+
+def test_a_logger_used_before_a_second_set_up_follows_it():
+    """A logger cached on first use reads the same processors as one bound later, so a
+    processor added after a second set-up (what conversation tests do to collect errors)
+    hears it."""
+    done = subprocess.run([sys.executable, "-c", AGAIN], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.strip() == "['test.second']"
