@@ -417,13 +417,20 @@ class Engine:
         response: LLMResponse | None = await run.generate(agent.llm, messages, [])
         assert response is not None
         await trace.model_call(run, agent.name, messages, [], response)
-        text = cap_text((response.text or "").strip(), agent.max_response_chars)
+        await self._close_with(run, policy, response, NO_ANSWER)
+        return policy.max_steps_outcome()
+
+    async def _close_with(self, run: Run, policy: Policy, response: LLMResponse | None,
+                          fallback: str) -> None:
+        """Send and record a run's closing text: the last reply's text, capped, or
+        ``fallback`` when there is none (a reply that already streamed is not sent again)."""
+        text = cap_text((response.text or "").strip(), self.agent.max_response_chars) \
+            if response is not None else ""
         if not text:
-            response, text = None, NO_ANSWER
+            response, text = None, fallback
         if response is None or not response.streamed:
             await run.deliver(text)
         run.record_text(text, response, policy.max_steps_message_type)
-        return policy.max_steps_outcome()
 
     async def _on_budget(self, run: Run, policy: Policy, hit: CapHit) -> Outcome:
         """A cap is reached: record it, then close with one last model call without tools, or
@@ -434,16 +441,10 @@ class Engine:
         run.events.append(AgentEvent(BUDGET_EVENT, agent.name, None, extra={
             "cap": hit.cap, "limit": hit.limit, "used": hit.used}))
         response: LLMResponse | None = None
-        text = ""
         if hit.closing_call:
             run.note(budget_note(hit))
             response = await run.generate(agent.llm, await policy.messages(), [])
-            text = cap_text((response.text or "").strip(), agent.max_response_chars)
-        if not text:
-            response, text = None, BUDGET_SENTENCE
-        if response is None or not response.streamed:
-            await run.deliver(text)
-        run.record_text(text, response, policy.max_steps_message_type)
+        await self._close_with(run, policy, response, BUDGET_SENTENCE)
         outcome = policy.max_steps_outcome()
         if outcome.exit_reason == ExitReason.MAX_STEPS:
             outcome = dataclasses.replace(outcome, exit_reason=ExitReason.BUDGET)
