@@ -2,19 +2,22 @@
 
 Everything the layers exchange lives here: the input and output of an agent run (with the field
 names Rasa Pro uses, so custom agents written for it keep working), tool schemas, results and
-context, typed tracker events, the output-channel interface the agent writes to, and the enums
-for agent statuses, exit reasons and agent-frame states. ``subagents.agents.schemas`` re-exports
-the agent-facing names under their Rasa-compatible import path.
+context, typed tracker events, the output-channel interface the agent writes to, the enums
+for agent statuses, exit reasons and agent-frame states, and the JSON codec every layer uses.
+``subagents.agents.schemas`` re-exports the agent-facing names under their Rasa-compatible
+import path.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 __all__ = [
@@ -46,6 +49,8 @@ __all__ = [
     "TrackerEvent",
     "UsageSink",
     "UserUttered",
+    "dump_json",
+    "load_json",
     "typed_event",
     "typed_events",
 ]
@@ -57,6 +62,50 @@ TrackerEvent = dict[str, Any]
 """A tracker event as stored: the rasa-sdk-style dict of :meth:`Event.to_dict`."""
 ChatMessage = dict[str, Any]
 """A chat message in the OpenAI format (``{"role": ..., "content": ...}``)."""
+
+
+# ---------------------------------------------------------------------------- JSON
+_DUMP_OPTIONS = (orjson.OPT_NON_STR_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+                 | orjson.OPT_PASSTHROUGH_DATACLASS)
+_DIGITS_ONLY = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+"""A translation table keeping ASCII digits and blanking every other byte."""
+_LONG_NUMBER = b"0" * 20
+
+
+def dump_json(value: Any, default: Callable[[Any], Any] | None = None) -> bytes:
+    """``value`` as compact UTF-8 JSON (orjson: a tenth to a twentieth of the standard
+    library's time). Keys that are not strings become strings and ``default`` converts what
+    JSON has no type for (datetimes and dataclasses included), as with :func:`json.dumps`;
+    NaN and infinities become ``null``. What orjson refuses (an integer past 64 bits, a lone
+    surrogate) is written by :mod:`json`, escaped to ASCII.
+
+    Raises:
+        TypeError: a value JSON cannot hold and ``default`` does not convert.
+    """
+    try:
+        return orjson.dumps(value, default, _DUMP_OPTIONS)
+    except TypeError:
+        return json.dumps(value, default=default).encode()
+
+
+def load_json(text: bytes | str) -> Any:
+    """The value of a JSON document, as :func:`json.loads` reads it: orjson, unless the text
+    holds a number of 20 digits or more (orjson would read a big integer as a float) or is
+    something only the standard library reads (``NaN``, a lone surrogate escape, UTF-16).
+
+    Raises:
+        ValueError: the text is not JSON (:class:`json.JSONDecodeError`, or
+            :class:`UnicodeDecodeError` for bytes that are not text).
+    """
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    # a run of 20 digits, found by C code in a few microseconds (a regular expression takes
+    # longer than orjson's whole parse)
+    if _LONG_NUMBER not in raw.translate(_DIGITS_ONLY):
+        try:
+            return orjson.loads(text)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 class AgentStatus(StrEnum):

@@ -15,6 +15,8 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
+from subagents.types import load_json
+
 MAX_BODY = 1_000_000
 """Bytes a request body may have."""
 BODY_TIMEOUT = 30.0
@@ -76,7 +78,7 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     """A JSON object of plain UTF-8 text, nested at most MAX_JSON_DEPTH deep (else 400)."""
     check_depth(raw)
     try:
-        body = json.loads(raw or b"null")
+        body = load_json(raw or b"null")
     except (ValueError, RecursionError):  # bad JSON or UTF-8, an integer too long to convert
         raise BadRequestError(400, "the body is not valid JSON",
                               "http.body_invalid_json") from None

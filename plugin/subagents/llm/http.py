@@ -41,6 +41,7 @@ from multidict import CIMultiDict
 
 from subagents.exceptions import LLMError
 from subagents.retry import RetryPolicy, backoff, retry_call
+from subagents.types import dump_json, load_json
 
 if TYPE_CHECKING:
     import ssl
@@ -134,7 +135,7 @@ class ModelEndpoint:
     # ------------------------------------------------------------------ calls
     async def post_json(self, body: dict[str, Any], scope: CallScope | None) -> Any:
         """The decoded JSON reply of a plain call, with retries."""
-        data = json.dumps(body).encode()
+        data = dump_json(body)
         policy = self._unbounded_policy if scope is None or scope.deadline is None \
             else self._policy(scope)
         return await retry_call(lambda: self._attempt_json(data, scope), policy)
@@ -143,7 +144,7 @@ class ModelEndpoint:
                             ) -> AsyncIterator[Any]:
         """The decoded ``data:`` payloads of a streamed reply, in order; the request is retried
         until the reply starts, never after."""
-        data = json.dumps(body).encode()
+        data = dump_json(body)
         timing = self._timing(scope)
         started = time.monotonic()
         response = await retry_call(lambda: self._open_stream(data, scope),
@@ -194,7 +195,7 @@ class ModelEndpoint:
         except aiohttp.ClientError as exc:
             raise _connection_error(exc) from exc
         try:
-            return json.loads(raw)
+            return load_json(raw)
         except ValueError as exc:
             raise ModelCallError("the model endpoint sent a reply that is not JSON",
                                  code="llm.bad_response") from exc
@@ -345,7 +346,7 @@ async def _server_sent_data(response: aiohttp.ClientResponse) -> AsyncIterator[A
 
 def _event_json(payload: bytes) -> Any:
     try:
-        value = json.loads(payload)
+        value = load_json(payload)
     except ValueError as exc:
         raise ModelCallError("the model endpoint streamed an event that is not JSON",
                              code="llm.bad_response") from exc

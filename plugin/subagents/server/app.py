@@ -69,13 +69,22 @@ from subagents.server.security import (
     warn_if_exposed,
 )
 from subagents.stores.redis_lock import RedisLockStore
+from subagents.types import dump_json
 
 log = structlog.get_logger("subagents.server.app")
 ERROR_ID_HEADER = "x-subagents-error-id"
 
 
-def _error(status: int, message: str, code: str) -> JSONResponse:
-    return JSONResponse({"error": message, "code": code}, status_code=status)
+class JsonResponse(JSONResponse):
+    """starlette's JSON response (compact UTF-8), encoded by orjson."""
+
+    def render(self, content: Any) -> bytes:
+        """The body: ``content`` as JSON."""
+        return dump_json(content)
+
+
+def _error(status: int, message: str, code: str) -> JsonResponse:
+    return JsonResponse({"error": message, "code": code}, status_code=status)
 
 
 async def _route_error(request: Request, exc: Exception) -> Response:
@@ -83,7 +92,7 @@ async def _route_error(request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 404)
     code = "http.method_not_allowed" if status == 405 else "http.not_found"
     text = "this route does not take that method" if status == 405 else "no such route"
-    return JSONResponse({"error": text, "code": code}, status_code=status,
+    return JsonResponse({"error": text, "code": code}, status_code=status,
                         headers=getattr(exc, "headers", None))
 
 
@@ -148,11 +157,11 @@ class _Api:
             except BadRequestError as exc:
                 return _error(exc.status, exc.message, exc.code)
             except ClientInputError as exc:
-                return JSONResponse({"error": str(exc), "code": exc.code},
+                return JsonResponse({"error": str(exc), "code": exc.code},
                                     status_code=exc.status)
             except Exception as exc:  # noqa: BLE001 - details go to the log, never the client
                 error_id = _log_unexpected(exc, request.url.path)
-                return JSONResponse({"error": "internal error", "error_id": error_id},
+                return JsonResponse({"error": "internal error", "error_id": error_id},
                                     status_code=500, headers={ERROR_ID_HEADER: error_id})
         return wrapped
 
@@ -187,9 +196,9 @@ class _Api:
         try:
             await asyncio.shield(task)
         except TurnFailedError as exc:
-            return JSONResponse([{"recipient_id": sender, "text": exc.reply}],
+            return JsonResponse([{"recipient_id": sender, "text": exc.reply}],
                                 headers={ERROR_ID_HEADER: exc.error_id})
-        return JSONResponse(channel.messages)
+        return JsonResponse(channel.messages)
 
     async def rest(self, request: Request) -> Response:
         if wants_stream(request):
@@ -244,7 +253,7 @@ class _Api:
 
     async def tracker(self, request: Request) -> Response:
         sender = check_sender_id(request.path_params["sender"])
-        return JSONResponse(await self.assistant.state(sender))
+        return JsonResponse(await self.assistant.state(sender))
 
     async def recording(self, request: Request) -> Response:
         """Turn recording of one conversation on (PUT) or off (DELETE); GET tells."""
@@ -253,7 +262,7 @@ class _Api:
             on = await self.assistant.recording_on(sender)
         else:  # stored with the conversation, so every worker sharing the store records it
             on = await self.assistant.switch_recording(sender, request.method == "PUT")
-        return JSONResponse({"sender": sender, "recording": on})
+        return JsonResponse({"sender": sender, "recording": on})
 
     async def recorded_test(self, request: Request) -> Response:
         """The recorded conversation as a conversation test (YAML), for "save as test"."""
@@ -264,7 +273,7 @@ class _Api:
                 sender, events, a2a_agent_names(self.assistant.project)), sender)
         except ExportError as exc:
             status = 404 if exc.code == "export.no_conversation" else 409
-            return JSONResponse({"error": exc.issue.message, "code": exc.code},
+            return JsonResponse({"error": exc.issue.message, "code": exc.code},
                                 status_code=status)
         return Response(text, media_type="application/yaml")
 
@@ -301,12 +310,12 @@ class _Api:
     async def health(self, request: Request) -> Response:
         unavailable = self.assistant.dependencies.report()
         if unavailable is None:
-            return JSONResponse({"status": "ok"})
+            return JsonResponse({"status": "ok"})
         # still 200: the assistant serves every flow that does not need what is down
-        return JSONResponse({"status": "degraded", "unavailable": unavailable})
+        return JsonResponse({"status": "degraded", "unavailable": unavailable})
 
     async def version(self, request: Request) -> Response:
-        return JSONResponse({"version": __version__})
+        return JsonResponse({"version": __version__})
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:

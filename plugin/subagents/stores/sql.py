@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import queue
 import threading
@@ -20,6 +19,7 @@ import structlog
 
 from subagents.retry import RetryPolicy, retry_call
 from subagents.stores.base import ConversationRecord, StoreError, TrackerStore
+from subagents.types import dump_json, load_json
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection, Engine
@@ -74,12 +74,12 @@ def _accept(batch: list[_PendingTurn], stored: dict[str, int]
             continue
         stored[item.sender_id] = count + len(item.events)
         events += [{"sender_id": item.sender_id, "seq": count + i,
-                    "data": json.dumps(e, default=str)}
+                    "data": _text(e)}
                    for i, e in enumerate(item.events)]
         conversations[item.sender_id] = {
-            "sender_id": item.sender_id, "stack": json.dumps(item.stack, default=str),
+            "sender_id": item.sender_id, "stack": _text(item.stack),
             "event_count": count + len(item.events), "updated_at": now,
-            "state": None if item.state is None else json.dumps(item.state, default=str),
+            "state": None if item.state is None else _text(item.state),
             "window_start": item.window_start if item.state is not None else 0}
     return refused, list(conversations.values()), events
 
@@ -171,13 +171,18 @@ def _record(sender_id: str, rows: Any) -> ConversationRecord:
     # shared
     events = _parse_events(rows[1:])
     start = rows[1][2] if len(rows) > 1 else count
-    return ConversationRecord(sender_id, events, json.loads(stack),
-                              json.loads(state) if state is not None else None, start)
+    return ConversationRecord(sender_id, events, load_json(stack),
+                              load_json(state) if state is not None else None, start)
 
 
 def _parse_events(rows: Any) -> list[dict[str, Any]]:
     """The events of rows whose first column is an event's JSON, in one parse."""
-    return list(json.loads("[" + ",".join([row[0] for row in rows]) + "]"))
+    return list(load_json("[" + ",".join([row[0] for row in rows]) + "]"))
+
+
+def _text(value: Any) -> str:
+    """The JSON text stored for ``value`` (what JSON has no type for is written as text)."""
+    return dump_json(value, str).decode()
 
 
 def _log_statement(statement: str) -> None:

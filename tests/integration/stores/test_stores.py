@@ -54,6 +54,20 @@ async def test_turns_are_appended_and_loaded_in_order(store):
     assert who in await store.senders()
 
 
+async def test_values_come_back_exactly_as_they_were_saved(store):
+    """Big integers keep every digit, text keeps every character, NaN and lone surrogates are
+    kept as JSON can hold them."""
+    who = sender()
+    values = {"big": 123456789012345678901234567890, "near": 18446744073709551615,
+              "text": "héllo ✓ \u2028 日本", "float": 1e-07, "nested": {"1": [True, None]}}
+    turn = [ev.slot_set("profile", values), ev.slot_set("odd", "\ud800x"),
+            ev.user_uttered("ünïcode")]
+    await store.save_turn(who, turn, [{"kind": "flow", "flow_id": "a", "n": 2 ** 70}], 0)
+    record = await store.load(who)
+    assert record.events == turn
+    assert record.stack == [{"kind": "flow", "flow_id": "a", "n": 2 ** 70}]
+
+
 async def test_a_turn_based_on_a_stale_conversation_is_refused(store):
     who = sender()
     await store.save_turn(who, [ev.user_uttered("one")], [], 0)
