@@ -8,7 +8,6 @@ import json
 from datetime import UTC, datetime
 
 import pytest
-
 from subagents.types import SlotSet, dump_json, load_json
 
 BIG = 123456789012345678901234567890
@@ -31,7 +30,7 @@ def test_what_only_the_standard_library_reads_is_still_read() -> None:
 def test_text_that_is_not_json_raises_value_error() -> None:
     with pytest.raises(ValueError, match="Expecting"):
         load_json(b"{not json")
-    with pytest.raises(ValueError):
+    with pytest.raises(UnicodeDecodeError):
         load_json(b"\xff\xfe\xfa")
 
 
