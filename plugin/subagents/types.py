@@ -759,3 +759,9 @@ def typed_events(events: Sequence[TrackerEvent]) -> list[Event]:
         dict.update(typed, event)
         append(typed)
     return out
+
+
+# the models that name Event, built now that it is defined: a subclass written elsewhere (where
+# Event is not in scope) then inherits complete fields instead of failing as not fully defined
+AgentInput.model_rebuild()
+AgentOutput.model_rebuild()

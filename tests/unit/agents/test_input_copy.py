@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import enum
+import subprocess
+import sys
+import textwrap
 
 from subagents import events as ev
 from subagents.agents.input_copy import copy_input, fast_copy, json_copy
@@ -123,3 +126,27 @@ def test_the_events_copy_equals_the_by_type_copy_and_falls_back_for_other_types(
     assert copied[2]["tags"] is not tags
     copied[2]["tags"].append("y")
     assert tags == ["x"]
+
+
+def test_an_input_subclassed_before_any_input_exists_is_complete():
+    """In a fresh process, a subclass of AgentInput or AgentOutput written where ``Event`` is
+    not in scope works at once (the models were not left half-built at import)."""
+    code = textwrap.dedent("""
+        from subagents.types import AgentInput, AgentOutput, AgentStatus
+
+        def build():
+            class Extended(AgentInput):
+                extra: dict = {}
+
+            class Answer(AgentOutput):
+                note: str = ""
+
+            return Extended(id="a", extra={"k": 1}), Answer(id="a", status=AgentStatus.COMPLETED)
+
+        extended, answer = build()
+        print(type(extended).__name__, type(answer).__name__, extended.events)
+        """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["Extended", "Answer", "[]"]
