@@ -130,6 +130,8 @@ def _same_inputs(cached: dict[str, Any], values: dict[str, Any]) -> bool:
     """Whether the prompt rendered from ``cached`` still holds for ``values``: the clock is
     read once per run (as in Rasa, the prompt is built once per invocation), so every step of a
     run sends the same system prompt and a server's prompt cache keeps the conversation."""
+    if "current_datetime" not in values:
+        return cached == values  # one comparison in C
     return cached.keys() == values.keys() and all(
         key == "current_datetime" or cached[key] == value for key, value in values.items())
 

@@ -95,30 +95,31 @@ BACKSTOP_GRACE = 1.0
 class _Backstop:
     """The executor's own limit on an awaited call: ``timeout`` (plus a grace) from the start,
     restarted by each progress report the call makes, up to ``PROGRESS_MAX_FACTOR`` times the
-    timeout in all: the rule the MCP connection applies to the call itself."""
+    timeout in all: the rule the MCP connection applies to the call itself. Its timer starts
+    when the call is awaited: a call answered at once never needs one."""
 
     def __init__(self, timeout: float, sink: ProgressSink | None) -> None:
-        loop = asyncio.get_running_loop()
-        self._loop, self._timeout, self._sink = loop, timeout, sink
-        self._limit = loop.time() + timeout * PROGRESS_MAX_FACTOR + BACKSTOP_GRACE
-        self.timer = asyncio.timeout_at(loop.time() + timeout + BACKSTOP_GRACE)
-        self._running = False
+        self._timeout, self._sink = timeout, sink
+        self._timer: asyncio.Timeout | None = None
+        self._limit = 0.0
 
     async def run(self, outcome: Awaitable[Any]) -> Any:
         """Await ``outcome`` within the limit (TimeoutError when it is reached)."""
-        async with self.timer:
-            self._running = True
-            try:
+        now = asyncio.get_running_loop().time()
+        self._limit = now + self._timeout * PROGRESS_MAX_FACTOR + BACKSTOP_GRACE
+        self._timer = asyncio.timeout_at(now + self._timeout + BACKSTOP_GRACE)
+        try:
+            async with self._timer:
                 return await outcome
-            finally:
-                self._running = False
+        finally:
+            self._timer = None
 
     async def on_progress(self, tool: str, progress: float, total: float | None,
                           message: str | None) -> None:
         """A progress report: the call has ``timeout`` again (within the limit)."""
-        if self._running:
-            self.timer.reschedule(min(self._loop.time() + self._timeout + BACKSTOP_GRACE,
-                                      self._limit))
+        if self._timer is not None:
+            self._timer.reschedule(min(asyncio.get_running_loop().time() + self._timeout
+                                       + BACKSTOP_GRACE, self._limit))
         if self._sink is not None:
             await self._sink(tool, progress, total, message)
 
