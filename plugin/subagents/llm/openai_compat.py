@@ -137,10 +137,15 @@ class OpenAICompatibleModel:
                          completion_tokens=response.usage.completion_tokens)
         return response
 
+    @property
+    def _hosted(self) -> bool:
+        """Whether the endpoint is a hosted provider's (which is never asked what it is)."""
+        return self.settings.provider in ("openai", "azure") or self.settings.provider in HOSTED
+
     async def server_props(self) -> JsonObject | None:
         """What the server says of itself at ``GET /props`` (llama.cpp's server does; asked
         once), or None: other servers have no such route, hosted providers are not asked."""
-        if self.settings.provider in ("openai", "azure") or self.settings.provider in HOSTED:
+        if self._hosted:
             return None
         if self._props is _UNKNOWN:
             root = base_url(self.settings).removesuffix("/v1")
@@ -153,7 +158,7 @@ class OpenAICompatibleModel:
         """Whether the server calls tools natively: False when it describes itself as a
         llama.cpp server whose chat template has no tools (it would drop them silently), None
         when it does not say (hosted providers are not asked)."""
-        if self.settings.provider in ("openai", "azure") or self.settings.provider in HOSTED:
+        if self._hosted:
             return True
         props = await self.server_props()
         caps = props.get("chat_template_caps") if props is not None else None
